@@ -1,0 +1,133 @@
+"""Static batching as HF transformers ``generate`` does it (engines.md §4.1, rules HF-1..HF-4).
+
+A batch forms only when the engine is idle; prompts are left-padded to the longest; KV is reserved for
+the padded prompt plus ``max_new_tokens`` for every row; finished rows keep being computed (pad
+tokens) until the longest row ends, and every result is returned at the batch's end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from policies.base import PolicyLimits, StepPlan, register
+from policies.common import QueuedPolicy
+from sim.batch import BatchSummary
+from sim.errors import ConfigError
+from sim.request import Request, Status
+
+STATIC_DEFAULTS = {
+    "max_num_seqs": 8,
+    "enable_prefix_caching": False,
+    "enable_chunked_prefill": False,
+    "block_size": 16,
+}
+
+
+class StaticPolicy(QueuedPolicy):
+    name = "static"
+
+    def __init__(self, limits: PolicyLimits, options: dict[str, Any]) -> None:
+        if options:
+            raise ConfigError(f"static policy: unknown options {sorted(options)}")
+        super().__init__(limits)
+        self.batch: list[Request] = []
+        self.pad_len = 0  # padded prompt length of the current batch (HF-1)
+        self.steps_total = 0  # forward passes of the current batch: 1 prefill + decodes (HF-3)
+        self.steps_done = 0
+
+    def _row_len(self, max_prompt: int, max_out: int) -> int:
+        max_new = self.limits.max_new_tokens or max_out
+        return max_prompt + max_new
+
+    def _form_batch(self, now: float) -> None:
+        """FCFS, while the padded reservation of every row still fits (HF-4, StaticCache)."""
+        bs = self.limits.block_size
+        free = self.kv.num_free_blocks
+        batch: list[Request] = []
+        max_p = max_o = 0
+        for req in self.waiting:
+            if len(batch) >= self.limits.max_num_seqs:
+                break
+            p, o = max(max_p, req.prompt_len), max(max_o, req.output_len)
+            per_row = -(-min(self._row_len(p, o), self.limits.max_model_len) // bs)
+            if per_row * (len(batch) + 1) > free:
+                break
+            batch.append(req)
+            max_p, max_o = p, o
+        if not batch:
+            return
+        row_tokens = min(self._row_len(max_p, max_o), self.limits.max_model_len)
+        for req in batch:
+            self.waiting.popleft()
+            ok = self.kv.allocate_slots(req, row_tokens)
+            assert ok is not None, "reservation checked above"
+            req.status = Status.RUNNING
+            req.scheduled_time = now
+            req.num_cached_tokens = 0
+        self.batch = batch
+        self.running = list(batch)
+        self.pad_len = max_p
+        max_new = self.limits.max_new_tokens or max_o
+        self.steps_total = min(max_new, max_o)
+        self.steps_done = 0
+
+    def _target(self, req: Request) -> int:
+        return min(req.output_len, self.limits.max_new_tokens or req.output_len)
+
+    def schedule(self, now: float) -> StepPlan:
+        if not self.batch:
+            self._form_batch(now)
+            if not self.batch:
+                return StepPlan()
+        plan = StepPlan()
+        rows = len(self.batch)
+        if self.steps_done == 0:
+            for req in self.batch:
+                plan.scheduled.append((req, req.prompt_len))
+                req.num_computed_tokens = req.prompt_len
+                plan.sampled.append(req)
+            plan.admitted = list(self.batch)
+            # Every row computes the padded prompt (padding is masked, not skipped: HF-1).
+            plan.batch = BatchSummary(
+                prefill_chunk=np.full(rows, self.pad_len, dtype=np.int64),
+                prefill_ctx=np.zeros(rows, dtype=np.int64),
+                num_logits=rows,
+            )
+        else:
+            for req in self.batch:
+                if req.num_output_tokens < self._target(req):
+                    plan.scheduled.append((req, 1))
+                    req.num_computed_tokens += 1
+                    plan.sampled.append(req)
+            # Finished rows still run a full-width forward pass on pad tokens (HF-3).
+            ctx = self.pad_len + self.steps_done + 1
+            plan.batch = BatchSummary(decode_ctx=np.full(rows, ctx, dtype=np.int64), num_logits=rows)
+        return plan
+
+    def update(self, plan: StepPlan, now: float) -> list[Request]:
+        for req in plan.sampled:
+            req.num_output_tokens += 1
+        self.steps_done += 1
+        if self.steps_done < self.steps_total:
+            return []
+        finished = self.batch  # static batching returns every result together
+        for req in finished:
+            req.status = Status.FINISHED
+            req.finish_time = now
+            req.finish_reason = "length"
+            self.kv.free(req)
+        self.batch, self.running = [], []
+        return finished
+
+    def has_unfinished(self) -> bool:
+        return bool(self.batch or self.waiting)
+
+
+@register("static", defaults=STATIC_DEFAULTS)
+def _make(limits: PolicyLimits, options: dict[str, Any]) -> StaticPolicy:
+    return StaticPolicy(limits, options)
+
+
+register("hf-static", defaults=STATIC_DEFAULTS)(_make)

@@ -1,0 +1,171 @@
+"""vLLM V1 scheduler (vLLM 0.33 semantics), rule by rule from reference/engines.md §1.2.
+
+One token budget per step; running requests first, in list order; preemption by recompute of the
+most recently admitted running request; no admissions in a step that preempted; strict head-of-line
+blocking of the waiting queue; whole-sequence admission gate (``scheduler_reserve_full_isl``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from policies.base import DecodeRun, PolicyLimits, StepPlan, register
+from policies.common import QueuedPolicy
+from sim.errors import ConfigError
+from sim.request import Request, Status
+
+# engines.md §1.1: V1 defaults for GPUs under 70 GiB (the API server's usage context).
+VLLM_DEFAULTS = {
+    "max_num_seqs": 256,
+    "max_num_batched_tokens": 2048,
+    "enable_prefix_caching": True,
+    "enable_chunked_prefill": True,
+    "block_size": 16,
+}
+
+
+class _PriorityQueue:
+    """Waiting queue for ``scheduling_policy = "priority"``: heap on (priority, arrival, seq)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, float, int, Request]] = []
+
+    def append(self, req: Request) -> None:
+        heapq.heappush(self._heap, (req.priority, req.arrival_time, req.seq, req))
+
+    appendleft = append  # a preempted request re-enters by its key (engines.md V1-3)
+
+    def __getitem__(self, i: int) -> Request:
+        assert i == 0
+        return self._heap[0][3]
+
+    def popleft(self) -> Request:
+        return heapq.heappop(self._heap)[3]
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+
+class VllmPolicy(QueuedPolicy):
+    name = "vllm"
+
+    def __init__(self, limits: PolicyLimits, options: dict[str, Any]) -> None:
+        if options:
+            raise ConfigError(f"vllm policy: unknown options {sorted(options)}")
+        super().__init__(limits)
+        self.priority = limits.scheduling_policy == "priority"
+        if self.priority:
+            self.waiting = _PriorityQueue()  # type: ignore[assignment]
+        self._head_blocked_by_kv = False
+
+    def _victim(self) -> Request:
+        if self.priority:
+            # engines.md V1-3: lowest priority (largest value), then the latest arrival.
+            return max(self.running, key=lambda r: (r.priority, r.arrival_time))
+        return self.running[-1]
+
+    def _preempt(self, victim: Request, now: float) -> None:
+        self.running.remove(victim)
+        self.kv.free(victim, preempted=True)
+        victim.status = Status.PREEMPTED
+        victim.num_discarded_tokens += victim.num_computed_tokens
+        victim.num_computed_tokens = 0
+        victim.num_preemptions += 1
+        self.waiting.appendleft(victim)
+
+    def schedule(self, now: float) -> StepPlan:
+        lim = self.limits
+        kv = self.kv
+        budget = lim.max_num_batched_tokens
+        thr = lim.long_prefill_token_threshold
+        if thr and len(self.running) + len(self.waiting) <= 1:
+            thr = 0  # vLLM 0.33 ignores the threshold when one request is alone in the system
+        max_len = lim.max_model_len
+        plan = StepPlan()
+        scheduled = plan.scheduled
+        running = self.running
+
+        # V1-2 / V1-3: running requests first, in list order.
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            n = req.num_tokens - req.num_computed_tokens
+            if 0 < thr < n:
+                n = thr
+            n = min(n, budget, max_len - 1 - req.num_computed_tokens)
+            if n <= 0:
+                i += 1
+                continue
+            while kv.allocate_slots(req, n) is None:
+                victim = self._victim()
+                if self.priority:
+                    for j, (r, m) in enumerate(scheduled):
+                        if r is victim:
+                            del scheduled[j]
+                            budget += m
+                            i -= 1
+                            break
+                self._preempt(victim, now)
+                plan.preempted.append(victim)
+                if victim is req:
+                    break
+            else:
+                scheduled.append((req, n))
+                budget -= n
+                i += 1
+                continue
+            break  # the current request itself was preempted
+
+        # V1-4 / V1-5: waiting requests, only if nothing was preempted.
+        self._head_blocked_by_kv = False
+        if not plan.preempted:
+            waiting = self.waiting
+            skipped: list[Request] = []
+            while waiting and budget > 0:
+                if len(running) >= lim.max_num_seqs:
+                    break
+                req = waiting[0]
+                hit_blocks, hit = kv.get_computed_blocks(req)
+                n = req.num_tokens - hit
+                if 0 < thr < n:
+                    n = thr
+                if not lim.enable_chunked_prefill and n > budget:
+                    skipped.append(waiting.popleft())  # not HOL: vLLM skips it and tries the next
+                    continue
+                n = min(n, budget)
+                new = kv.allocate_slots(
+                    req, n, hit, hit_blocks, full_sequence_must_fit=lim.scheduler_reserve_full_isl
+                )
+                if new is None:
+                    self._head_blocked_by_kv = True
+                    break  # strict head-of-line blocking (V1-5)
+                waiting.popleft()
+                running.append(req)
+                if req.status is Status.WAITING:
+                    req.num_cached_tokens = hit
+                    req.scheduled_time = now
+                req.status = Status.RUNNING
+                req.num_computed_tokens = hit
+                scheduled.append((req, n))
+                plan.admitted.append(req)
+                budget -= n
+            for req in reversed(skipped):
+                waiting.appendleft(req)
+        return self.finalize_plan(plan)
+
+    def decode_run(self) -> DecodeRun | None:
+        blocked = len(self.running) >= self.limits.max_num_seqs or (
+            self._head_blocked_by_kv and not self.limits.enable_prefix_caching
+        )
+        if self.limits.max_num_batched_tokens < len(self.running):
+            return None  # the budget, not the batch, limits a decode step
+        return self.quiet_decode_run(waiting_blocked=blocked)
+
+
+@register("vllm", defaults=VLLM_DEFAULTS)
+def _make(limits: PolicyLimits, options: dict[str, Any]) -> VllmPolicy:
+    return VllmPolicy(limits, options)

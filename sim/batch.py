@@ -1,0 +1,47 @@
+"""The batch summary a step is priced on: what the cost model needs and nothing more.
+
+Kept separate from the policy's plan so the cost model never sees requests (DESIGN.md: a pure
+function from a batch summary to seconds)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+@dataclass(slots=True)
+class BatchSummary:
+    """One engine step.
+
+    decode_ctx:     for each decode row (1 new token), its context length *including* the new token.
+    prefill_chunk:  for each prefill chunk, the number of new tokens computed this step.
+    prefill_ctx:    for each prefill chunk, the tokens already in the KV cache before the chunk.
+    num_logits:     rows that sample a token (decodes + prefills that finish their prompt this step).
+    swap_out_blocks / swap_in_blocks: KV blocks copied GPU->CPU / CPU->GPU during this step.
+    """
+
+    decode_ctx: np.ndarray = field(default_factory=lambda: _EMPTY)
+    prefill_chunk: np.ndarray = field(default_factory=lambda: _EMPTY)
+    prefill_ctx: np.ndarray = field(default_factory=lambda: _EMPTY)
+    num_logits: int = 0
+    swap_out_blocks: int = 0
+    swap_in_blocks: int = 0
+
+    @property
+    def num_decode(self) -> int:
+        return int(len(self.decode_ctx))
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return int(self.prefill_chunk.sum()) if len(self.prefill_chunk) else 0
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_decode + self.num_prefill_tokens
+
+    @property
+    def is_empty(self) -> bool:
+        return self.num_tokens == 0 and self.swap_in_blocks == 0 and self.swap_out_blocks == 0

@@ -1,0 +1,23 @@
+"""Project exceptions: each names the offending field, row or value so the CLI can print one clear line."""
+
+from __future__ import annotations
+
+
+class ServesimError(Exception):
+    """Base class; the CLI turns any of these into one line on stderr and exit code 2."""
+
+
+class ConfigError(ServesimError):
+    """A configuration key, type or value that cannot be used."""
+
+
+class TraceFormatError(ServesimError):
+    """A trace file or row that does not parse."""
+
+
+class MemoryPlanError(ServesimError):
+    """The model (or the requested context) does not fit in GPU memory."""
+
+
+class UnknownNameError(ConfigError):
+    """A policy, model, GPU or cost-model name that is not registered."""

@@ -1,0 +1,277 @@
+"""KV cache manager: requests and tokens on top of the block pool (vLLM V1 ``KVCacheManager`` layering).
+
+It never knows SimPy or scheduling: a policy asks it for prefix hits (``get_computed_blocks``), for
+slots (``allocate_slots``, which returns None and changes nothing when blocks run out), and frees a
+request when it finishes or is preempted. Rules: engines.md §1.3 KV-1, KV-4..KV-8, and the vLLM 0.33
+``scheduler_reserve_full_isl`` admission gate (shared/tools/vllm-oracle/README.md).
+
+Hashing shortcut. vLLM hashes every full block of every request and registers it when allocated.
+Here a request whose content nobody else can hold (``not req.spec.shares_content``) is never hashed
+while it runs: its lookup returns no hit without hashing, and its full blocks are registered only
+when it is freed by a preemption, so that its resume hits its own blocks (KV-7). Scheduling, hits,
+evictions, free counts and usage are identical to vLLM's, because unique content can only ever be
+hit by its own resume. The one visible difference is the size of the hash map
+(``num_cached_blocks``), which leaves out the blocks of such requests until a preemption.
+"""
+
+from __future__ import annotations
+
+from sim.errors import ConfigError
+from sim.kv.block_pool import BlockPool, KVBlock
+from sim.request import Request
+
+
+class _ReqKV:
+    """A request's blocks (head first) and how many leading full blocks are (or would be) cached."""
+
+    __slots__ = ("blocks", "num_cached")
+
+    def __init__(self) -> None:
+        self.blocks: list[KVBlock] = []
+        # vLLM's num_cached_block: full blocks registered so far. For a request that does not share
+        # content it counts the blocks vLLM *would* have registered, so a preemption can register them.
+        self.num_cached = 0
+
+
+class KVCacheManager:
+    """Paged KV memory for one replica: a GPU block pool plus per-request block tables."""
+
+    def __init__(
+        self,
+        num_gpu_blocks: int,
+        block_size: int,
+        enable_caching: bool,
+        max_model_len: int,
+        num_cpu_blocks: int = 0,
+    ) -> None:
+        if num_gpu_blocks < 2:
+            raise ConfigError(
+                f"num_gpu_blocks must be >= 2 (block 0 is the null block), got {num_gpu_blocks}"
+            )
+        if block_size < 1:
+            raise ConfigError(f"block_size must be >= 1, got {block_size}")
+        if max_model_len < 1:
+            raise ConfigError(f"max_model_len must be >= 1, got {max_model_len}")
+        if num_cpu_blocks < 0:
+            raise ConfigError(f"num_cpu_blocks must be >= 0, got {num_cpu_blocks}")
+        self.block_size = block_size
+        self.enable_caching = enable_caching
+        self.max_model_len = max_model_len
+        self.pool = BlockPool(num_gpu_blocks, enable_caching)
+        # Swap (CPU pool, vLLM V0 engines.md §1.5) arrives in a later issue: swap_out / swap_in will
+        # move a request's table between self.pool and a CPU BlockPool of this size.
+        self.num_cpu_blocks = num_cpu_blocks
+        self._reqs: dict[str, _ReqKV] = {}
+        # KV-8 counters; vLLM's PrefixCacheStats.record puts a resumed request in the preempted_*
+        # counters only, never in both.
+        self._queries = 0
+        self._hits = 0
+        self._requests = 0
+        self._preempted_queries = 0
+        self._preempted_hits = 0
+        self._preempted_requests = 0
+
+    # ---- prefix lookup ----------------------------------------------------------------------------
+    def get_computed_blocks(self, req: Request) -> tuple[list[KVBlock], int]:
+        """Longest cached prefix of ``req`` as (blocks, tokens); touches nothing (engines.md KV-5).
+
+        Walks the hash chain from block 0 to the first miss, over at most ``(num_tokens - 1) //
+        block_size`` blocks so that one token is always recomputed for logits. Counts KV-8 stats.
+        """
+        if not self.enable_caching:
+            return [], 0
+        num_tokens = req.num_tokens
+        preempted = req.num_preemptions > 0
+        hit: list[KVBlock] = []
+        if req.spec.shares_content or preempted:
+            max_blocks = (num_tokens - 1) // self.block_size
+            if max_blocks > 0:
+                hashes = req.block_hashes(self.block_size, max_blocks * self.block_size)
+                lookup = self.pool.get_cached_block
+                for i in range(max_blocks):
+                    blk = lookup(hashes[i])
+                    if blk is None:
+                        break
+                    hit.append(blk)
+        # else: unique content never preempted -- nobody can hold its blocks (module docstring).
+        hit_tokens = len(hit) * self.block_size
+        if preempted:
+            self._preempted_requests += 1
+            self._preempted_queries += num_tokens
+            self._preempted_hits += hit_tokens
+        else:
+            self._requests += 1
+            self._queries += num_tokens
+            self._hits += hit_tokens
+        return hit, hit_tokens
+
+    # ---- allocation -------------------------------------------------------------------------------
+    def _num_to_allocate(self, num_tokens: int, num_held: int, hits: list[KVBlock]) -> int:
+        """KV-1: new blocks to cover ``num_tokens``, counting free prefix hits as allocations."""
+        n = -(-num_tokens // self.block_size) - num_held - len(hits)
+        if n < 0:
+            n = 0
+        for b in hits:
+            if b.ref_cnt == 0:
+                n += 1
+        return n
+
+    def allocate_slots(
+        self,
+        req: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: list[KVBlock] | None = None,
+        num_lookahead_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+    ) -> list[KVBlock] | None:
+        """Give ``req`` slots for ``num_new_tokens`` more tokens (plus prefix hits and lookahead).
+
+        Returns the newly allocated blocks (possibly ``[]``), or None when there are not enough free
+        blocks, in which case nothing has changed. ``full_sequence_must_fit`` is vLLM 0.33's
+        ``scheduler_reserve_full_isl`` gate: the whole current sequence must fit, though only this
+        chunk is allocated. Full blocks are registered in the prefix cache here, at allocation, so a
+        request admitted later in the same step can already hit them (vllm-oracle README).
+        """
+        if num_new_tokens <= 0:
+            raise ValueError(f"request {req.request_id}: num_new_tokens must be > 0, got {num_new_tokens}")
+        st = self._reqs.get(req.request_id)
+        num_held = len(st.blocks) if st is not None else 0
+        hits = new_computed_blocks if new_computed_blocks else []
+        if hits:
+            if num_held:
+                raise ValueError(f"request {req.request_id}: prefix hits given to a request holding blocks")
+            if num_new_computed_tokens != len(hits) * self.block_size:
+                raise ValueError(
+                    f"request {req.request_id}: num_new_computed_tokens {num_new_computed_tokens} != "
+                    f"{len(hits)} hit blocks x {self.block_size}"
+                )
+        pool = self.pool
+        num_free = pool.num_free_blocks
+        computed = req.num_computed_tokens + num_new_computed_tokens
+
+        if full_sequence_must_fit:
+            full = min(req.num_tokens, self.max_model_len)
+            if self._num_to_allocate(full, num_held, hits) > num_free:
+                return None
+
+        need_slot = computed + num_new_tokens + num_lookahead_tokens
+        if need_slot > self.max_model_len:
+            need_slot = self.max_model_len
+        num_new_blocks = -(-need_slot // self.block_size) - num_held - len(hits)
+        if num_new_blocks < 0:
+            num_new_blocks = 0
+        if hits:
+            if self._num_to_allocate(need_slot, num_held, hits) > num_free:
+                return None
+        elif num_new_blocks > num_free:
+            return None
+
+        # Commit: nothing above changed any state.
+        if st is None:
+            st = self._reqs[req.request_id] = _ReqKV()
+        if hits:
+            pool.touch(hits)
+            st.blocks.extend(hits)
+            st.num_cached = len(hits)
+        new_blocks = pool.get_new_blocks(num_new_blocks) if num_new_blocks else []
+        if new_blocks:
+            st.blocks.extend(new_blocks)
+        if self.enable_caching:
+            # KV-4: cache full blocks up to min(computed + new, num_tokens) -- never lookahead tokens.
+            to_cache = computed + num_new_tokens
+            if to_cache > req.num_tokens:
+                to_cache = req.num_tokens
+            num_full = to_cache // self.block_size
+            if num_full > st.num_cached:
+                if num_full > len(st.blocks):
+                    num_full = len(st.blocks)
+                if req.spec.shares_content:
+                    hashes = req.block_hashes(self.block_size, num_full * self.block_size)
+                    pool.cache_full_blocks(st.blocks, hashes, st.num_cached, num_full)
+                st.num_cached = num_full
+        return new_blocks
+
+    def free(self, req: Request, preempted: bool = False) -> None:
+        """Release ``req``'s blocks tail first (KV-6) and forget it; hashes stay for later hits (KV-7)."""
+        st = self._reqs.pop(req.request_id, None)
+        if st is None:
+            return
+        if preempted and self.enable_caching and not req.spec.shares_content and st.num_cached:
+            # Register what vLLM would have registered at allocation, so the resume can hit it.
+            n = min(st.num_cached, len(st.blocks))
+            hashes = req.block_hashes(self.block_size, n * self.block_size)
+            self.pool.cache_full_blocks(st.blocks, hashes, 0, n)
+        self.pool.free_blocks(reversed(st.blocks))
+
+    # ---- queries ----------------------------------------------------------------------------------
+    def num_blocks_needed(self, req: Request, num_tokens: int) -> int:
+        """New blocks ``req`` would need, on top of what it holds, to cover ``num_tokens`` tokens.
+
+        For policies that reserve memory up front (static batching, Orca, TGI).
+        """
+        num_tokens = min(num_tokens, self.max_model_len)
+        return max(-(-num_tokens // self.block_size) - self.num_blocks_held(req), 0)
+
+    def num_blocks_held(self, req: Request) -> int:
+        st = self._reqs.get(req.request_id)
+        return len(st.blocks) if st is not None else 0
+
+    def get_block_ids(self, req: Request) -> list[int]:
+        st = self._reqs.get(req.request_id)
+        return [b.block_id for b in st.blocks] if st is not None else []
+
+    def holds(self, req: Request) -> bool:
+        return req.request_id in self._reqs
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    @property
+    def usable_blocks(self) -> int:
+        return self.pool.usable_blocks
+
+    @property
+    def usage(self) -> float:
+        """engines.md KV-3: ``1 - free / (num_gpu_blocks - 1)``."""
+        return self.pool.usage
+
+    def prefix_cache_stats(self) -> dict[str, int]:
+        """Cumulative KV-8 counters, named as vLLM's PrefixCacheStats fields."""
+        return {
+            "queries": self._queries,
+            "hits": self._hits,
+            "requests": self._requests,
+            "preempted_queries": self._preempted_queries,
+            "preempted_hits": self._preempted_hits,
+            "preempted_requests": self._preempted_requests,
+        }
+
+    @property
+    def hit_rate(self) -> float:
+        """Hit tokens / queried tokens of first lookups (vLLM's prefix_cache_hits / _queries)."""
+        return self._hits / self._queries if self._queries else 0.0
+
+    def reset_prefix_cache(self) -> bool:
+        return self.pool.reset_prefix_cache()
+
+    def check_invariants(self) -> None:
+        """Pool invariants, plus: each block's ref_cnt equals the number of requests holding it."""
+        self.pool.check_invariants()
+        holders: dict[int, int] = {}
+        for rid, st in self._reqs.items():
+            ids = [b.block_id for b in st.blocks]
+            if len(set(ids)) != len(ids):
+                raise AssertionError(f"request {rid} holds a block twice: {ids}")
+            for bid in ids:
+                holders[bid] = holders.get(bid, 0) + 1
+        for b in self.pool.blocks[1:]:
+            if b.ref_cnt != holders.get(b.block_id, 0):
+                raise AssertionError(
+                    f"block {b.block_id}: ref_cnt {b.ref_cnt} but held by {holders.get(b.block_id, 0)} requests"
+                )
+        if self.pool.num_free_blocks + len(holders) != self.pool.usable_blocks:
+            raise AssertionError(
+                f"leak: free {self.pool.num_free_blocks} + held {len(holders)} != usable {self.pool.usable_blocks}"
+            )

@@ -1,0 +1,40 @@
+"""Small builders shared by the policy and engine tests."""
+
+from __future__ import annotations
+
+from policies.base import PolicyLimits, StepPlan
+from sim.request import Request, RequestSpec
+
+
+def limits(**kw) -> PolicyLimits:
+    base = dict(
+        max_num_seqs=256,
+        max_num_batched_tokens=2048,
+        max_model_len=8192,
+        block_size=16,
+        num_gpu_blocks=1000,
+        enable_prefix_caching=True,
+        enable_chunked_prefill=True,
+    )
+    base.update(kw)
+    return PolicyLimits(**base)
+
+
+def req(rid: str, prompt: int, output: int, t: float = 0.0, priority: int = 0, **kw) -> Request:
+    return Request(RequestSpec(request_id=rid, arrival_time=t, prompt_len=prompt, output_len=output,
+                               priority=priority, **kw))
+
+
+def step(policy, now: float = 0.0) -> StepPlan:
+    """One engine step without the engine: schedule, then apply the outcome at once."""
+    plan = policy.schedule(now)
+    for r in plan.sampled:
+        if r.first_token_time is None:
+            r.first_token_time = now
+        r.last_token_time = now
+    policy.update(plan, now)
+    return plan
+
+
+def sched(plan: StepPlan) -> list[tuple[str, int]]:
+    return [(r.request_id, n) for r, n in plan.scheduled]

@@ -1,0 +1,224 @@
+"""BlockPool: null block, LRU free queue, lazy eviction, duplicate hashes, invariants (engines.md KV-2/3/6)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from sim.kv import BlockPool, KVBlock
+
+
+def test_null_block_is_reserved_and_never_handed_out():
+    pool = BlockPool(8, enable_caching=True)
+    assert pool.null_block.block_id == 0 and pool.null_block.is_null
+    assert pool.usable_blocks == 7 and pool.num_free_blocks == 7
+    got = pool.get_new_blocks(7)
+    assert [b.block_id for b in got] == [1, 2, 3, 4, 5, 6, 7]  # KV-6: initially ordered by block id
+    assert all(b.ref_cnt == 1 and not b.is_null for b in got)
+    with pytest.raises(ValueError):
+        pool.get_new_blocks(1)
+    pool.free_blocks(got)
+    pool.free_blocks([pool.null_block])  # ignored, never enters the free queue
+    assert 0 not in pool.free_block_ids()
+    assert sorted(b.block_id for b in pool.get_new_blocks(7)) == list(range(1, 8))
+    pool.check_invariants()
+
+
+def test_too_small_pool_rejected():
+    with pytest.raises(ValueError, match="num_blocks"):
+        BlockPool(1, enable_caching=True)
+
+
+def test_usage_formula_counts_cached_unreferenced_as_free():
+    pool = BlockPool(11, enable_caching=True)
+    assert pool.usage == 0.0
+    blocks = pool.get_new_blocks(4)
+    assert pool.usage == pytest.approx(1 - 6 / 10)  # KV-3: 1 - free / (num_blocks - 1)
+    pool.cache_full_blocks(blocks, [11, 12, 13, 14], 0, 4)
+    pool.free_blocks(blocks)
+    assert pool.num_cached_blocks == 4  # still cached...
+    assert pool.usage == 0.0  # ...but counted as free
+
+
+def test_free_appends_in_given_order_and_pop_is_fifo():
+    pool = BlockPool(7, enable_caching=True)
+    a = pool.get_new_blocks(3)  # 1, 2, 3
+    b = pool.get_new_blocks(2)  # 4, 5
+    assert pool.free_block_ids() == [6]
+    pool.free_blocks(reversed(a))
+    pool.free_blocks(reversed(b))
+    assert pool.free_block_ids() == [6, 3, 2, 1, 5, 4]
+    assert [x.block_id for x in pool.get_new_blocks(2)] == [6, 3]
+    pool.check_invariants()
+
+
+def test_free_decrements_shared_blocks_and_only_zero_ref_returns():
+    pool = BlockPool(5, enable_caching=True)
+    blocks = pool.get_new_blocks(2)
+    pool.touch(blocks)  # a second holder
+    assert [b.ref_cnt for b in blocks] == [2, 2]
+    pool.free_blocks(blocks)
+    assert pool.num_free_blocks == 2 and [b.ref_cnt for b in blocks] == [1, 1]
+    pool.free_blocks(blocks)
+    assert pool.num_free_blocks == 4
+    with pytest.raises(ValueError, match="double free"):
+        pool.free_blocks(blocks[:1])
+    assert blocks[0].ref_cnt == 0  # the failed call changed nothing
+    pool.check_invariants()
+
+
+def test_touch_removes_from_middle_of_free_queue():
+    pool = BlockPool(6, enable_caching=True)
+    blocks = pool.get_new_blocks(5)
+    pool.cache_full_blocks(blocks, [100, 101, 102, 103, 104], 0, 5)
+    pool.free_blocks(blocks)
+    assert pool.free_block_ids() == [1, 2, 3, 4, 5]
+    hit = pool.get_cached_block(102)
+    assert hit is blocks[2]
+    pool.touch([hit])
+    assert hit.ref_cnt == 1 and pool.free_block_ids() == [1, 2, 4, 5]
+    assert pool.get_cached_block(102) is hit  # a touched block keeps its hash
+    pool.check_invariants()
+
+
+def test_lazy_eviction_only_when_popped():
+    pool = BlockPool(4, enable_caching=True)
+    blocks = pool.get_new_blocks(3)
+    pool.cache_full_blocks(blocks, [7, 8, 9], 0, 3)
+    pool.free_blocks(reversed(blocks))  # queue: 3, 2, 1
+    assert pool.num_cached_blocks == 3
+    (first,) = pool.get_new_blocks(1)
+    assert first.block_id == 3 and first.block_hash is None and first.ref_cnt == 1
+    assert pool.get_cached_block(9) is None
+    assert pool.get_cached_block(7) is blocks[0] and pool.get_cached_block(8) is blocks[1]
+    assert pool.num_cached_blocks == 2 and pool.num_cached_hashes == 2
+    pool.check_invariants()
+
+
+def test_duplicate_hash_keeps_existing_answer_and_survives_eviction_of_one_copy():
+    pool = BlockPool(4, enable_caching=True)
+    a, b = pool.get_new_blocks(2)
+    pool.cache_full_blocks([a], [42], 0, 1)
+    pool.cache_full_blocks([b], [42], 0, 1)
+    assert pool.get_cached_block(42) is a  # the existing mapping answers lookups
+    assert pool.num_cached_blocks == 2 and pool.num_cached_hashes == 1
+    pool.free_blocks([a, b])  # queue: 3, 1(a), 2(b)
+    pool.get_new_blocks(2)  # pops 3 then a: a's copy is evicted
+    assert a.block_hash is None
+    assert pool.get_cached_block(42) is b  # b still holds the content, as in vLLM
+    pool.check_invariants()
+
+
+def test_cache_full_blocks_skips_same_hash_and_rejects_conflict():
+    pool = BlockPool(4, enable_caching=True)
+    blocks = pool.get_new_blocks(2)
+    pool.cache_full_blocks(blocks, [1, 2], 0, 1)
+    pool.cache_full_blocks(blocks, [1, 2], 0, 2)  # block 0 already cached under 1: skipped
+    assert pool.num_cached_blocks == 2 and [b.block_hash for b in blocks] == [1, 2]
+    with pytest.raises(ValueError, match="re-cache"):
+        pool.cache_full_blocks(blocks, [5, 2], 0, 1)
+    pool.check_invariants()
+
+
+def test_caching_disabled_registers_nothing():
+    pool = BlockPool(4, enable_caching=False)
+    blocks = pool.get_new_blocks(2)
+    pool.cache_full_blocks(blocks, [1, 2], 0, 2)
+    assert pool.num_cached_blocks == 0 and pool.get_cached_block(1) is None
+
+
+def test_reset_prefix_cache_refused_while_blocks_in_use():
+    pool = BlockPool(4, enable_caching=True)
+    blocks = pool.get_new_blocks(2)
+    pool.cache_full_blocks(blocks, [1, 2], 0, 2)
+    assert pool.reset_prefix_cache() is False
+    assert pool.num_cached_blocks == 2
+    pool.free_blocks(blocks)
+    assert pool.reset_prefix_cache() is True
+    assert pool.num_cached_blocks == 0 and pool.get_cached_block(1) is None
+    assert all(b.block_hash is None for b in pool.blocks)
+    pool.check_invariants()
+
+
+def test_check_invariants_detects_corruption():
+    pool = BlockPool(4, enable_caching=True)
+    blk = pool.get_new_blocks(1)[0]
+    blk.ref_cnt = 0  # out of the free queue with ref 0
+    with pytest.raises(AssertionError, match="free queue"):
+        pool.check_invariants()
+    blk.ref_cnt = 1
+    blk.block_hash = 99  # hash the map does not know
+    with pytest.raises(AssertionError, match="map"):
+        pool.check_invariants()
+
+
+class PoolMachine(RuleBasedStateMachine):
+    """Random allocate / free / share / cache sequences; owners model the requests holding blocks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = BlockPool(12, enable_caching=True)
+        self.owners: list[list[KVBlock]] = []
+        self.next_hash = 0
+
+    @rule(n=st.integers(0, 5))
+    def allocate(self, n: int) -> None:
+        if n > self.pool.num_free_blocks:
+            free_before = self.pool.free_block_ids()
+            with pytest.raises(ValueError):
+                self.pool.get_new_blocks(n)
+            assert self.pool.free_block_ids() == free_before
+            return
+        got = self.pool.get_new_blocks(n)
+        assert all(not b.is_null and b.ref_cnt == 1 and b.block_hash is None for b in got)
+        self.owners.append(got)
+
+    @precondition(lambda self: self.owners)
+    @rule(i=st.integers(0, 100), reverse=st.booleans())
+    def free(self, i: int, reverse: bool) -> None:
+        blocks = self.owners.pop(i % len(self.owners))
+        before = self.pool.free_block_ids()
+        order = list(reversed(blocks)) if reverse else blocks
+        self.pool.free_blocks(order)
+        newly = [b.block_id for b in order if b.ref_cnt == 0]
+        assert self.pool.free_block_ids() == before + newly
+
+    @precondition(lambda self: self.owners)
+    @rule(i=st.integers(0, 100))
+    def cache(self, i: int) -> None:
+        blocks = self.owners[i % len(self.owners)]
+        hashes = []
+        for b in blocks:
+            if b.block_hash is None:
+                self.next_hash += 1
+                hashes.append(self.next_hash % 5)  # few distinct values: duplicates happen
+            else:
+                hashes.append(b.block_hash)
+        self.pool.cache_full_blocks(blocks, hashes, 0, len(blocks))
+
+    @rule(h=st.integers(0, 4))
+    def share_cached(self, h: int) -> None:
+        blk = self.pool.get_cached_block(h)
+        if blk is None:
+            return
+        self.pool.touch([blk])
+        assert blk.block_id not in self.pool.free_block_ids()
+        self.owners.append([blk])
+
+    @invariant()
+    def consistent(self) -> None:
+        self.pool.check_invariants()
+        held: dict[int, int] = {}
+        for blocks in self.owners:
+            for b in blocks:
+                held[b.block_id] = held.get(b.block_id, 0) + 1
+        for b in self.pool.blocks[1:]:
+            assert b.ref_cnt == held.get(b.block_id, 0)
+        assert self.pool.num_free_blocks + len(held) == self.pool.usable_blocks
+        assert 0 not in held
+
+
+TestPoolMachine = PoolMachine.TestCase
+TestPoolMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)

@@ -1,0 +1,40 @@
+"""Workloads: arrival processes, length distributions, the servesim JSONL trace, synthetic builders.
+
+Real-trace loaders (Azure, BurstGPT, Mooncake) live in ``workloads.traces``.
+"""
+
+from workloads.arrivals import ARRIVAL_KINDS, ArrivalConfig, constant, gamma, make_arrivals, poisson
+from workloads.jsonl import LoadedTrace, load_jsonl, save_jsonl, spec_to_row
+from workloads.lengths import LengthDist, clip_to_context, load_csv_column
+from workloads.synthetic import (
+    STREAMS,
+    ClosedWorkload,
+    OpenWorkload,
+    PriorityMix,
+    SharedPrefix,
+    build_workload,
+    spawn_streams,
+)
+
+__all__ = [
+    "ARRIVAL_KINDS",
+    "STREAMS",
+    "ArrivalConfig",
+    "ClosedWorkload",
+    "LengthDist",
+    "LoadedTrace",
+    "OpenWorkload",
+    "PriorityMix",
+    "SharedPrefix",
+    "build_workload",
+    "clip_to_context",
+    "constant",
+    "gamma",
+    "load_csv_column",
+    "load_jsonl",
+    "make_arrivals",
+    "poisson",
+    "save_jsonl",
+    "spawn_streams",
+    "spec_to_row",
+]
