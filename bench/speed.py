@@ -1,0 +1,90 @@
+"""Speed benchmark (not a test): the Azure LLM inference 2023 conversation trace through the `vllm`
+policy, Llama-3-8B on one A100-80GB, max_num_seqs 128. Prints wall seconds, requests/s and steps/s.
+
+    .venv/bin/python bench/speed.py [--trace PATH] [--profile]
+
+Without ../shared, a generated trace with the same statistics is used (19,366 requests over ~1 h,
+lognormal lengths matching mean input 1155 / output 211). Target: <= 3 s on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+from pathlib import Path
+
+import numpy as np
+import simpy
+
+from policies.base import make_policy
+from sim.config import config_from_dict
+from sim.engine import Engine
+from sim.metrics import Recorder
+from sim.request import RequestSpec
+from sim.simulate import resolve
+from sim.sources import OpenSource
+
+AZURE = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+
+
+def azure_specs(path: Path) -> list[RequestSpec]:
+    import pandas as pd
+
+    df = pd.read_csv(path)
+    t = pd.to_datetime(df["TIMESTAMP"], format="mixed")
+    sec = (t - t.iloc[0]).dt.total_seconds().to_numpy()
+    return [
+        RequestSpec(request_id=f"r{i}", arrival_time=float(a), prompt_len=max(int(p), 1), output_len=max(int(o), 1))
+        for i, (a, p, o) in enumerate(zip(sec, df["ContextTokens"], df["GeneratedTokens"], strict=True))
+    ]
+
+
+def synthetic_specs(n: int = 19366, duration: float = 3520.0, seed: int = 0) -> list[RequestSpec]:
+    rng = np.random.default_rng(seed)
+    t = np.sort(rng.uniform(0, duration, n))
+
+    def ln(mean: float, cv: float, size: int) -> np.ndarray:
+        s2 = np.log1p(cv**2)
+        return np.maximum(1, rng.lognormal(np.log(mean) - s2 / 2, np.sqrt(s2), size)).astype(int)
+
+    p, o = np.minimum(ln(1155, 1.0, n), 8000), np.minimum(ln(211, 0.9, n), 2000)
+    return [RequestSpec(request_id=f"r{i}", arrival_time=float(a), prompt_len=int(b), output_len=int(c))
+            for i, (a, b, c) in enumerate(zip(t, p, o, strict=True))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trace", type=Path, default=AZURE)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    specs = azure_specs(args.trace) if args.trace.exists() else synthetic_specs()
+    source_name = str(args.trace) if args.trace.exists() else "generated (Azure conv statistics)"
+    cfg = config_from_dict({
+        "model": {"name": "Meta-Llama-3-8B"},
+        "hardware": {"gpu": "A100-80GB-SXM"},
+        "engine": {"policy": "vllm", "max_num_seqs": 128, "max_model_len": 8192},
+    })
+    setup = resolve(cfg)
+    t0 = time.perf_counter()
+    prof = cProfile.Profile() if args.profile else None
+    if prof:
+        prof.enable()
+    env = simpy.Environment()
+    policy = make_policy("vllm", setup.limits)
+    rec = Recorder()
+    Engine(env, policy, setup.cost_model, OpenSource(specs), rec)
+    env.run()
+    steps = rec.steps_frame()
+    wall = time.perf_counter() - t0
+    if prof:
+        prof.disable()
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+    print(f"trace: {source_name}: {len(specs)} requests, simulated {env.now:.0f} s")
+    print(f"wall {wall:.2f} s, {len(specs) / wall:,.0f} requests/s, {len(steps) / wall:,.0f} steps/s "
+          f"({len(steps):,} steps)")
+
+
+if __name__ == "__main__":
+    main()

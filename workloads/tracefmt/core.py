@@ -1,0 +1,290 @@
+"""The loaded-trace type and the options every trace format shares, applied in one place.
+
+Every loader parses its file into :class:`Columns` (file order, lengths as arrays) and hands them to
+:func:`finish`, which applies, in this order:
+
+1. sort by arrival (stable: equal times keep file order);
+2. ``start``/``end``: keep arrivals in ``[start, end)`` seconds of the trace as loaded, then subtract
+   ``start`` so the window begins at t = 0 (a gap before the first kept request is kept: it is real);
+3. ``sample``: a float in (0, 1] keeps ``round(f·n)`` rows, an int keeps that many (at most n), chosen
+   uniformly without replacement from the seed's "sample" stream, arrival order kept;
+4. ``limit``: the first N remaining;
+5. formats without times (token-count CSVs, ShareGPT) draw arrivals now, for the rows kept, so sampling
+   does not thin the requested rate; the window then applies to the drawn times;
+6. ``time_scale`` multiplies every time (0.5 = twice as fast); ``rate_scale`` k is ``time_scale`` 1/k;
+7. ``max_prompt_len``/``max_output_len`` cap each length; ``max_model_len`` fits prompt + output
+   into the context as :func:`workloads.lengths.clip_to_context` does (prompt ≤ L−1, then
+   output ≤ L−prompt). Literal token ids, hash ids and segments are cut to the new prompt length.
+
+``num_clipped`` counts the kept requests whose lengths differ from the file's: the caps above, plus
+lengths a loader had to raise to 1 (a 0-token output in Azure, a failed BurstGPT row kept on request).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.errors import ConfigError, TraceFormatError
+from sim.request import RequestSpec, Segment
+from workloads.jsonl import LoadedTrace as _JsonlTrace
+from workloads.lengths import clip_to_context
+
+
+@dataclass(frozen=True)
+class LoadedTrace(_JsonlTrace):
+    """Specs sorted by arrival plus what loading did; a drop-in for ``workloads.jsonl.LoadedTrace``.
+
+    ``num_rows``: data rows in the file; ``num_skipped``: malformed rows dropped (``skip_bad_rows``);
+    ``num_failed``: BurstGPT failures (0 response tokens) seen; ``num_clipped``: see module doc.
+    """
+
+    source: Path | None = None
+    format: str = ""
+    num_rows: int = 0
+    num_failed: int = 0
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TraceOptions:
+    """The options every loader accepts (see the module doc for what each does and in which order)."""
+
+    start: float | None = None
+    end: float | None = None
+    time_scale: float | None = None
+    rate_scale: float | None = None
+    sample: float | int | None = None
+    seed: int = 0
+    max_prompt_len: int | None = None
+    max_output_len: int | None = None
+    max_model_len: int | None = None
+    limit: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("start", "end", "time_scale", "rate_scale"):
+            v = getattr(self, name)
+            if v is not None and (
+                isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+            ):
+                raise ConfigError(f"trace option {name}: expected a finite number, got {v!r}")
+        if self.start is not None and self.start < 0:
+            raise ConfigError(f"trace option start: must be >= 0 seconds, got {self.start}")
+        if self.end is not None and self.end <= (self.start or 0.0):
+            raise ConfigError(f"trace option end: must be > start ({self.start or 0.0}), got {self.end}")
+        if self.time_scale is not None and self.rate_scale is not None:
+            raise ConfigError(
+                "trace options: give time_scale or rate_scale, not both (rate_scale k = time_scale 1/k)"
+            )
+        for name in ("time_scale", "rate_scale"):
+            v = getattr(self, name)
+            if v is not None and v <= 0:
+                raise ConfigError(f"trace option {name}: must be > 0, got {v}")
+        s = self.sample
+        if s is not None:
+            if isinstance(s, bool) or not isinstance(s, int | float):
+                raise ConfigError(f"trace option sample: expected a fraction or a count, got {s!r}")
+            if isinstance(s, float) and not 0.0 < s <= 1.0:
+                raise ConfigError(
+                    f"trace option sample: a fraction must be in (0, 1] (an int is a count), got {s}"
+                )
+            if isinstance(s, int) and s < 1:
+                raise ConfigError(f"trace option sample: a count must be >= 1, got {s}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ConfigError(f"trace option seed: expected an integer, got {self.seed!r}")
+        for name, lo in (("max_prompt_len", 1), ("max_output_len", 1), ("max_model_len", 2), ("limit", 1)):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
+                raise ConfigError(f"trace option {name}: expected an integer >= {lo}, got {v!r}")
+
+    @classmethod
+    def from_kwargs(cls, kwargs: Mapping[str, Any], fmt: str, own: tuple[str, ...] = ()) -> TraceOptions:
+        """Options from keyword arguments; an unknown name is a ConfigError listing the valid ones."""
+        names = [f.name for f in fields(cls)]
+        for key in kwargs:
+            if key not in names:
+                valid = ", ".join(sorted((*names, *own)))
+                raise ConfigError(f"trace option {key!r} does not apply to format {fmt!r}; valid: {valid}")
+        return cls(**kwargs)
+
+    @property
+    def scale(self) -> float:
+        if self.rate_scale is not None:
+            return 1.0 / self.rate_scale
+        return 1.0 if self.time_scale is None else float(self.time_scale)
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    """An arrival process for traces without times; drawn by workloads.arrivals.make_arrivals."""
+
+    kind: str = "poisson"
+    rate: float | None = None
+    burstiness: float = 1.0
+
+    def draw(self, n: int, rng: np.random.Generator, fmt: str) -> np.ndarray:
+        if self.rate is None:
+            raise ConfigError(
+                f"format {fmt!r} has no arrival times: give rate= (requests/s; inf = all at t=0) "
+                f"and optionally arrival= (poisson, gamma, constant)"
+            )
+        from workloads.arrivals import make_arrivals  # lazy: only formats without times need it
+
+        times = np.asarray(make_arrivals(self.kind, self.rate, n, rng, self.burstiness), dtype=float)
+        if times.shape != (n,):
+            raise ConfigError(f"arrival process {self.kind!r} returned {times.shape} times for {n} requests")
+        return times
+
+
+@dataclass
+class Columns:
+    """Parsed rows in file order, before the shared options. Per-row lists are None when unused."""
+
+    fmt: str
+    source: Path | None
+    num_rows: int
+    prompt: np.ndarray
+    output: np.ndarray
+    times: np.ndarray | None  # seconds; None = draw from ``arrivals`` after selection
+    fixed: np.ndarray | None = None  # rows whose lengths the loader raised (count as clipped)
+    ids: list[str] | None = None
+    session: list[str | None] | None = None
+    token_ids: list[tuple[int, ...] | None] | None = None
+    hash_ids: list[tuple[int, ...] | None] | None = None
+    hash_block_size: int = 512
+    segments: list[tuple[Segment, ...] | None] | None = None
+    templates: list[RequestSpec] | None = None  # generic JSONL: priority, output_key etc. copied
+    arrivals: Arrivals | None = None
+    num_skipped: int = 0
+    num_failed: int = 0
+    notes: list[str] = field(default_factory=list)
+    errors: tuple[str, ...] = ()
+
+
+def streams(seed: int) -> dict[str, np.random.Generator]:
+    """Independent generators for the option pipeline and synthetic datasets, all from one seed."""
+    names = ("sample", "arrivals", "prompt", "output")
+    seeds = np.random.SeedSequence(seed).spawn(len(names))
+    return {n: np.random.default_rng(s) for n, s in zip(names, seeds, strict=True)}
+
+
+def finish(cols: Columns, opts: TraceOptions) -> LoadedTrace:
+    """Apply the shared options to parsed rows and build the specs (see the module doc for the order)."""
+    rngs = streams(opts.seed)
+    notes = list(cols.notes)
+    n = len(cols.prompt)
+    start = 0.0 if opts.start is None else float(opts.start)
+    end = math.inf if opts.end is None else float(opts.end)
+    windowed = opts.start is not None or opts.end is not None
+
+    def window(order: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        keep = (t >= start) & (t < end)
+        if windowed:
+            notes.append(f"window [{start:g}, {end:g}) s kept {int(keep.sum())} of {len(t)} requests")
+        return order[keep], t[keep] - start
+
+    order = np.arange(n)
+    t: np.ndarray | None = None
+    if cols.times is not None:
+        order = np.argsort(cols.times, kind="stable")
+        order, t = window(order, cols.times[order])
+    sel = np.arange(len(order))
+    if opts.sample is not None:
+        k = round(opts.sample * len(sel)) if isinstance(opts.sample, float) else min(opts.sample, len(sel))
+        sel = np.sort(rngs["sample"].choice(len(sel), size=k, replace=False))
+        notes.append(f"sampled {k} of {len(order)} requests (seed {opts.seed})")
+    if opts.limit is not None:
+        sel = sel[: opts.limit]
+    order = order[sel]
+    if t is None:
+        if cols.arrivals is None:
+            raise TraceFormatError(f"{cols.source}: format {cols.fmt!r} gave no arrival times")
+        t = cols.arrivals.draw(len(order), rngs["arrivals"], cols.fmt)
+        a = cols.arrivals
+        notes.append(
+            f"arrivals drawn: {a.kind} at {a.rate:g} req/s (burstiness {a.burstiness:g}, seed {opts.seed})"
+        )
+        order, t = window(order, t)
+    else:
+        t = t[sel]
+    if opts.scale != 1.0:
+        t = t * opts.scale
+        notes.append(f"times scaled by {opts.scale:g}")
+
+    prompt, output = cols.prompt[order], cols.output[order]
+    p, o = prompt.copy(), output.copy()
+    if opts.max_prompt_len is not None:
+        p = np.minimum(p, opts.max_prompt_len)
+    if opts.max_output_len is not None:
+        o = np.minimum(o, opts.max_output_len)
+    if opts.max_model_len is not None:
+        p, o, _ = clip_to_context(p, o, opts.max_model_len)
+    changed = (p != prompt) | (o != output)
+    if cols.fixed is not None:
+        changed |= cols.fixed[order]
+
+    specs = [
+        _spec(cols, int(i), float(ti), int(pi), int(oi)) for i, ti, pi, oi in zip(order, t, p, o, strict=True)
+    ]
+    return LoadedTrace(
+        specs=specs,
+        num_skipped=cols.num_skipped,
+        num_clipped=int(changed.sum()),
+        errors=cols.errors,
+        source=cols.source,
+        format=cols.fmt,
+        num_rows=cols.num_rows,
+        num_failed=cols.num_failed,
+        notes=tuple(notes),
+    )
+
+
+def _spec(cols: Columns, i: int, t: float, p: int, o: int) -> RequestSpec:
+    if cols.templates is not None:
+        tpl = cols.templates[i]
+        kw: dict[str, Any] = {
+            f: getattr(tpl, f) for f in ("request_id", "priority", "session_id", "output_key")
+        }
+        token_ids, hash_ids, hbs, segments = tpl.token_ids, tpl.hash_ids, tpl.hash_block_size, tpl.segments
+    else:
+        kw = {
+            "request_id": cols.ids[i] if cols.ids is not None else str(i),
+            "session_id": cols.session[i] if cols.session is not None else None,
+        }
+        token_ids = cols.token_ids[i] if cols.token_ids is not None else None
+        hash_ids = cols.hash_ids[i] if cols.hash_ids is not None else None
+        segments = cols.segments[i] if cols.segments is not None else None
+        hbs = cols.hash_block_size
+    if token_ids is not None and len(token_ids) != p:
+        token_ids = token_ids[:p]
+    if hash_ids is not None and len(hash_ids) > -(-p // hbs):
+        hash_ids = hash_ids[: -(-p // hbs)]  # keep the ids that still cover a prompt token
+    if segments is not None and sum(n for _, n in segments) != p:
+        segments = cut_segments(segments, p)
+    return RequestSpec(
+        arrival_time=t,
+        prompt_len=p,
+        output_len=o,
+        token_ids=token_ids,
+        hash_ids=hash_ids,
+        hash_block_size=hbs,
+        segments=segments,
+        **kw,
+    )
+
+
+def cut_segments(segments: tuple[tuple[Hashable, int], ...], n: int) -> tuple[tuple[Hashable, int], ...]:
+    """The first ``n`` tokens of a segment list."""
+    out: list[tuple[Hashable, int]] = []
+    left = n
+    for key, length in segments:
+        if left <= 0:
+            break
+        out.append((key, min(length, left)))
+        left -= length
+    return tuple(out)

@@ -1,0 +1,360 @@
+"""JSON traces: Mooncake JSONL, vLLM-bench JSONL, ShareGPT JSON, and vLLM's synthetic "random" dataset."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.errors import ConfigError, TraceFormatError
+from workloads.tracefmt.core import Arrivals, Columns, LoadedTrace, TraceOptions, finish, streams
+from workloads.tracefmt.rows import (
+    FieldError,
+    RowErrors,
+    check_file,
+    get_int,
+    get_int_list,
+    iter_json_lines,
+    open_text,
+)
+
+MOONCAKE_BLOCK = 512  # tokens per hash id in the Mooncake traces (data/README.md)
+TOKENS_PER_WORD = 1.3  # rough English words→tokens ratio for ShareGPT text when no tokenizer is at hand
+
+
+def _spread_ties(ms: np.ndarray) -> np.ndarray:
+    """Spread requests sharing a timestamp evenly over [t, next distinct t): the k-th of m gets t + k·Δ/m.
+
+    The last group has no next timestamp; it is spread over the median gap between distinct timestamps
+    (1 ms, the trace's resolution, when there is only one).
+    """
+    uniq, counts = np.unique(ms, return_counts=True)
+    gaps = np.diff(uniq)
+    last = float(np.median(gaps)) if len(gaps) else 1.0
+    width = np.append(gaps, last).astype(float)
+    order = np.argsort(ms, kind="stable")
+    group = np.repeat(np.arange(len(uniq)), counts)  # group of each position in sorted order
+    rank = np.arange(len(ms)) - np.repeat(np.cumsum(counts) - counts, counts)
+    out = np.empty(len(ms))
+    out[order] = uniq[group] + rank * width[group] / counts[group]
+    return out
+
+
+def load_mooncake(
+    path: str | Path, spread_ties: bool = False, *, skip_bad_rows: bool = False, **options: Any
+) -> LoadedTrace:
+    """Mooncake trace (kvcache-ai/Mooncake FAST25-release): JSONL ``timestamp`` (ms), ``input_length``,
+    ``output_length``, ``hash_ids`` (one id per 512-token prompt block; equal ids = same content, and
+    an id stands for its whole prefix).
+
+    Many requests share a millisecond timestamp. They are kept in file order at that time unless
+    ``spread_ties``, which spreads each group evenly up to the next distinct timestamp (see
+    :func:`_spread_ties`); that smooths the bursts the trace records, so it is off by default.
+    Times stay as recorded (the published traces start at 0), converted to seconds.
+    """
+    path = Path(path)
+    opts = TraceOptions.from_kwargs(options, "mooncake", ("spread_ties", "skip_bad_rows"))
+    check_file(path)
+    errors = RowErrors(path, skip_bad_rows)
+    ms: list[float] = []
+    prompt: list[int] = []
+    output: list[int] = []
+    hashes: list[tuple[int, ...] | None] = []
+    ids: list[str] = []
+    n = 0
+    for lineno, obj in iter_json_lines(path, errors):
+        n += 1
+        try:
+            t = obj.get("timestamp")
+            if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:
+                raise FieldError("timestamp", "missing" if t is None else f"{t!r} is not a number >= 0 (ms)")
+            p = get_int(obj, "input_length", lo=1)
+            o = get_int(obj, "output_length")
+            h = get_int_list(obj, "hash_ids")
+        except FieldError as e:
+            errors.row(lineno, str(e))
+            continue
+        ms.append(float(t))
+        prompt.append(p)  # type: ignore[arg-type]
+        output.append(o)  # type: ignore[arg-type]
+        hashes.append(h)
+        ids.append(str(n - 1))
+    if not ms:
+        raise TraceFormatError(f"{path}: no usable rows ({errors.num_skipped} skipped)")
+    t_ms = np.asarray(ms)
+    notes: list[str] = []
+    if spread_ties:
+        tied = len(t_ms) - len(np.unique(t_ms))
+        t_ms = _spread_ties(t_ms)
+        notes.append(f"spread {tied} requests that shared a timestamp over the gap to the next one")
+    out = np.asarray(output, dtype=np.int64)
+    if (out == 0).any():
+        notes.append(f"{int((out == 0).sum())} rows with output_length 0 raised to 1 (counted as clipped)")
+    cols = Columns(
+        fmt="mooncake",
+        source=path,
+        num_rows=n,
+        prompt=np.asarray(prompt, dtype=np.int64),
+        output=np.maximum(out, 1),
+        times=t_ms / 1000.0,
+        fixed=out == 0,
+        ids=ids,
+        hash_ids=hashes,
+        hash_block_size=MOONCAKE_BLOCK,
+        num_skipped=errors.num_skipped,
+        notes=notes,
+        errors=errors.messages,
+    )
+    return finish(cols, opts)
+
+
+def load_vllm_bench(
+    path: str | Path,
+    arrival: str = "poisson",
+    rate: float | None = None,
+    burstiness: float = 1.0,
+    tokens_per_word: float = TOKENS_PER_WORD,
+    *,
+    skip_bad_rows: bool = False,
+    **options: Any,
+) -> LoadedTrace:
+    """Requests as a vLLM benchmark sends them, in one of two files:
+
+    * JSONL (LLMServingSim's workload files): ``input_toks``, ``output_toks``, ``arrival_time_ns``
+      (offset from the benchmark start; kept as is), optional ``input_tok_ids`` (→ ``token_ids``, so
+      prefix sharing is real). Given ``rate``, the recorded times are replaced by drawn ones.
+    * ShareGPT JSON (``vllm bench serve --dataset-name sharegpt``): a list of ``{"conversations":
+      [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}, ...]}``. The first human turn is
+      the prompt and the first gpt turn after it the output; conversations without such a pair are
+      dropped, as vLLM does. No tokenizer is used: lengths are ``round(tokens_per_word × words)``
+      (words = whitespace-split), a rough approximation; an entry's own ``prompt_len`` and
+      ``output_len`` (pre-tokenized counts) are used instead when present. Needs ``rate``.
+    """
+    path = Path(path)
+    own = ("arrival", "rate", "burstiness", "tokens_per_word", "skip_bad_rows")
+    opts = TraceOptions.from_kwargs(options, "vllm-bench", own)
+    check_file(path)
+    arrivals = Arrivals(arrival, rate, burstiness)
+    if _starts_with_bracket(path):
+        cols = _sharegpt(path, arrivals, tokens_per_word, skip_bad_rows)
+    else:
+        cols = _bench_jsonl(path, arrivals, skip_bad_rows)
+    return finish(cols, opts)
+
+
+def _starts_with_bracket(path: Path) -> bool:
+    with open_text(path) as f:
+        head = f.read(4096).lstrip()
+    return head.startswith("[")
+
+
+def _bench_jsonl(path: Path, arrivals: Arrivals, skip: bool) -> Columns:
+    errors = RowErrors(path, skip)
+    times: list[float | None] = []
+    prompt: list[int] = []
+    output: list[int] = []
+    toks: list[tuple[int, ...] | None] = []
+    ids: list[str] = []
+    n = 0
+    for lineno, obj in iter_json_lines(path, errors):
+        n += 1
+        try:
+            p = get_int(obj, "input_toks", lo=1)
+            o = get_int(obj, "output_toks")
+            t = get_int(obj, "arrival_time_ns", required=False)
+            tid = get_int_list(obj, "input_tok_ids")
+            if tid is not None and len(tid) != p:
+                raise FieldError("input_tok_ids", f"{len(tid)} ids for input_toks {p}")
+            if times and (t is None) != (times[0] is None):
+                raise FieldError(
+                    "arrival_time_ns", "missing" if t is None else "given here but not on the first row"
+                )
+        except FieldError as e:
+            errors.row(lineno, str(e))
+            continue
+        times.append(None if t is None else t / 1e9)
+        prompt.append(p)  # type: ignore[arg-type]
+        output.append(o)  # type: ignore[arg-type]
+        toks.append(tid)
+        ids.append(str(n - 1))
+    if not prompt:
+        raise TraceFormatError(f"{path}: no usable rows ({errors.num_skipped} skipped)")
+    notes: list[str] = []
+    recorded = times[0] is not None
+    if recorded and arrivals.rate is not None:
+        notes.append("recorded arrival_time_ns replaced by drawn arrivals (rate given)")
+    out = np.asarray(output, dtype=np.int64)
+    if (out == 0).any():
+        notes.append(f"{int((out == 0).sum())} rows with output_toks 0 raised to 1 (counted as clipped)")
+    return Columns(
+        fmt="vllm-bench",
+        source=path,
+        num_rows=n,
+        prompt=np.asarray(prompt, dtype=np.int64),
+        output=np.maximum(out, 1),
+        fixed=out == 0,
+        times=np.asarray(times, dtype=float) if recorded and arrivals.rate is None else None,
+        ids=ids,
+        token_ids=toks if any(x is not None for x in toks) else None,
+        arrivals=arrivals,
+        num_skipped=errors.num_skipped,
+        notes=notes,
+        errors=errors.messages,
+    )
+
+
+_HUMAN = ("human", "user")
+_GPT = ("gpt", "assistant", "chatgpt", "model")
+
+
+def _words_to_tokens(text: str, per_word: float) -> int:
+    return int(math.floor(per_word * len(text.split()) + 0.5))  # round half up
+
+
+def _sharegpt(path: Path, arrivals: Arrivals, per_word: float, skip: bool) -> Columns:
+    if not per_word > 0:
+        raise ConfigError(f"tokens_per_word must be > 0, got {per_word}")
+    try:
+        with open_text(path) as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise TraceFormatError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    except (UnicodeDecodeError, OSError, EOFError) as e:
+        raise TraceFormatError(f"{path}: cannot read: {e}") from None
+    if not isinstance(data, list):
+        raise TraceFormatError(f"{path}: expected a JSON list of conversations, got {type(data).__name__}")
+    if not data:
+        raise TraceFormatError(f"{path}: empty list")
+    errors = RowErrors(path, skip)
+    prompt: list[int] = []
+    output: list[int] = []
+    ids: list[str] = []
+    no_pair = 0
+    for i, entry in enumerate(data):
+        where = f"entry {i}"
+        try:
+            if not isinstance(entry, dict):
+                raise FieldError("(entry)", f"expected an object, got {type(entry).__name__}")
+            if entry.get("prompt_len") is not None or entry.get("output_len") is not None:
+                p, o = get_int(entry, "prompt_len"), get_int(entry, "output_len")
+            else:
+                conv = entry.get("conversations")
+                if not isinstance(conv, list):
+                    raise FieldError("conversations", "missing" if conv is None else "expected a list")
+                pair = _first_pair(conv)
+                if pair is None:
+                    no_pair += 1
+                    continue
+                p, o = (_words_to_tokens(x, per_word) for x in pair)
+        except FieldError as e:
+            errors.row(where, str(e))
+            continue
+        prompt.append(p)  # type: ignore[arg-type]
+        output.append(o)  # type: ignore[arg-type]
+        ids.append(str(entry.get("id", i)) if isinstance(entry.get("id"), str) else str(i))
+    if not prompt:
+        raise TraceFormatError(f"{path}: no conversation with a human turn followed by a gpt turn")
+    notes = [f"lengths: pre-tokenized or ≈ {per_word:g} tokens per whitespace word (no tokenizer)"]
+    if no_pair:
+        notes.append(f"{no_pair} conversations without a human→gpt pair dropped (as vllm bench does)")
+    if len(set(ids)) != len(ids):
+        ids = [str(i) for i in range(len(ids))]
+    p_arr, o_arr = np.asarray(prompt, dtype=np.int64), np.asarray(output, dtype=np.int64)
+    fixed = (p_arr == 0) | (o_arr == 0)
+    if fixed.any():
+        notes.append(f"{int(fixed.sum())} empty turns raised to 1 token (counted as clipped)")
+    return Columns(
+        fmt="sharegpt",
+        source=path,
+        num_rows=len(data),
+        prompt=np.maximum(p_arr, 1),
+        output=np.maximum(o_arr, 1),
+        fixed=fixed,
+        times=None,
+        ids=ids,
+        arrivals=arrivals,
+        num_skipped=errors.num_skipped,
+        notes=notes,
+        errors=errors.messages,
+    )
+
+
+def _first_pair(conv: list[Any]) -> tuple[str, str] | None:
+    """(first human text, first gpt text after it), or None."""
+    human: str | None = None
+    for turn in conv:
+        if not isinstance(turn, dict):
+            raise FieldError("conversations", f"turn {turn!r} is not an object")
+        role, text = turn.get("from"), turn.get("value")
+        if not isinstance(text, str):
+            raise FieldError("conversations", f"turn from {role!r}: value is not a string")
+        if human is None and role in _HUMAN:
+            human = text
+        elif human is not None and role in _GPT:
+            return human, text
+    return None
+
+
+def vllm_random(
+    num_prompts: int,
+    input_len: int = 1024,
+    output_len: int = 128,
+    range_ratio: float = 0.0,
+    prefix_len: int = 0,
+    *,
+    arrival: str = "poisson",
+    rate: float | None = None,
+    burstiness: float = 1.0,
+    **options: Any,
+) -> LoadedTrace:
+    """vLLM bench's "random" dataset (defaults as ``vllm bench serve``: 1024 in, 128 out, ratio 0).
+
+    Each length is drawn uniformly from ``[floor(L·(1−r)), ceil(L·(1+r))]`` (output at least 1), as
+    vLLM's ``RandomDataset`` does with ``range_ratio`` r in [0, 1); the prompt is ``prefix_len`` tokens
+    shared by every request (vLLM draws one random prefix) followed by the random part. vLLM also
+    subtracts the tokenizer's special tokens from the input length; with no tokenizer that is not done.
+    Lengths use the ``seed`` option's "prompt"/"output" streams, arrivals its "arrivals" stream.
+    """
+    opts = TraceOptions.from_kwargs(options, "random", ())
+    for name, v, lo in (
+        ("num_prompts", num_prompts, 1),
+        ("input_len", input_len, 1),
+        ("output_len", output_len, 1),
+        ("prefix_len", prefix_len, 0),
+    ):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ConfigError(f"random dataset: {name} must be an integer >= {lo}, got {v!r}")
+    if not 0.0 <= range_ratio < 1.0:
+        raise ConfigError(f"random dataset: range_ratio must be in [0, 1), got {range_ratio}")
+    rngs = streams(opts.seed)
+    lo_in, hi_in = math.floor(input_len * (1 - range_ratio)), math.ceil(input_len * (1 + range_ratio))
+    lo_out = max(math.floor(output_len * (1 - range_ratio)), 1)
+    hi_out = math.ceil(output_len * (1 + range_ratio))
+    body = rngs["prompt"].integers(lo_in, hi_in + 1, size=num_prompts)
+    out = rngs["output"].integers(lo_out, hi_out + 1, size=num_prompts)
+    ids = [str(i) for i in range(num_prompts)]
+    segs: list[Any] = []
+    for rid, b in zip(ids, body, strict=True):
+        parts = ((("random-prefix", opts.seed), prefix_len),) if prefix_len else ()
+        if b > 0:
+            parts = (*parts, (("u", rid), int(b)))
+        segs.append(parts)
+    prompt = body + prefix_len
+    if (prompt < 1).any():
+        raise ConfigError("random dataset: input_len and range_ratio give empty prompts; raise input_len")
+    cols = Columns(
+        fmt="random",
+        source=None,
+        num_rows=num_prompts,
+        prompt=prompt.astype(np.int64),
+        output=out.astype(np.int64),
+        times=None,
+        ids=ids,
+        segments=segs if prefix_len else None,
+        arrivals=Arrivals(arrival, rate, burstiness),
+        notes=[f"random: input {lo_in}..{hi_in} (+{prefix_len} shared), output {lo_out}..{hi_out}"],
+    )
+    return finish(cols, opts)
