@@ -40,6 +40,8 @@ class DecodeRun:
     requests: list[Request]
     max_steps: int
     ctx_sum: int  # total context of the rows in the first step (each step adds len(requests))
+    computed: np.ndarray  # each row's computed tokens before the run
+    held: np.ndarray  # each row's KV blocks before the run
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,7 +93,8 @@ class QueuedPolicy:
         finished: list[Request] = []
         max_len = self.limits.max_model_len
         for req in plan.sampled:
-            req.num_output_tokens += 1
+            req.num_output_tokens += 1  # inlined add_output_tokens(1)
+            req.num_tokens += 1
             if req.num_output_tokens >= req.output_len or req.num_tokens >= max_len:
                 finished.append(req)
         if finished:
@@ -118,13 +119,16 @@ class QueuedPolicy:
         k = len(end_times)
         max_len = self.limits.max_model_len
         finished: list[Request] = []
-        for req in run.requests:
-            # Output tokens first so that allocate_slots may register the blocks these tokens fill.
-            req.num_output_tokens += k - 1
-            blocks = self.kv.allocate_slots(req, k)
-            assert blocks is not None, "decode_run promised enough free blocks"
+        reqs = run.requests
+        # Output tokens first so that allocation may register the blocks these tokens fill.
+        for req in reqs:
+            req.num_output_tokens += k - 1  # inlined add_output_tokens
+            req.num_tokens += k - 1
+        self.kv.grow_decodes(reqs, k)
+        for req in reqs:
             req.num_computed_tokens += k
             req.num_output_tokens += 1
+            req.num_tokens += 1
             if req.num_output_tokens >= req.output_len or req.num_tokens >= max_len:
                 finished.append(req)
         if finished:
@@ -137,33 +141,31 @@ class QueuedPolicy:
         running = self.running
         if not running or (self.waiting and not waiting_blocked):
             return None
-        bs = self.limits.block_size
         max_len = self.limits.max_model_len
         k = 1 << 30
-        ctx_sum = 0
+        computed = []
         for req in running:
             c = req.num_computed_tokens
-            if req.num_output_tokens == 0 or req.num_tokens - c != 1:
+            if req.num_tokens - c != 1 or req.num_tokens == req.prompt_len:
                 return None
-            k = min(k, req.output_len - req.num_output_tokens, max_len - req.num_tokens)
-            ctx_sum += c + 1
+            left = req.output_len - req.num_output_tokens
+            if left < k:
+                k = left
+            if max_len - req.num_tokens < k:
+                k = max_len - req.num_tokens
+            computed.append(c)
         if k < 2:
             return None
-        free = self.kv.num_free_blocks
-        held = [self.kv.num_blocks_held(r) for r in running]
-
-        def need(steps: int) -> int:
-            return sum(max(-(-(r.num_computed_tokens + steps) // bs) - h, 0) for r, h in zip(running, held, strict=False))
-
-        if need(k) > free:
-            lo, hi = 1, k  # largest steps with need(steps) <= free
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if need(mid) <= free:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            k = lo
+        c = np.asarray(computed, dtype=np.int64)
+        kv = self.kv
+        held = np.fromiter((kv.num_blocks_held(r) for r in running), np.int64, len(running))
+        bs = self.limits.block_size
+        free = kv.num_free_blocks
+        if np.maximum(-(-(c + k) // bs) - held, 0).sum() > free:
+            steps = np.arange(1, k + 1, dtype=np.int64)
+            need = np.maximum(-(-(c[None, :] + steps[:, None]) // bs) - held[None, :], 0).sum(axis=1)
+            k = int(np.searchsorted(need, free, side="right"))  # need is non-decreasing in steps
         if k < 2:
             return None
-        return DecodeRun(requests=list(running), max_steps=k, ctx_sum=ctx_sum)
+        return DecodeRun(requests=list(running), max_steps=k, ctx_sum=int(c.sum()) + len(running),
+                         computed=c, held=held)

@@ -108,7 +108,7 @@ class StaticPolicy(QueuedPolicy):
 
     def update(self, plan: StepPlan, now: float) -> list[Request]:
         for req in plan.sampled:
-            req.num_output_tokens += 1
+            req.add_output_tokens(1)
         self.steps_done += 1
         if self.steps_done < self.steps_total:
             return []

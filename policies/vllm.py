@@ -100,7 +100,7 @@ class VllmPolicy(QueuedPolicy):
             if n <= 0:
                 i += 1
                 continue
-            while kv.allocate_slots(req, n) is None:
+            while not (kv.allocate_decode_slot(req) if n == 1 else kv.allocate_slots(req, n) is not None):
                 victim = self._victim()
                 if self.priority:
                     for j, (r, m) in enumerate(scheduled):

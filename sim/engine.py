@@ -94,7 +94,10 @@ class Engine:
                 source.on_done(req.spec, end)
             # A finish frees blocks and a slot: whatever blocked the waiting queue may be gone.
             if self.fast_forward and not (finished and policy.num_waiting):
-                yield from self._decode_run(end)
+                nxt = source.peek_time()
+                # Cheap pre-check: a run needs room for at least two steps before the next arrival.
+                if nxt is None or nxt > end + 1.5 * dt:
+                    yield from self._decode_run(end)
 
     def _decode_run(self, start: float):
         run = self.policy.decode_run()
@@ -115,10 +118,8 @@ class Engine:
         kv = self.policy.kv
         free0 = kv.num_free_blocks
         bs = kv.block_size
-        computed = np.fromiter((r.num_computed_tokens for r in run.requests), np.int64, n)
-        held = np.fromiter((kv.num_blocks_held(r) for r in run.requests), np.int64, n)
         steps = np.arange(1, k + 1, dtype=np.int64)
-        need = np.maximum(-(-(computed[None, :] + steps[:, None]) // bs) - held[None, :], 0).sum(axis=1)
+        need = np.maximum(-(-(run.computed[None, :] + steps[:, None]) // bs) - run.held[None, :], 0).sum(axis=1)
         free_blocks = free0 - need
         last_tok = np.fromiter((r.last_token_time for r in run.requests), np.float64, n)
         num_waiting = self.policy.num_waiting

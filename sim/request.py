@@ -98,6 +98,7 @@ class Request:
     status: Status = Status.WAITING
     num_computed_tokens: int = 0
     num_output_tokens: int = 0
+    num_tokens: int = 0  # prompt + generated (vLLM's num_tokens); a plain field because it is read hot
     num_cached_tokens: int = -1  # prefix-hit tokens at first admission; -1 until admitted
     num_preemptions: int = 0
     num_discarded_tokens: int = 0  # computed tokens thrown away by recompute preemption
@@ -119,11 +120,12 @@ class Request:
         self.output_len = s.output_len
         self.priority = s.priority
         self.arrival_time = s.arrival_time
+        self.num_tokens = s.prompt_len + self.num_output_tokens
 
-    @property
-    def num_tokens(self) -> int:
-        """Prompt plus tokens generated so far (vLLM's ``num_tokens``)."""
-        return self.prompt_len + self.num_output_tokens
+    def add_output_tokens(self, k: int = 1) -> None:
+        """The one way to count generated tokens: keeps ``num_tokens`` in step (hot loops inline it)."""
+        self.num_output_tokens += k
+        self.num_tokens += k
 
     @property
     def remaining_prefill(self) -> int:

@@ -59,6 +59,7 @@ def test_conservation(rows, policy, blocks, budget, seqs, horizon, chunked):
             assert r.first_token_time is not None and r.finish_time >= r.first_token_time >= r.arrival_time
         else:
             assert horizon is not None, "without a horizon every admitted request must finish"
+        assert r.num_tokens == r.prompt_len + r.num_output_tokens
         scheduled += r.num_computed_tokens + r.num_discarded_tokens
     if policy == "vllm":
         # Each computed token was scheduled exactly once (prefix caching off): no token lost or invented.

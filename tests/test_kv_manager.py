@@ -31,7 +31,7 @@ def advance(req: Request, n: int) -> None:
     """What the scheduler does after a step: tokens computed, a token sampled once the prompt is done."""
     req.num_computed_tokens += n
     if req.num_computed_tokens >= req.num_tokens:
-        req.num_output_tokens += 1
+        req.add_output_tokens(1)
 
 
 def admit(mgr: KVCacheManager, req: Request, max_tokens: int | None = None, **kw):

@@ -192,6 +192,32 @@ class KVCacheManager:
                 st.num_cached = num_full
         return new_blocks
 
+    def allocate_decode_slot(self, req: Request) -> bool:
+        """``allocate_slots(req, 1) is not None`` for a running request, O(1) in the common case.
+
+        A decode row needs a new block only when its computed tokens sit on a block boundary, and
+        cache bookkeeping only when the new token completes a block; otherwise its slot already exists.
+        """
+        c = req.num_computed_tokens
+        bs = self.block_size
+        if c % bs and ((c + 1) % bs or not self.enable_caching):
+            return True
+        return self.allocate_slots(req, 1) is not None
+
+    def grow_decodes(self, reqs: list[Request], k: int) -> None:
+        """Slots for ``k`` more tokens of each running request (a fast-forwarded decode run).
+
+        The caller has checked that the free blocks suffice. Rows whose ``k`` tokens neither cross nor
+        complete a block need nothing.
+        """
+        bs = self.block_size
+        for req in reqs:
+            c = req.num_computed_tokens
+            if c % bs and (c + k) // bs == c // bs and (c + k) % bs:
+                continue
+            if self.allocate_slots(req, k) is None:
+                raise RuntimeError(f"request {req.request_id}: decode run promised {k} slots")
+
     def free(self, req: Request, preempted: bool = False) -> None:
         """Release ``req``'s blocks tail first (KV-6) and forget it; hashes stay for later hits (KV-7)."""
         st = self._reqs.pop(req.request_id, None)
