@@ -26,11 +26,12 @@ class StepPlan:
     preempted: list[Request] = field(default_factory=list)
     admitted: list[Request] = field(default_factory=list)
     sampled: list[Request] = field(default_factory=list)  # rows that emit a token when the step ends
+    rejected: list[tuple[Request, str]] = field(default_factory=list)  # dropped from the queue, with why
     batch: BatchSummary = field(default_factory=BatchSummary)
 
     @property
     def is_empty(self) -> bool:
-        return not self.scheduled and self.batch.is_empty
+        return not self.scheduled and self.batch.is_empty and not self.rejected
 
 
 @dataclass(slots=True)

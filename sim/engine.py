@@ -50,13 +50,16 @@ class Engine:
         self.requests.append(req)
         reason = self.policy.add_request(req, now)
         if reason is not None:
-            req.status = Status.REJECTED
-            req.finish_reason = reason
             req.queued_time = now
-            req.finish_time = now
-            self.rejected.append(req)
-            self.source.on_done(spec, now)
+            self._reject(req, reason, now)
         return req
+
+    def _reject(self, req: Request, reason: str, now: float) -> None:
+        req.status = Status.REJECTED
+        req.finish_reason = reason
+        req.finish_time = now
+        self.rejected.append(req)
+        self.source.on_done(req.spec, now)
 
     # ---- the loop --------------------------------------------------------------------------------
     def _loop(self):
@@ -75,7 +78,9 @@ class Engine:
                 yield env.timeout(t - now)
                 continue
             plan = policy.schedule(now)
-            if plan.is_empty:
+            for req, reason in plan.rejected:  # e.g. a queue timeout: reported, never silently dropped
+                self._reject(req, reason, now)
+            if not plan.scheduled and plan.batch.is_empty:
                 # Nothing can run until something arrives (e.g. a blocked queue with nothing running).
                 t = source.peek_time()
                 if t is None or t >= self.horizon:
