@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, TraceFormatError
 from sim.request import RequestSpec
 from workloads.arrivals import ARRIVAL_KINDS, ArrivalConfig
 from workloads.jsonl import load_jsonl
@@ -52,7 +52,6 @@ STREAMS = ("arrivals", "prompt", "output", "prefix_group", "priority", "think")
 _COMMON_KEYS = ("kind", "num_requests", "prompt", "output", "shared_prefix", "priority")
 OPEN_KEYS = (*_COMMON_KEYS, "arrival", "rate", "burstiness", "rescale")
 CLOSED_KEYS = (*_COMMON_KEYS, "num_clients", "think_time", "think_dist")
-TRACE_KEYS = ("kind", "trace", "time_scale", "rate_scale", "num_requests", "skip_bad_rows")
 
 
 def spawn_streams(seed: int | np.random.SeedSequence) -> dict[str, np.random.Generator]:
@@ -283,25 +282,42 @@ def _build_closed(cfg, streams, max_model_len, base_dir) -> ClosedWorkload:
     )
 
 
+TOO_LONG = ("error", "reject", "clip")
+
+
 def _build_trace(cfg, max_model_len, base_dir) -> OpenWorkload:
+    """A trace file in any format workloads.traces knows; loader options pass straight through.
+
+    ``too_long`` says what a request longer than max_model_len does: "error" (default: the run stops
+    with a line naming the request), "reject" (it is rejected with a reason, as vLLM answers HTTP 400),
+    or "clip" (prompt and output are cut to fit).
+    """
+    from workloads.traces import load_trace
+
     where = "workload"
+    opts = {k: v for k, v in cfg.items() if k not in ("kind", "trace", "format", "num_requests", "too_long")}
     path = Path(str(cfg["trace"]))
     if base_dir is not None and not path.is_absolute():
         path = Path(base_dir) / path
-    if "time_scale" in cfg and "rate_scale" in cfg:
-        raise ConfigError(f"{where}: give time_scale or rate_scale, not both (rate_scale k = time_scale 1/k)")
-    scale = read_float(cfg, "time_scale", where, default=1.0, lo=0.0, lo_open=True)
-    if "rate_scale" in cfg:
-        scale = 1.0 / read_float(cfg, "rate_scale", where, lo=0.0, lo_open=True)
-    skip = cfg.get("skip_bad_rows", False)
-    if not isinstance(skip, bool):
-        raise ConfigError(f"{where}.skip_bad_rows: expected true or false, got {skip!r}")
-    loaded = load_jsonl(path, skip_bad_rows=skip, max_model_len=max_model_len)
-    specs = loaded.specs
+    too_long = cfg.get("too_long", "error")
+    if too_long not in TOO_LONG:
+        raise ConfigError(f"{where}.too_long: expected one of {', '.join(TOO_LONG)}, got {too_long!r}")
     if "num_requests" in cfg:
-        specs = specs[: read_int(cfg, "num_requests", where, lo=1)]
-    if scale != 1.0:
-        specs = [replace(s, arrival_time=s.arrival_time * scale) for s in specs]
+        opts["limit"] = read_int(cfg, "num_requests", where, lo=1)
+    if too_long == "clip" and max_model_len is not None:
+        opts["max_model_len"] = max_model_len
+    fmt = cfg.get("format", "auto")
+    if not isinstance(fmt, str):
+        raise ConfigError(f"{where}.format: expected a format name, got {fmt!r}")
+    loaded = load_trace(path, format=fmt, **opts)
+    specs = list(loaded.specs)
+    if too_long == "error" and max_model_len is not None:
+        for spec in specs:
+            if spec.prompt_len >= max_model_len:
+                raise TraceFormatError(
+                    f"{path}: request {spec.request_id}: prompt of {spec.prompt_len} tokens does not fit "
+                    f"max_model_len {max_model_len} (set workload.too_long = \"reject\" or \"clip\")"
+                )
     return OpenWorkload(specs, num_clipped=loaded.num_clipped, num_skipped=loaded.num_skipped)
 
 
@@ -319,8 +335,7 @@ def build_workload(
     if max_model_len is not None and (isinstance(max_model_len, bool) or not isinstance(max_model_len, int)):
         raise ConfigError(f"max_model_len: expected an integer, got {max_model_len!r}")
     kind = cfg.get("kind", "trace" if "trace" in cfg else "open")
-    if kind == "trace":
-        check_keys(cfg, TRACE_KEYS, "workload (trace)")
+    if kind == "trace":  # the trace loader validates its own options
         if "trace" not in cfg:
             raise ConfigError("workload.trace: required when kind = 'trace' (path to a .jsonl file)")
         return _build_trace(cfg, max_model_len, base_dir)
