@@ -35,7 +35,7 @@ number of changed requests is reported as ``num_clipped``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,6 @@ import numpy as np
 from sim.errors import ConfigError, TraceFormatError
 from sim.request import RequestSpec
 from workloads.arrivals import ARRIVAL_KINDS, ArrivalConfig
-from workloads.jsonl import load_jsonl
 from workloads.lengths import LengthDist, check_keys, clip_to_context, read_float, read_int
 
 STREAMS = ("arrivals", "prompt", "output", "prefix_group", "priority", "think")
