@@ -135,7 +135,7 @@ def test_console_script_entry_point(cfg: Path):
 
 
 def test_examples_run(capsys):
-    for name in ("quickstart.toml", "seed_24gb.toml"):
+    for name in ("quickstart.toml", "seed_24gb.toml", "trace_replay.toml"):
         assert main(["run", str(ROOT / "examples" / name), "--set", "simulation.num_requests=24",
                      "--json"]) == 0
         s = json.loads(capsys.readouterr().out)
