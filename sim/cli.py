@@ -73,7 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run(sub)
     _add_demo(sub)
-    from sim import cli_plan
+    from sim import cli_plan, cli_size, cli_sweep
+
+    cli_size.add_parser(sub)
+    cli_sweep.add_parser(sub)
 
     cli_plan.add_parser(sub)
     sub.choices["plan"].set_defaults(func=cli_plan.run)

@@ -344,4 +344,8 @@ def build_workload(
     if kind == "closed":
         check_keys(cfg, CLOSED_KEYS, "workload (closed loop)")
         return _build_closed(cfg, spawn_streams(seed), max_model_len, base_dir)
-    raise ConfigError(f"workload.kind: expected 'open', 'closed' or 'trace', got {kind!r}")
+    if kind == "sessions":
+        from workloads.sessions import build_session_workload
+
+        return build_session_workload(cfg, seed, max_model_len, base_dir=base_dir)
+    raise ConfigError(f"workload.kind: expected 'open', 'closed', 'trace' or 'sessions', got {kind!r}")
