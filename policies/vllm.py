@@ -103,11 +103,12 @@ class VllmPolicy(QueuedPolicy):
             while not (kv.allocate_decode_slot(req) if n == 1 else kv.allocate_slots(req, n) is not None):
                 victim = self._victim()
                 if self.priority:
+                    if running.index(victim) < i:
+                        i -= 1  # the victim sat before the current request
                     for j, (r, m) in enumerate(scheduled):
                         if r is victim:
                             del scheduled[j]
                             budget += m
-                            i -= 1
                             break
                 self._preempt(victim, now)
                 plan.preempted.append(victim)
@@ -118,24 +119,28 @@ class VllmPolicy(QueuedPolicy):
                 budget -= n
                 i += 1
                 continue
-            break  # the current request itself was preempted
+            # The current request itself was preempted. FCFS: it was the last one, stop. Priority (vLLM
+            # 0.33): it was the lowest priority; the ones after it rank higher and may still fit, and
+            # ``i`` already points at the next one.
+            if self.priority:
+                continue
+            break
 
         # V1-4 / V1-5: waiting requests, only if nothing was preempted.
         self._head_blocked_by_kv = False
         if not plan.preempted:
             waiting = self.waiting
-            skipped: list[Request] = []
             while waiting and budget > 0:
                 if len(running) >= lim.max_num_seqs:
                     break
                 req = waiting[0]
-                hit_blocks, hit = kv.get_computed_blocks(req)
+                # vLLM 0.33 counts a lookup in the prefix-cache stats only when the request is admitted.
+                hit_blocks, hit = kv.get_computed_blocks(req, record=False)
                 n = req.num_tokens - hit
                 if 0 < thr < n:
                     n = thr
                 if not lim.enable_chunked_prefill and n > budget:
-                    skipped.append(waiting.popleft())  # not HOL: vLLM skips it and tries the next
-                    continue
+                    break  # vLLM 0.33 stops admitting here (0.11 skipped the request, engines.md V1-5)
                 n = min(n, budget)
                 new = kv.allocate_slots(
                     req, n, hit, hit_blocks, full_sequence_must_fit=lim.scheduler_reserve_full_isl
@@ -143,6 +148,7 @@ class VllmPolicy(QueuedPolicy):
                 if new is None:
                     self._head_blocked_by_kv = True
                     break  # strict head-of-line blocking (V1-5)
+                kv.record_prefix_cache_stats(req, hit)
                 waiting.popleft()
                 running.append(req)
                 if req.status is Status.WAITING:
@@ -153,14 +159,12 @@ class VllmPolicy(QueuedPolicy):
                 scheduled.append((req, n))
                 plan.admitted.append(req)
                 budget -= n
-            for req in reversed(skipped):
-                waiting.appendleft(req)
         return self.finalize_plan(plan)
 
     def decode_run(self) -> DecodeRun | None:
-        blocked = len(self.running) >= self.limits.max_num_seqs or (
-            self._head_blocked_by_kv and not self.limits.enable_prefix_caching
-        )
+        # A head blocked by KV stays blocked while decodes only consume blocks; lookups that do not
+        # admit are not counted in the prefix-cache stats (vLLM 0.33), so skipping them is exact.
+        blocked = len(self.running) >= self.limits.max_num_seqs or self._head_blocked_by_kv
         if self.limits.max_num_batched_tokens < len(self.running):
             return None  # the budget, not the batch, limits a decode step
         return self.quiet_decode_run(waiting_blocked=blocked)

@@ -42,15 +42,46 @@ def test_usage_formula_counts_cached_unreferenced_as_free():
     assert pool.usage == 0.0  # ...but counted as free
 
 
-def test_free_appends_in_given_order_and_pop_is_fifo():
-    pool = BlockPool(7, enable_caching=True)
+def test_free_appends_cached_blocks_and_prepends_uncached_ones():
+    """vLLM 0.33 BlockPool.free_blocks (the vllm-oracle, bench/vllm_diff.py): blocks with a hash join the
+    back in the order given (LRU eviction); blocks without one join the front, the first given at the very
+    front, so they are reused before any cached block is evicted."""
+    pool = BlockPool(8, enable_caching=True)
     a = pool.get_new_blocks(3)  # 1, 2, 3
-    b = pool.get_new_blocks(2)  # 4, 5
-    assert pool.free_block_ids() == [6]
+    b = pool.get_new_blocks(3)  # 4, 5, 6
+    assert pool.free_block_ids() == [7]
+    pool.cache_full_blocks(a, [11, 12, 13], 0, 2)  # 1, 2 full and cached; 3 is a partial tail
+    pool.cache_full_blocks(b, [21, 22, 23], 0, 1)  # 4 cached
+    pool.free_blocks(reversed(a))
+    assert pool.free_block_ids() == [3, 7, 2, 1]
+    pool.free_blocks(reversed(b))
+    assert pool.free_block_ids() == [6, 5, 3, 7, 2, 1, 4]
+    assert [x.block_id for x in pool.get_new_blocks(4)] == [6, 5, 3, 7]
+    assert pool.num_cached_blocks == 3  # nothing evicted yet
+    assert [x.block_id for x in pool.get_new_blocks(1)] == [2]  # the LRU cached block, tail first
+    assert pool.get_cached_block(12) is None and pool.get_cached_block(11) is a[0]
+    pool.check_invariants()
+
+
+def test_free_without_caching_reuses_the_last_freed_first():
+    pool = BlockPool(6, enable_caching=False)
+    a = pool.get_new_blocks(2)  # 1, 2
+    b = pool.get_new_blocks(2)  # 3, 4
     pool.free_blocks(reversed(a))
     pool.free_blocks(reversed(b))
-    assert pool.free_block_ids() == [6, 3, 2, 1, 5, 4]
-    assert [x.block_id for x in pool.get_new_blocks(2)] == [6, 3]
+    assert pool.free_block_ids() == [4, 3, 2, 1, 5]
+    pool.check_invariants()
+
+
+def test_release_places_blocks_as_told():
+    pool = BlockPool(6, enable_caching=True)
+    blocks = pool.get_new_blocks(4)  # 1..4, none hashed
+    pool.touch(blocks[:1])  # block 1 has a second holder: it stays out of the queue
+    pool.release(blocks[2:][::-1], blocks[:2][::-1])  # 4, 3 to the front; 2, 1 to the back
+    assert pool.free_block_ids() == [4, 3, 5, 2]
+    assert blocks[0].ref_cnt == 1
+    with pytest.raises(ValueError, match="double free"):
+        pool.release([blocks[3]], [])
     pool.check_invariants()
 
 
@@ -182,8 +213,10 @@ class PoolMachine(RuleBasedStateMachine):
         before = self.pool.free_block_ids()
         order = list(reversed(blocks)) if reverse else blocks
         self.pool.free_blocks(order)
-        newly = [b.block_id for b in order if b.ref_cnt == 0]
-        assert self.pool.free_block_ids() == before + newly
+        newly = [b for b in order if b.ref_cnt == 0]
+        front = [b.block_id for b in newly if b.block_hash is None]  # vLLM 0.33: uncached reused first
+        back = [b.block_id for b in newly if b.block_hash is not None]
+        assert self.pool.free_block_ids() == front + before + back
 
     @precondition(lambda self: self.owners)
     @rule(i=st.integers(0, 100))

@@ -319,6 +319,21 @@ def test_non_sharing_requests_are_never_hashed():
     mgr.check_invariants()
 
 
+@pytest.mark.parametrize("preempted", [False, True])
+def test_non_sharing_request_is_freed_in_the_order_of_a_hashed_one(preempted: bool):
+    """vLLM 0.33 frees hashed blocks to the back of the queue and unhashed ones to the front; the shortcut
+    places the blocks vLLM would have hashed as if they were (bench/vllm_diff.py, content="unique")."""
+    order = {}
+    for shares in (True, False):
+        mgr = KVCacheManager(12, BS, enable_caching=True, max_model_len=1024)  # blocks 1..11
+        r = make_req("r", toks(0, 40) if shares else None, prompt_len=40)
+        admit(mgr, r)  # blocks 1, 2 full, 3 partial
+        mgr.free(r, preempted=preempted)
+        order[shares] = mgr.pool.free_block_ids()
+        mgr.check_invariants()
+    assert order[True] == order[False] == [3, *range(4, 12), 2, 1]
+
+
 def test_decode_inside_a_block_does_not_hash():
     mgr = KVCacheManager(32, BS, enable_caching=True, max_model_len=1024)
     req = CountingRequest(RequestSpec(request_id="c", arrival_time=0, prompt_len=20, output_len=40,
@@ -357,6 +372,20 @@ def test_stats_count_every_lookup_and_hit_rate():
     s = mgr.prefix_cache_stats()
     assert (s["requests"], s["queries"], s["hits"]) == (3, 144, 64)
     assert mgr.hit_rate == pytest.approx(64 / 144)
+
+
+def test_stats_recorded_at_admission_only_with_record_false():
+    """vLLM 0.33 counts a lookup only when the request is admitted (the vllm policy does this)."""
+    mgr = KVCacheManager(32, BS, enable_caching=True, max_model_len=1024)
+    a = make_req("a", toks(0, 48))
+    admit(mgr, a)
+    b = make_req("b", toks(0, 48))
+    for _ in range(3):
+        hits, hit_tokens = mgr.get_computed_blocks(b, record=False)  # blocked: not counted
+    assert mgr.prefix_cache_stats()["requests"] == 1
+    mgr.record_prefix_cache_stats(b, hit_tokens)
+    s = mgr.prefix_cache_stats()
+    assert (s["requests"], s["queries"], s["hits"]) == (2, 96, 32)
 
 
 # ---- stateful property test ----------------------------------------------------------------------------

@@ -95,14 +95,18 @@ def test_full_sequence_gate_vs_chunk_only():
     assert loose._admitted_b
 
 
-def test_no_chunking_skips_instead_of_blocking():
+def test_no_chunking_stops_admission_at_a_prompt_over_the_budget():
+    """vLLM 0.33 (the vllm-oracle) stops admitting at a prompt that exceeds the budget left; 0.11 skipped
+    it and went on (engines.md V1-5). bench/vllm_diff.py found the difference."""
     p = vllm(enable_chunked_prefill=False, max_num_batched_tokens=100)
     p.add_request(req("x", 80, 5), 0)
-    p.add_request(req("y", 50, 5), 0)  # does not fit the budget left (20): skipped, not chunked
-    p.add_request(req("z", 10, 5), 0)  # fits: scheduled past the skipped one
+    p.add_request(req("y", 50, 5), 0)  # does not fit the budget left (20): not chunked, admission stops
+    p.add_request(req("z", 10, 5), 0)  # would fit, but waits behind y
     plan = step(p)
-    assert sched(plan) == [("x", 80), ("z", 10)]
-    assert [r.request_id for r in p.waiting] == ["y"]
+    assert sched(plan) == [("x", 80)]
+    assert [r.request_id for r in p.waiting] == ["y", "z"]
+    plan = step(p)
+    assert sched(plan) == [("x", 1), ("y", 50), ("z", 10)]
 
 
 def test_max_num_seqs_caps_running():
@@ -137,6 +141,35 @@ def test_priority_victim_and_order():
     plan = step(p)
     # Pool full: the victim is the largest priority value, not the last admitted.
     assert [r.request_id for r in plan.preempted] == ["lo"]
+
+
+def test_priority_self_preemption_goes_on_with_the_next_running_request():
+    """vLLM 0.33: when the request that cannot grow is itself the lowest priority, it is preempted and the
+    running loop continues; later (higher-priority) running requests are still scheduled this step."""
+    p = vllm(scheduling_policy="priority", block_size=4, num_gpu_blocks=5, enable_prefix_caching=False)
+    lo = req("lo", 7, 8, t=0.0, priority=5)
+    hi = req("hi", 6, 8, t=1.0, priority=0)
+    assert p.add_request(lo, 0) is None  # 15 tokens fit the 4 usable blocks alone
+    step(p)  # lo: 2 of the 4 blocks
+    assert p.add_request(hi, 1) is None
+    plan = step(p)
+    assert sched(plan) == [("lo", 1), ("hi", 6)] and p.kv.num_free_blocks == 0
+    plan = step(p)  # lo needs a third block; it is the lowest priority, so it preempts itself
+    assert [r.request_id for r in plan.preempted] == ["lo"]
+    assert sched(plan) == [("hi", 1)]
+
+
+def test_prefix_stats_count_admitted_lookups_only():
+    """vLLM 0.33 records a prefix-cache lookup when the request is admitted, not each time it is looked up
+    while blocked at the head of the queue (engines.md KV-8 describes 0.11)."""
+    p = vllm(block_size=16, num_gpu_blocks=11)  # 10 usable blocks
+    p.add_request(req("a", 100, 50), 0)  # 7 blocks
+    step(p)
+    p.add_request(req("b", 100, 5), 0)  # needs 7 blocks, 3 free: blocked
+    for _ in range(3):
+        assert not step(p).admitted
+    stats = p.kv.prefix_cache_stats()
+    assert stats["requests"] == 1 and stats["queries"] == 100
 
 
 def test_finish_frees_blocks_and_counts_tokens():

@@ -5,12 +5,14 @@ The pool knows blocks only (no requests, tokens or scheduling), in the way vLLM 
 
 - KV-2: block 0 is the null block, taken out at init and never handed out, freed or evicted.
 - KV-3: ``usage = 1 - free / (num_blocks - 1)``; cached blocks nobody references count as free.
-- KV-6: the free queue starts ordered by block id, allocation pops from the front, freed blocks go to
-  the back in the order given, a popped block that still carries a hash is evicted from the map then
-  (lazy eviction), and a prefix hit on a free block removes it from the middle (``touch``).
+- KV-6: the free queue starts ordered by block id, allocation pops from the front, freed blocks with a
+  hash go to the back in the order given and freed blocks without one to the front (vLLM 0.33, checked
+  against vllm-oracle), a popped block that still carries a hash is evicted from the map then (lazy
+  eviction), and a prefix hit on a free block removes it from the middle (``touch``).
 
 The free queue is an ``OrderedDict`` keyed by block id: ``popitem(last=False)`` is the front, ``del`` is
-a removal from the middle and assignment appends to the back, all O(1) and implemented in C.
+a removal from the middle, assignment appends to the back and ``move_to_end(last=False)`` moves to the
+front, all O(1) and implemented in C.
 """
 
 from __future__ import annotations
@@ -103,19 +105,41 @@ class BlockPool:
         return out
 
     def free_blocks(self, blocks: Iterable[KVBlock]) -> None:
-        """Drop one reference from each block; blocks reaching 0 join the back in the order given.
+        """Drop one reference from each block; blocks reaching 0 rejoin the free queue.
 
-        The manager passes a request's blocks tail first, so within a request the longest-prefix
-        blocks are evicted before the head blocks (engines.md KV-6).
+        vLLM 0.33 ``BlockPool.free_blocks`` (checked against vllm-oracle): a block that carries a hash
+        joins the back, so cached blocks are evicted in LRU order; a block without one (a partial tail,
+        or every block when caching is off) goes to the front, to be reused before any cached block is
+        evicted. Both groups keep the order given; the manager passes a request's blocks tail first, so
+        within a request the longest-prefix blocks are evicted before the head blocks (engines.md KV-6).
         """
         blocks = [b for b in blocks if not b.is_null]
-        for b in blocks:
-            if b.ref_cnt <= 0:
-                raise ValueError(f"double free of block {b.block_id} (ref_cnt {b.ref_cnt})")
-        for b in blocks:
-            b.ref_cnt -= 1
+        if self.enable_caching:
+            self.release(
+                [b for b in blocks if b.block_hash is None], [b for b in blocks if b.block_hash is not None]
+            )
+        else:
+            self.release(blocks, ())
+
+    def release(self, reuse_first: Sequence[KVBlock], reuse_last: Sequence[KVBlock]) -> None:
+        """``free_blocks`` with the placement chosen by the caller: blocks of ``reuse_first`` that reach
+        ref 0 go to the front of the free queue (the first one given at the very front), those of
+        ``reuse_last`` to the back. The manager uses it for content it leaves unhashed (its docstring)."""
+        reuse_first = [b for b in reuse_first if not b.is_null]
+        reuse_last = [b for b in reuse_last if not b.is_null]
+        for group in (reuse_first, reuse_last):
+            for b in group:
+                if b.ref_cnt <= 0:
+                    raise ValueError(f"double free of block {b.block_id} (ref_cnt {b.ref_cnt})")
+        for group in (reuse_first, reuse_last):
+            for b in group:
+                b.ref_cnt -= 1
         free = self._free
-        for b in blocks:
+        for b in reversed(reuse_first):
+            if b.ref_cnt == 0:
+                free[b.block_id] = b
+                free.move_to_end(b.block_id, last=False)
+        for b in reuse_last:
             if b.ref_cnt == 0:
                 free[b.block_id] = b
 

@@ -72,11 +72,13 @@ class KVCacheManager:
         self._preempted_requests = 0
 
     # ---- prefix lookup ----------------------------------------------------------------------------
-    def get_computed_blocks(self, req: Request) -> tuple[list[KVBlock], int]:
+    def get_computed_blocks(self, req: Request, record: bool = True) -> tuple[list[KVBlock], int]:
         """Longest cached prefix of ``req`` as (blocks, tokens); touches nothing (engines.md KV-5).
 
         Walks the hash chain from block 0 to the first miss, over at most ``(num_tokens - 1) //
-        block_size`` blocks so that one token is always recomputed for logits. Counts KV-8 stats.
+        block_size`` blocks so that one token is always recomputed for logits. With ``record`` it counts
+        the KV-8 stats at every lookup (vLLM 0.11, engines.md KV-8); vLLM 0.33 counts only lookups that
+        lead to an admission: pass ``record=False`` and call ``record_prefix_cache_stats`` on admission.
         """
         if not self.enable_caching:
             return [], 0
@@ -95,15 +97,26 @@ class KVCacheManager:
                     hit.append(blk)
         # else: unique content never preempted -- nobody can hold its blocks (module docstring).
         hit_tokens = len(hit) * self.block_size
-        if preempted:
+        if record:
+            self.record_prefix_cache_stats(req, hit_tokens)
+        return hit, hit_tokens
+
+    def record_prefix_cache_stats(self, req: Request, hit_tokens: int) -> None:
+        """Count one lookup of ``req`` that found ``hit_tokens`` (KV-8; vLLM's PrefixCacheStats.record).
+
+        A request that was preempted before goes to the preempted_* counters only. Nothing is counted
+        with caching off, as vLLM skips the lookup then.
+        """
+        if not self.enable_caching:
+            return
+        if req.num_preemptions > 0:
             self._preempted_requests += 1
-            self._preempted_queries += num_tokens
+            self._preempted_queries += req.num_tokens
             self._preempted_hits += hit_tokens
         else:
             self._requests += 1
-            self._queries += num_tokens
+            self._queries += req.num_tokens
             self._hits += hit_tokens
-        return hit, hit_tokens
 
     # ---- allocation -------------------------------------------------------------------------------
     def _num_to_allocate(self, num_tokens: int, num_held: int, hits: list[KVBlock]) -> int:
@@ -228,7 +241,13 @@ class KVCacheManager:
             n = min(st.num_cached, len(st.blocks))
             hashes = req.block_hashes(self.block_size, n * self.block_size)
             self.pool.cache_full_blocks(st.blocks, hashes, 0, n)
-        self.pool.free_blocks(reversed(st.blocks))
+        if req.spec.shares_content or not self.enable_caching:
+            self.pool.free_blocks(reversed(st.blocks))
+        else:
+            # The blocks vLLM would have hashed (the first num_cached) go to the back of the free queue,
+            # the rest to the front, as BlockPool.free_blocks places hashed and unhashed blocks.
+            n = min(st.num_cached, len(st.blocks))
+            self.pool.release(st.blocks[n:][::-1], st.blocks[:n][::-1])
 
     # ---- queries ----------------------------------------------------------------------------------
     def num_blocks_needed(self, req: Request, num_tokens: int) -> int:
@@ -301,3 +320,81 @@ class KVCacheManager:
             raise AssertionError(
                 f"leak: free {self.pool.num_free_blocks} + held {len(holders)} != usable {self.pool.usable_blocks}"
             )
+
+    # ---- swap (vLLM V0 preemption_mode="swap", engines.md §1.5 V0-5, V0-6) ---------------------------
+    @property
+    def cpu(self):
+        """The CPU swap pool of ``num_cpu_blocks`` blocks (sim.kv.swap.CpuBlockPool), built on first use."""
+        pool = self.__dict__.get("_cpu")
+        if pool is None:
+            from sim.kv.swap import CpuBlockPool
+
+            pool = self.__dict__["_cpu"] = CpuBlockPool(self.num_cpu_blocks)
+        return pool
+
+    def is_swapped(self, req: Request) -> bool:
+        return self.cpu.holds(req.request_id)
+
+    def swap_out(self, req: Request) -> int:
+        """Copy ``req``'s GPU blocks to the CPU pool and free them on the GPU; returns the blocks copied.
+
+        Raises SwapSpaceError when the CPU pool cannot take them: vLLM V0 aborts the engine there
+        (engines.md V0-5). Freed GPU blocks keep their hashes, as any freed block does (KV-6).
+        """
+        from sim.kv.swap import SwapSpaceError
+
+        st = self._reqs.get(req.request_id)
+        n = len(st.blocks) if st is not None else 0
+        cpu = self.cpu
+        if n > cpu.num_free_blocks:
+            raise SwapSpaceError(
+                f"Aborted due to the lack of CPU swap space (vLLM V0): request {req.request_id} needs {n} "
+                f"CPU blocks to swap out, {cpu.num_free_blocks} of {cpu.num_blocks} are free; raise "
+                "[engine] swap_space or use preemption_mode = \"recompute\""
+            )
+        cpu.put(req.request_id, n)
+        self.free(req)
+        return n
+
+    def num_swap_in_blocks(self, req: Request) -> int:
+        """GPU blocks a swap-in needs: the swapped blocks plus the slot of the next token (V0's
+        ``_can_swap`` counts the full blocks and the blocks the pending token touches)."""
+        return -(-(req.num_computed_tokens + 1) // self.block_size)
+
+    def swap_in(self, req: Request) -> int | None:
+        """Copy ``req`` back from the CPU pool onto new GPU blocks; returns the blocks copied from CPU,
+        or None (nothing changed) when the GPU lacks the blocks. The caller applies V0's watermark."""
+        need = self.num_swap_in_blocks(req)
+        if need > self.pool.num_free_blocks:
+            return None
+        copied = self.cpu.take(req.request_id)
+        st = self._reqs[req.request_id] = _ReqKV()
+        st.blocks = self.pool.get_new_blocks(need)
+        num_full = min(req.num_computed_tokens, req.num_tokens) // self.block_size
+        if self.enable_caching and num_full:
+            if req.spec.shares_content:
+                hashes = req.block_hashes(self.block_size, num_full * self.block_size)
+                self.pool.cache_full_blocks(st.blocks, hashes, 0, num_full)
+        st.num_cached = num_full
+        return copied
+
+    def drop_swapped(self, req: Request) -> None:
+        """Forget a swapped-out request without copying it back (it was aborted)."""
+        self.cpu.drop(req.request_id)
+
+    @property
+    def num_cpu_used_blocks(self) -> int:
+        return self.cpu.num_used_blocks if "_cpu" in self.__dict__ else 0
+
+    def swap_stats(self) -> dict[str, int]:
+        return self.cpu.stats()
+
+    def peek_computed_blocks(self, req: Request) -> tuple[list[KVBlock], int]:
+        """``get_computed_blocks`` without counting KV-8 stats, for schedulers that look ahead (TRT-5)."""
+        saved = (self._queries, self._hits, self._requests,
+                 self._preempted_queries, self._preempted_hits, self._preempted_requests)  # fmt: skip
+        try:
+            return self.get_computed_blocks(req)
+        finally:
+            (self._queries, self._hits, self._requests,
+             self._preempted_queries, self._preempted_hits, self._preempted_requests) = saved  # fmt: skip
