@@ -105,7 +105,8 @@ def register(name: str, defaults: dict[str, Any] | None = None) -> Callable[[Pol
 
 
 def _load_builtins() -> None:
-    from policies import static, vllm  # noqa: F401  (registration side effect)
+    # Registration side effect: each module registers its policy / preset.
+    from policies import llamacpp, ollama, orca, sarathi, static, tgi, trtllm, vllm, vllm_v0  # noqa: F401
 
 
 def policy_names() -> list[str]:

@@ -51,6 +51,48 @@ class EngineConfig:
     cost_model: str = "roofline"  # or "constant"
     constant_step_s: float = 0.02  # step time of the constant cost model
     overhead_gib: float | None = None  # activation peak + non-torch memory, overriding the estimate
+    # ---- presets (policies/presets.py checks which knob applies to which preset; None = preset default)
+    preset: str | None = None  # alias of `policy` (the issue's `engine.preset = "trtllm"`)
+    max_waiting: int | None = None  # admission control: waiting-queue cap, then "queue full" rejections
+    queue_timeout_s: float | None = None  # admission control: never scheduled after this long -> dropped
+    # vLLM V0 (engines.md §1.5)
+    preemption_mode: str | None = None  # "recompute" | "swap"; None = V0's auto (recompute for n = 1)
+    swap_space: float | None = None  # GiB of CPU swap space per GPU (V0: 4)
+    watermark: float | None = None  # fraction of GPU blocks kept free at admission (V0, Sarathi: 0.01)
+    scheduler_delay_factor: float | None = None  # V0-9
+    # TensorRT-LLM (engines.md §2); max_batch_size / max_num_tokens / tokens_per_block / enable_block_reuse
+    # are TRT's names for max_num_seqs / max_num_batched_tokens / block_size / enable_prefix_caching
+    capacity_scheduler_policy: str | None = None
+    context_chunking_policy: str | None = None
+    max_batch_size: int | None = None
+    max_num_tokens: int | None = None
+    tokens_per_block: int | None = None
+    enable_block_reuse: bool | None = None
+    # llama.cpp server (engines.md §3.1): -np, -c (total), -b
+    n_parallel: int | None = None
+    n_ctx: int | None = None
+    n_batch: int | None = None
+    ctx_shift: bool | None = None
+    n_keep: int | None = None
+    slot_prompt_similarity: float | None = None
+    cache_prompt: bool | None = None
+    cont_batching: bool | None = None
+    # Ollama (engines.md §3.2): OLLAMA_NUM_PARALLEL, num_ctx (per request), num_batch, OLLAMA_MAX_QUEUE
+    num_parallel: int | None = None
+    num_ctx: int | None = None
+    num_batch: int | None = None
+    num_keep: int | None = None
+    max_queue: int | None = None
+    multiuser_cache: bool | None = None
+    model_loaded: bool | None = None  # v0.11.5+: requests for a loaded model bypass OLLAMA_MAX_QUEUE
+    # TGI (engines.md §4.2)
+    max_concurrent_requests: int | None = None
+    max_batch_prefill_tokens: int | None = None
+    max_batch_total_tokens: int | None = None
+    waiting_served_ratio: float | None = None
+    max_waiting_tokens: int | None = None
+    # Sarathi-Serve (engines.md §5.2): its name for the token budget
+    chunk_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +168,7 @@ def config_from_dict(raw: dict[str, Any]) -> RunConfig:
         raise ConfigError(
             f"unknown section(s) {sorted(unknown)}; known: model, hardware, engine, workload, simulation, slo"
         )
+    raw = _merge_preset(raw)
     parts: dict[str, Any] = {k: _build_section(k, cls, raw.get(k, {})) for k, cls in _SECTIONS.items()}
     workload = raw.get("workload", {})
     slo = raw.get("slo", {})
@@ -137,6 +180,20 @@ def config_from_dict(raw: dict[str, Any]) -> RunConfig:
     cfg = RunConfig(workload=dict(workload), slo={k: float(v) for k, v in slo.items()}, **parts)
     _validate(cfg)
     return cfg
+
+
+def _merge_preset(raw: dict[str, Any]) -> dict[str, Any]:
+    """``[engine] preset`` is another name for ``policy``: copy it over; both given and different is an
+    error. Returns a shallow copy, so the caller's dict is left as it was."""
+    eng = raw.get("engine")
+    if not isinstance(eng, dict) or eng.get("preset") is None:
+        return raw
+    preset = eng["preset"]
+    if "policy" in eng and eng["policy"] != preset:
+        raise ConfigError(
+            f"[engine] preset = {preset!r} and policy = {eng['policy']!r} disagree; give one of them"
+        )
+    return {**raw, "engine": {**eng, "policy": preset}}
 
 
 def _validate(cfg: RunConfig) -> None:
@@ -162,6 +219,12 @@ def _validate(cfg: RunConfig) -> None:
     if e.scheduling_policy not in ("fcfs", "priority"):
         raise ConfigError(
             f"[engine] scheduling_policy must be 'fcfs' or 'priority', got {e.scheduling_policy!r}"
+        )
+    if e.max_waiting is not None and e.max_waiting < 1:
+        raise ConfigError(f"[engine] max_waiting must be >= 1, got {e.max_waiting}")
+    if e.queue_timeout_s is not None and not (e.queue_timeout_s > 0 and math.isfinite(e.queue_timeout_s)):
+        raise ConfigError(
+            f"[engine] queue_timeout_s must be a positive number of seconds, got {e.queue_timeout_s}"
         )
     if e.constant_step_s <= 0:
         raise ConfigError(f"[engine] constant_step_s must be > 0, got {e.constant_step_s}")

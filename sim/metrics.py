@@ -25,6 +25,10 @@ STEP_COLUMNS = (
     "num_finished",
     "kv_usage",
     "num_free_blocks",
+    # swap preemption (vLLM V0): blocks copied in this step, and blocks held on the CPU after it
+    "num_swap_out_blocks",
+    "num_swap_in_blocks",
+    "num_swapped_blocks",
 )
 
 
@@ -36,6 +40,7 @@ class Recorder:
         self.itl_chunks: list[tuple[np.ndarray, np.ndarray]] = []
         self.trace: list[dict[str, Any]] | None = [] if trace else None
         self.num_preemptions = 0
+        self.num_swapped_blocks = 0  # CPU-resident KV blocks: swap-outs minus swap-ins so far
 
     # ---- tokens ----------------------------------------------------------------------------------
     def on_tokens(self, sampled: list[Request], now: float) -> None:
@@ -74,6 +79,10 @@ class Recorder:
         c["num_finished"].append(len(finished))
         c["kv_usage"].append(kv_usage)
         c["num_free_blocks"].append(num_free_blocks)
+        self.num_swapped_blocks += b.swap_out_blocks - b.swap_in_blocks
+        c["num_swap_out_blocks"].append(b.swap_out_blocks)
+        c["num_swap_in_blocks"].append(b.swap_in_blocks)
+        c["num_swapped_blocks"].append(self.num_swapped_blocks)
         self.num_preemptions += n_pre
         if self.trace is not None:
             self.trace.append(
@@ -115,6 +124,9 @@ class Recorder:
         c["num_finished"].extend([0] * (k - 1) + [len(finished)])
         c["kv_usage"].extend((1.0 - free_blocks / usable_blocks).tolist())
         c["num_free_blocks"].extend(free_blocks.tolist())
+        c["num_swap_out_blocks"].extend([0] * k)
+        c["num_swap_in_blocks"].extend([0] * k)
+        c["num_swapped_blocks"].extend([self.num_swapped_blocks] * k)
         ends = starts + durations
         # Each row's first gap runs from its previous token; the next k-1 gaps are the step times.
         first = ends[0] - last_token_before

@@ -346,6 +346,9 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     rej = df.loc[df["status"] == "rejected", "finish_reason"].fillna("unknown").astype(str)
     s["rejection_reasons"] = {str(k): int(v) for k, v in rej.value_counts().items()}
     s["num_preemptions"] = int(df["num_preemptions"].fillna(0).sum())
+    swap = result.meta.get("swap") or {}  # swap preemption (vLLM V0): requests copied out / back in
+    s["num_swap_outs"] = int(swap.get("num_swap_outs", 0))
+    s["num_swap_ins"] = int(swap.get("num_swap_ins", 0))
     s["prefix_cache_hit_rate"] = _prefix_hit_rate(df, result.meta)
     dur = steps["duration"]
     s["mean_kv_cache_usage"] = _time_weighted(steps["kv_usage"], dur)

@@ -11,7 +11,9 @@ from typing import Any
 
 import simpy
 
-from policies.base import PolicyLimits, make_policy, policy_defaults
+from policies.admission import with_admission
+from policies.base import Policy, PolicyLimits, make_policy, policy_defaults, policy_names
+from policies.presets import VLLM_BUDGET_RULE, derive_from_memory, preset_knobs
 from sim.config import RunConfig
 from sim.costmodel import make_cost_model
 from sim.engine import Engine
@@ -37,23 +39,20 @@ class Setup:
     memory: Any  # sim.memory.MemoryPlan
     cost_model: Any
     meta: dict[str, Any]
+    policy: str = "vllm"
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)  # the preset's own knobs
+    max_waiting: int | None = None  # admission control (policies/admission.py)
+    queue_timeout_s: float | None = None
+
+    def make_policy(self) -> Policy:
+        """A fresh policy for one replica: the preset with its options, behind admission control."""
+        pol = make_policy(self.policy, self.limits, self.options)
+        return with_admission(pol, self.max_waiting, self.queue_timeout_s)
 
 
-def resolve(cfg: RunConfig) -> Setup:
+def _plan(cfg: RunConfig, model: Any, gpu: Any, block_size: int, mnbt: int, max_num_seqs: int) -> Any:
     e = cfg.engine
-    preset = policy_defaults(e.policy)
-
-    def pick(key: str, fallback: Any) -> Any:
-        v = getattr(e, key)
-        return v if v is not None else preset.get(key, fallback)
-
-    block_size = pick("block_size", 16)
-    model = get_model(cfg.model.name)
-    gpu = get_gpu(cfg.hardware.gpu)
-    max_num_seqs = pick("max_num_seqs", 256)
-    chunked = pick("enable_chunked_prefill", True)
-    mnbt = e.max_num_batched_tokens or preset.get("max_num_batched_tokens", 2048)
-    plan = plan_memory(
+    return plan_memory(
         model,
         gpu,
         dtype=cfg.model.dtype,
@@ -71,15 +70,38 @@ def resolve(cfg: RunConfig) -> Setup:
             else {}
         ),
     )
+
+
+def resolve(cfg: RunConfig) -> Setup:
+    e = cfg.engine
+    preset = policy_defaults(e.policy)
+    knobs = preset_knobs(e.policy, e, preset, {n: policy_defaults(n) for n in policy_names()})
+
+    def pick(key: str, fallback: Any) -> Any:
+        v = knobs.explicit[key]
+        return v if v is not None else preset.get(key, fallback)
+
+    block_size = pick("block_size", 16)
+    model = get_model(cfg.model.name)
+    gpu = get_gpu(cfg.hardware.gpu)
+    max_num_seqs = pick("max_num_seqs", 256)
+    chunked = pick("enable_chunked_prefill", True)
+    mnbt_explicit = knobs.explicit["max_num_batched_tokens"]
+    mnbt = mnbt_explicit or preset.get("max_num_batched_tokens", 2048)
+    plan = _plan(cfg, model, gpu, block_size, mnbt, max_num_seqs)
+    if e.policy == "vllm-v0" and knobs.explicit["enable_chunked_prefill"] is None:
+        # engines.md §1.5: V0 turns chunked prefill on by itself when max_model_len > 32768.
+        chunked = chunked or plan.max_model_len > 32768
     max_model_len = plan.max_model_len
-    if not chunked and e.max_num_batched_tokens is None:
-        mnbt = max(max_model_len, 2048)  # engines.md §1.1: without chunked prefill
-    if not chunked and mnbt < max_model_len:
-        raise ConfigError(
-            f"[engine] max_num_batched_tokens ({mnbt}) < max_model_len ({max_model_len}) without chunked "
-            "prefill: long prompts could never be scheduled (vLLM refuses this too)"
-        )
-    limits = PolicyLimits(
+    if e.policy in VLLM_BUDGET_RULE:
+        if not chunked and mnbt_explicit is None:
+            mnbt = max(max_model_len, 2048)  # engines.md §1.1: without chunked prefill
+        if not chunked and mnbt < max_model_len:
+            raise ConfigError(
+                f"[engine] max_num_batched_tokens ({mnbt}) < max_model_len ({max_model_len}) without chunked "
+                "prefill: long prompts could never be scheduled (vLLM refuses this too)"
+            )
+    limit_kw: dict[str, Any] = dict(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=mnbt,
         max_model_len=max_model_len,
@@ -92,6 +114,8 @@ def resolve(cfg: RunConfig) -> Setup:
         scheduling_policy=e.scheduling_policy,
         max_new_tokens=e.max_new_tokens,
     )
+    derive_from_memory(e.policy, knobs.options, plan, limit_kw)
+    limits = PolicyLimits(**limit_kw)
     if e.cost_model == "constant":
         cost = make_cost_model("constant", step_s=e.constant_step_s)
         profile_meta = {"cost_model": "constant", "step_s": e.constant_step_s}
@@ -105,10 +129,20 @@ def resolve(cfg: RunConfig) -> Setup:
             kv_cache_dtype=e.kv_cache_dtype,
             tensor_parallel_size=cfg.hardware.tensor_parallel_size,
             profile=profile,
+            block_size=limits.block_size,  # swap copies are priced per block
         )
         profile_meta = {"cost_model": e.cost_model, "profile": profile.gpu, "profile_source": profile.source}
     meta = {"model": model.name, "gpu": gpu.name, "memory_plan": plan.to_dict(), **profile_meta}
-    return Setup(limits=limits, memory=plan, cost_model=cost, meta=meta)
+    return Setup(
+        limits=limits,
+        memory=plan,
+        cost_model=cost,
+        meta=meta,
+        policy=e.policy,
+        options=knobs.options,
+        max_waiting=e.max_waiting,
+        queue_timeout_s=e.queue_timeout_s,
+    )
 
 
 def simulate(cfg: RunConfig, *, fast_forward: bool = True) -> SimResult:
@@ -118,9 +152,14 @@ def simulate(cfg: RunConfig, *, fast_forward: bool = True) -> SimResult:
     if cfg.simulation.num_requests is not None:
         wl_cfg["num_requests"] = cfg.simulation.num_requests
     workload = build_workload(wl_cfg, seed=cfg.simulation.seed, max_model_len=setup.limits.max_model_len)
-    source = ClosedSource(workload) if isinstance(workload, ClosedWorkload) else OpenSource(workload.specs)
+    if hasattr(workload, "make_source"):  # sessions bring their own (turns wait for their answers)
+        source = workload.make_source()
+    elif isinstance(workload, ClosedWorkload):
+        source = ClosedSource(workload)
+    else:
+        source = OpenSource(workload.specs)
     env = simpy.Environment()
-    policy = make_policy(cfg.engine.policy, setup.limits)
+    policy = setup.make_policy()
     recorder = Recorder(trace=cfg.simulation.record_step_trace)
     engine = Engine(env, policy, setup.cost_model, source, recorder, cfg.simulation.horizon, fast_forward)
     env.run()
@@ -152,6 +191,8 @@ def collect(
         limits=dataclasses.asdict(setup.limits),
         prefix_cache=stats,
         num_preemptions=recorder.num_preemptions,
+        swap=kv.swap_stats() if hasattr(kv, "swap_stats") else None,
+        policy_options=setup.options,
         end_time=engine.env.now,
     )
     return SimResult(
@@ -193,8 +234,14 @@ def format_summary(summary: dict[str, Any], result: SimResult) -> str:
         )
     lines.append(
         f"KV usage mean {_fmt(summary.get('mean_kv_cache_usage'), 100)}% max "
-        f"{_fmt(summary.get('max_kv_cache_usage'), 100)}%, preemptions {summary.get('num_preemptions')}, "
-        f"prefix hit rate {_fmt(summary.get('prefix_cache_hit_rate'), 100)}%, "
+        f"{_fmt(summary.get('max_kv_cache_usage'), 100)}%, preemptions {summary.get('num_preemptions')}"
+        + (
+            f" (swap-outs {summary.get('num_swap_outs')}, swap-ins {summary.get('num_swap_ins')})"
+            if summary.get("num_swap_outs")
+            else ""
+        )
+        + ", "
+        + f"prefix hit rate {_fmt(summary.get('prefix_cache_hit_rate'), 100)}%, "
         f"mean waiting {_fmt(summary.get('mean_num_waiting'), 1, 1)}"
     )
     return "\n".join(lines)
