@@ -38,6 +38,9 @@ class Engine:
         self.fast_forward = fast_forward
         self.requests: list[Request] = []
         self.rejected: list[Request] = []
+        # (step starts, free blocks after each step's allocation) while a decode run is in flight, for
+        # observers that need the state mid-run (a cluster router reading KV usage); None otherwise.
+        self.run_view: tuple[np.ndarray, np.ndarray] | None = None
         self.process = env.process(self._loop())
 
     # ---- arrivals --------------------------------------------------------------------------------
@@ -61,6 +64,23 @@ class Engine:
         self.rejected.append(req)
         self.source.on_done(req.spec, now)
 
+    def _wait_for_arrival(self, now: float):
+        """Sleep until the next arrival; returns True when none can come before the horizon.
+
+        A source that is pushed to (a cluster replica's inbox, sim/cluster.py) offers ``wake_event()``:
+        its pushes come at times nobody knows in advance, so the replica sleeps until one wakes it.
+        """
+        wake = getattr(self.source, "wake_event", None)
+        if wake is not None:
+            ev = wake()
+            yield ev if self.horizon == math.inf else ev | self.env.timeout(self.horizon - now)
+            return False
+        t = self.source.peek_time()
+        if t is None or t >= self.horizon:
+            return True
+        yield self.env.timeout(max(t - now, 0.0))
+        return False
+
     # ---- the loop --------------------------------------------------------------------------------
     def _loop(self):
         env, policy, rec, source = self.env, self.policy, self.rec, self.source
@@ -72,29 +92,25 @@ class Engine:
             if now >= self.horizon:
                 return
             if not policy.has_unfinished():
-                t = source.peek_time()
-                if t is None or t >= self.horizon:
+                if (yield from self._wait_for_arrival(now)):
                     return
-                yield env.timeout(t - now)
                 continue
             plan = policy.schedule(now)
             for req, reason in plan.rejected:  # e.g. a queue timeout: reported, never silently dropped
                 self._reject(req, reason, now)
             if not plan.scheduled and plan.batch.is_empty:
                 # Nothing can run until something arrives (e.g. a blocked queue with nothing running).
-                t = source.peek_time()
-                if t is None or t >= self.horizon:
+                if (yield from self._wait_for_arrival(now)):
                     return
-                yield env.timeout(max(t - now, 0.0))
                 continue
             num_running, num_waiting = policy.num_running, policy.num_waiting
-            usage, free = kv.usage, kv.num_free_blocks
+            usage, free, cached = kv.usage, kv.num_free_blocks, kv.num_cached_free_blocks
             dt = step_time(plan.batch)
             yield env.timeout(dt)
             end = env.now
             rec.on_tokens(plan.sampled, end)
             finished = policy.update(plan, end)
-            rec.on_step(plan, now, dt, num_running, num_waiting, usage, free, finished)
+            rec.on_step(plan, now, dt, num_running, num_waiting, usage, free, finished, num_cached_free=cached)
             for req in finished:
                 source.on_done(req.spec, end)
             # A finish frees blocks and a slot: whatever blocked the waiting queue may be gone.
@@ -121,17 +137,33 @@ class Engine:
             return
         starts, durations, ends = starts[:k], durations[:k], ends[:k]
         kv = self.policy.kv
-        free0 = kv.num_free_blocks
+        free0, cached0 = kv.num_free_blocks, kv.num_cached_free_blocks
         bs = kv.block_size
         steps = np.arange(1, k + 1, dtype=np.int64)
         need = np.maximum(-(-(run.computed[None, :] + steps[:, None]) // bs) - run.held[None, :], 0).sum(axis=1)
         free_blocks = free0 - need
         last_tok = np.fromiter((r.last_token_time for r in run.requests), np.float64, n)
         num_waiting = self.policy.num_waiting
-        yield self.env.timeout(float(ends[-1]) - start)
+        wake = getattr(self.source, "wake_event", None)
+        if wake is None:
+            yield self.env.timeout(float(ends[-1]) - start)
+        else:
+            # A pushed source (sim/cluster.py) cannot say when the next request comes, so a push ends the
+            # run early: the steps that started by then still run (the push comes after every step
+            # boundary at its instant), and the request joins at the next boundary, as without the jump.
+            self.run_view = (starts, free_blocks)
+            timeout = self.env.timeout(float(ends[-1]) - start)
+            fired = yield wake() | timeout
+            if timeout not in fired:
+                t = self.env.now
+                k = max(int(np.searchsorted(starts, t, side="right")), 1)
+                starts, durations, ends, free_blocks = starts[:k], durations[:k], ends[:k], free_blocks[:k]
+                yield self.env.timeout(max(float(ends[-1]) - t, 0.0))
+            self.run_view = None
         finished = self.policy.apply_decode_run(run, ends)
         self.rec.on_decode_run(
-            run, starts, durations, num_waiting, free_blocks, kv.usable_blocks, finished, last_tok
+            run, starts, durations, num_waiting, free_blocks, kv.usable_blocks, finished, last_tok,
+            cached_free=np.minimum(cached0, free_blocks),  # allocation takes uncached free blocks first
         )
         for req in finished:
             self.source.on_done(req.spec, float(ends[-1]))

@@ -25,6 +25,7 @@ STEP_COLUMNS = (
     "num_finished",
     "kv_usage",
     "num_free_blocks",
+    "num_cached_blocks",  # free blocks that still hold reusable (prefix-cached) KV
     # swap preemption (vLLM V0): blocks copied in this step, and blocks held on the CPU after it
     "num_swap_out_blocks",
     "num_swap_in_blocks",
@@ -65,6 +66,7 @@ class Recorder:
         kv_usage: float,
         num_free_blocks: int,
         finished: list[Request],
+        num_cached_free: int = 0,
     ) -> None:
         c = self.cols
         b = plan.batch
@@ -79,6 +81,7 @@ class Recorder:
         c["num_finished"].append(len(finished))
         c["kv_usage"].append(kv_usage)
         c["num_free_blocks"].append(num_free_blocks)
+        c["num_cached_blocks"].append(num_cached_free)
         self.num_swapped_blocks += b.swap_out_blocks - b.swap_in_blocks
         c["num_swap_out_blocks"].append(b.swap_out_blocks)
         c["num_swap_in_blocks"].append(b.swap_in_blocks)
@@ -109,6 +112,7 @@ class Recorder:
         usable_blocks: int,
         finished: list[Request],
         last_token_before: np.ndarray,
+        cached_free: np.ndarray | None = None,
     ) -> None:
         """k identical decode steps: rows from arrays, gaps compressed as (value, weight)."""
         k = len(starts)
@@ -124,6 +128,7 @@ class Recorder:
         c["num_finished"].extend([0] * (k - 1) + [len(finished)])
         c["kv_usage"].extend((1.0 - free_blocks / usable_blocks).tolist())
         c["num_free_blocks"].extend(free_blocks.tolist())
+        c["num_cached_blocks"].extend([0] * k if cached_free is None else cached_free.tolist())
         c["num_swap_out_blocks"].extend([0] * k)
         c["num_swap_in_blocks"].extend([0] * k)
         c["num_swapped_blocks"].extend([self.num_swapped_blocks] * k)

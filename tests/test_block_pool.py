@@ -255,3 +255,20 @@ class PoolMachine(RuleBasedStateMachine):
 
 TestPoolMachine = PoolMachine.TestCase
 TestPoolMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+def test_cached_free_counter_follows_hits_and_evictions():
+    """Free-but-cached blocks: counted when a hashed block is freed, uncounted on a hit or an eviction."""
+    from sim.kv.block_pool import BlockPool
+
+    pool = BlockPool(num_blocks=5, enable_caching=True)  # 4 usable
+    a = pool.get_new_blocks(2)
+    pool.cache_full_blocks(a, [11, 12], 0, 2)
+    b = pool.get_new_blocks(1)  # never hashed
+    pool.free_blocks(list(reversed(a)) + b)
+    assert pool.num_cached_free_blocks == 2 and pool.num_free_blocks == 4
+    pool.touch([pool.get_cached_block(11)])  # a prefix hit revives one
+    assert pool.num_cached_free_blocks == 1
+    pool.get_new_blocks(3)  # takes the unhashed blocks first, then evicts the cached one
+    assert pool.num_cached_free_blocks == 0 and pool.get_cached_block(12) is None
+    pool.check_invariants()

@@ -111,6 +111,7 @@ def test_fast_forward_is_exact(kw):
     s, f = rs.steps_frame(), rf.steps_frame()
     assert len(s) == len(f)
     assert np.allclose(s["kv_usage"], f["kv_usage"]) and (s["num_free_blocks"] == f["num_free_blocks"]).all()
+    assert (s["num_cached_blocks"] == f["num_cached_blocks"]).all()
     vs, ws = rs.itl()
     vf, wf = rf.itl()
     assert ws.sum() == wf.sum()

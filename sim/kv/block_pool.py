@@ -24,13 +24,14 @@ from collections.abc import Iterable, Sequence
 class KVBlock:
     """One KV block. ``block_hash`` is set while the block is registered in the prefix cache."""
 
-    __slots__ = ("block_id", "ref_cnt", "block_hash", "is_null")
+    __slots__ = ("block_id", "ref_cnt", "block_hash", "is_null", "cached_free")
 
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
         self.ref_cnt = 0
         self.block_hash: int | None = None
         self.is_null = False
+        self.cached_free = False  # free, but kept for prefix hits (at the LRU end of the queue)
 
     def __repr__(self) -> str:
         return f"KVBlock(id={self.block_id}, ref={self.ref_cnt}, hash={self.block_hash}, null={self.is_null})"
@@ -58,6 +59,7 @@ class BlockPool:
         self.null_block.is_null = True
         self._cached: dict[int, _Entry] = {}
         self._num_cached = 0  # blocks carrying a hash (>= number of distinct hashes)
+        self._num_cached_free = 0  # free blocks that hold reusable content (released to the LRU end)
 
     # ---- counters ---------------------------------------------------------------------------------
     @property
@@ -80,6 +82,12 @@ class BlockPool:
         return self._num_cached
 
     @property
+    def num_cached_free_blocks(self) -> int:
+        """Free blocks still holding reusable KV (vLLM's cached-but-unreferenced blocks): the part of
+        ``num_free_blocks`` that a prefix hit can revive. Allocation takes the other free blocks first."""
+        return self._num_cached_free
+
+    @property
     def num_cached_hashes(self) -> int:
         """Distinct hashes in the prefix cache (vllm-oracle's ``num_cached_hashes``)."""
         return len(self._cached)
@@ -98,6 +106,9 @@ class BlockPool:
         pop = free.popitem
         for _ in range(n):
             blk = pop(last=False)[1]
+            if blk.cached_free:
+                blk.cached_free = False
+                self._num_cached_free -= 1
             if blk.block_hash is not None:
                 self._evict(blk)
             blk.ref_cnt = 1
@@ -142,6 +153,8 @@ class BlockPool:
         for b in reuse_last:
             if b.ref_cnt == 0:
                 free[b.block_id] = b
+                b.cached_free = True
+                self._num_cached_free += 1
 
     def touch(self, blocks: Iterable[KVBlock]) -> None:
         """Take a reference on prefix-hit blocks; free ones leave the middle of the queue (KV-6)."""
@@ -151,6 +164,9 @@ class BlockPool:
                 continue
             if b.ref_cnt == 0:
                 del free[b.block_id]
+                if b.cached_free:
+                    b.cached_free = False
+                    self._num_cached_free -= 1
             b.ref_cnt += 1
 
     # ---- prefix cache -----------------------------------------------------------------------------
@@ -213,8 +229,10 @@ class BlockPool:
             return False
         for b in self.blocks:
             b.block_hash = None
+            b.cached_free = False
         self._cached.clear()
         self._num_cached = 0
+        self._num_cached_free = 0
         return True
 
     # ---- checking ---------------------------------------------------------------------------------
@@ -242,6 +260,11 @@ class BlockPool:
                 held = entry is b or (type(entry) is dict and entry.get(b.block_id) is b)
                 if not held:
                     fail(f"block {b.block_id} has hash {b.block_hash} but the map does not hold it")
+        n_cached_free = sum(1 for b in self.blocks if b.cached_free)
+        if n_cached_free != self._num_cached_free:
+            fail(f"cached-free counter {self._num_cached_free} != {n_cached_free} flagged blocks")
+        if any(b.cached_free and b.block_id not in free for b in self.blocks):
+            fail("a block flagged cached-free is not in the free queue")
         for bid, b in free.items():
             if b is not self.blocks[bid]:
                 fail(f"free queue key {bid} maps to block {b.block_id}")

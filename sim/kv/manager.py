@@ -274,6 +274,11 @@ class KVCacheManager:
         return self.pool.num_free_blocks
 
     @property
+    def num_cached_free_blocks(self) -> int:
+        """Free blocks holding reusable KV (cached, unreferenced): part of ``num_free_blocks``."""
+        return self.pool.num_cached_free_blocks
+
+    @property
     def usable_blocks(self) -> int:
         return self.pool.usable_blocks
 
