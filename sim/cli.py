@@ -32,10 +32,13 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from sim import cli_cluster
     from sim.config import load_config
     from sim.results import summarize, write_outputs
     from sim.simulate import simulate
 
+    if cli_cluster.is_cluster_file(args.config):  # [cluster] / [[replica]] configs: several engines
+        return cli_cluster.run(args)
     cfg = load_config(args.config, args.overrides)
     if args.out and not cfg.simulation.record_step_trace:
         cfg = replace(cfg, simulation=replace(cfg.simulation, record_step_trace=True))
@@ -73,7 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run(sub)
     _add_demo(sub)
-    from sim import cli_plan, cli_size, cli_sweep
+    from sim import cli_cluster, cli_plan, cli_size, cli_sweep
+
+    cli_cluster.add_parser(sub)
 
     cli_size.add_parser(sub)
     cli_sweep.add_parser(sub)

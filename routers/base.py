@@ -1,0 +1,152 @@
+"""The router interface, what a router sees of each replica, and the name registry.
+
+A router runs in the gateway: for each request it picks one replica among the candidates the gateway
+hands it (replicas whose limits fit the request), or None to keep the request queued at the gateway.
+It sees the gateway's own count of outstanding requests (always current: the gateway sees every
+response) and the replicas' engine metrics as of the last poll (``poll_interval_s``; 0 = live), like a
+real gateway scraping each engine's metrics endpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from sim.errors import ConfigError, UnknownNameError
+from sim.request import RequestSpec
+
+
+@dataclass(slots=True)
+class ReplicaView:
+    """One replica as the gateway knows it. Static fields first, then live and polled ones."""
+
+    index: int
+    name: str
+    pool: str = "default"
+    role: str = "mixed"  # "mixed", "prefill" or "decode"
+    block_size: int = 16
+    max_model_len: int = 1 << 30
+    num_gpu_blocks: int = 1 << 30
+    # gateway-local, always current
+    outstanding: int = 0  # routed here and not yet answered
+    room: bool = True  # below the gateway's max_outstanding for this replica
+    # polled from the engine (stale by up to the poll interval)
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_usage: float = 0.0
+    polled_at: float = 0.0
+
+
+@dataclass
+class RouterContext:
+    """What a router may know when it is built: every replica's static view and a random stream."""
+
+    replicas: Sequence[ReplicaView]
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+
+    def pools(self) -> list[str]:
+        return sorted({r.pool for r in self.replicas})
+
+
+class Router(Protocol):
+    name: str
+
+    def route(self, spec: RequestSpec, candidates: Sequence[ReplicaView], now: float) -> ReplicaView | None:
+        """The replica for ``spec`` among ``candidates`` (never empty), or None to hold it at the gateway."""
+
+    def on_routed(self, spec: RequestSpec, replica: ReplicaView, now: float) -> None: ...
+
+    def on_done(self, spec: RequestSpec, replica: ReplicaView, now: float) -> None: ...
+
+
+class BaseRouter:
+    """No-op hooks, so a router implements only ``route``."""
+
+    name = "base"
+
+    def on_routed(self, spec: RequestSpec, replica: ReplicaView, now: float) -> None:
+        pass
+
+    def on_done(self, spec: RequestSpec, replica: ReplicaView, now: float) -> None:
+        pass
+
+
+class Rotor:
+    """Breaks ties by rotating through replica indices, so equal replicas share the load evenly
+    (always taking the first of equals would pile every quiet-period request onto replica 0)."""
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def pick(self, cands: Sequence[ReplicaView], key: Callable[[ReplicaView], Any]) -> ReplicaView:
+        best = min(key(c) for c in cands)
+        tied = [c for c in cands if key(c) == best]
+        chosen = min(tied, key=lambda c: (c.index - self.next) % (1 << 30))
+        self.next = chosen.index + 1
+        return chosen
+
+
+def with_room(cands: Sequence[ReplicaView]) -> list[ReplicaView]:
+    return [c for c in cands if c.room]
+
+
+def take_options(options: dict[str, Any], router: str, defaults: dict[str, Any]) -> dict[str, Any]:
+    """``defaults`` updated by ``options``; an unknown option is a ConfigError naming it."""
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        known = ", ".join(sorted(defaults)) or "none"
+        raise ConfigError(f"router {router!r}: unknown option(s) {unknown}; known: {known}")
+    out = dict(defaults)
+    out.update(options)
+    return out
+
+
+def read_number(opts: dict[str, Any], key: str, router: str, lo: float = 0.0, integer: bool = False) -> Any:
+    v = opts[key]
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and v >= lo
+    if integer:
+        ok = ok and float(v).is_integer()
+    if not ok:
+        kind = "an integer" if integer else "a number"
+        raise ConfigError(f"router {router!r}: option {key} must be {kind} >= {lo}, got {v!r}")
+    return int(v) if integer else float(v)
+
+
+RouterFactory = Callable[[dict[str, Any], RouterContext], Router]
+_REGISTRY: dict[str, RouterFactory] = {}
+
+
+def register(name: str) -> Callable[[RouterFactory], RouterFactory]:
+    def deco(factory: RouterFactory) -> RouterFactory:
+        _REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def _load_builtins() -> None:
+    from routers import (  # noqa: F401  (registration side effect)
+        least_kv,
+        least_outstanding,
+        length_pools,
+        prefix_aware,
+        priority_pools,
+        random_router,
+        round_robin,
+        session_affinity,
+    )
+
+
+def router_names() -> list[str]:
+    _load_builtins()
+    return sorted(_REGISTRY)
+
+
+def make_router(name: str, options: dict[str, Any] | None, ctx: RouterContext) -> Router:
+    _load_builtins()
+    if name not in _REGISTRY:
+        raise UnknownNameError(f"unknown router {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name](dict(options or {}), ctx)

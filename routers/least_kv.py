@@ -1,0 +1,33 @@
+"""Least KV-cache usage: the replica whose engine last reported the lowest ``kv_cache_usage`` (vLLM's
+``vllm:kv_cache_usage_perc`` gauge), ties broken by outstanding requests.
+
+The usage is polled, so with a poll interval every request between two polls sees the same numbers
+and herds onto the same replica -- the staleness effect a real metrics-scraping gateway shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from routers.base import BaseRouter, ReplicaView, Rotor, RouterContext, register, take_options, with_room
+from sim.request import RequestSpec
+
+
+class LeastKV(BaseRouter):
+    name = "least-kv"
+
+    def __init__(self) -> None:
+        self.rotor = Rotor()
+
+    def route(self, spec: RequestSpec, candidates: Sequence[ReplicaView], now: float) -> ReplicaView | None:
+        cands = with_room(candidates)
+        if not cands:
+            return None
+        return self.rotor.pick(cands, lambda c: (round(c.kv_usage, 12), c.outstanding))
+
+
+@register("least-kv")
+def _make(options: dict[str, Any], ctx: RouterContext) -> LeastKV:
+    take_options(options, "least-kv", {})
+    return LeastKV()
