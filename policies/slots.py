@@ -39,6 +39,11 @@ class SlotKV:
         return self.capacity
 
     @property
+    def num_cached_free_blocks(self) -> int:
+        """Prompt-cache tokens idle slots keep (the slot engines' cached-but-unreferenced KV)."""
+        return self.cached
+
+    @property
     def usage(self) -> float:
         return self.used / self.capacity if self.capacity else 0.0
 
