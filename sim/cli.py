@@ -76,9 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run(sub)
     _add_demo(sub)
-    from sim import cli_cluster, cli_plan, cli_size, cli_sweep
+    from sim import cli_calibrate, cli_cluster, cli_plan, cli_size, cli_sweep
 
     cli_cluster.add_parser(sub)
+    cli_calibrate.add_parsers(sub)
 
     cli_size.add_parser(sub)
     cli_sweep.add_parser(sub)

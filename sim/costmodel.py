@@ -152,6 +152,9 @@ class RooflineCostModel:
             self._mla_up = 0.0
             self._mixed_factor = 1.0 + pr.mixed_decode_gqa_reread * (nh / nkv - 1.0)
             ew_attn = (nh + nkv) * hd * 2 * self._b_a + 2 * nkv * hd * (self._b_a + self._b_kv)
+        # mixed-step decode floor: CTA waves (per query head) and one sequence's serial stream (profiles.py)
+        self._mix_head = pr.mixed_decode_head_token_s * nh
+        self._mix_seq = pr.mixed_decode_seq_token_s
         # Decode attention per layer is linear in Σctx: the larger of the byte and FLOP coefficients.
         self._kv_coef = max(self._kv_tok / (gpu.mem_bandwidth * pr.eta_kv), dec_flops / self._attn_peak)
         self._dec_seq = self._kv_coef * pr.attn_ctx_pad_tokens + pr.attn_per_seq_s
@@ -159,6 +162,7 @@ class RooflineCostModel:
         self._inv_attn_peak = 1.0 / self._attn_peak
         self._kv_bw = gpu.mem_bandwidth * pr.eta_kv
         self._pf_floor, self._pf_sat = pr.prefill_kv_floor, pr.prefill_kv_sat_tokens
+        self._pf_ramp, self._pf_t0 = pr.prefill_causal_ramp_tokens, pr.prefill_chunk_t0_s
 
         # ---- MLP / MoE layers
         n_mats = 3 if m.gated_mlp else 2
@@ -245,9 +249,8 @@ class RooflineCostModel:
                 layer = layer + self._mlp(m.num_shared_experts * ie, M)
             moe = self._moe_layers * layer
         # Small M: the ~5 tiny kernels per layer cost a fixed time (launch/latency bound), large M: bytes/BW.
-        elementwise = (
-            L * np.maximum(M * self._ew_tok_layer / self._ew_bw, pr.layer_fixed_s)
-            + M * 4 * H * self._b_a / self._ew_bw
+        elementwise = L * np.maximum(M * self._ew_tok_layer / self._ew_bw, pr.layer_fixed_s) + np.maximum(
+            M * 4 * H * self._b_a / self._ew_bw, pr.step_elementwise_fixed_s
         )  # embedding gather + final norm, once
         if t > 1:  # two ring all-reduces of M·H·b_a per layer (Megatron); costmodel.md §1.2, §2.2
             allreduce = 2 * L * (pr.allreduce_latency_s + 2 * (t - 1) / t * M * H * self._b_a / self._ar_bw)
@@ -293,16 +296,28 @@ class RooflineCostModel:
     # ------------------------------------------------------------------ attention
     def _prefill_attn(self, chunks: list[int], ctxs: list[int]) -> float:
         """Per-layer seconds of the prefill chunks: causal FLOPs vs KV read at occupancy-limited bandwidth."""
-        total = 0.0
         fa, up, kvt = self._fa_coef, self._mla_up, self._kv_tok
         floor, sat, kvbw, inv_peak = self._pf_floor, self._pf_sat, self._kv_bw, self._inv_attn_peak
+        ramp = self._pf_ramp
+        total = self._pf_t0 * len(chunks)
         for c, p in zip(chunks, ctxs, strict=True):
-            tf = (fa * c * (p + (c + 1) * 0.5) + up * p) * inv_peak
+            # causal part (c·(c+1)/2 pairs) at an efficiency that ramps up with the chunk length
+            tf = (fa * c * (p + (c + 1) * 0.5 * (1.0 + ramp / c)) + up * p) * inv_peak
             occ = c / sat
             occ = floor if occ < floor else (1.0 if occ > 1.0 else occ)
             tb = kvt * (p + c) / (kvbw * occ)
             total += tf if tf > tb else tb
         return total
+
+    def _mixed_decode(self, d: np.ndarray) -> float:
+        """Per-layer seconds of the decode rows of a step that also runs a prefill chunk."""
+        total = int(d.sum())
+        t = (self._kv_coef * total + len(d) * self._dec_seq) * self._mixed_factor
+        if self._mix_head:
+            t = max(t, self._mix_head * total)
+        if self._mix_seq * total > t:  # max ctx <= Σctx: only look for the max when it can matter
+            t = max(t, self._mix_seq * int(d.max()))
+        return t
 
     # ------------------------------------------------------------------ public API
     def step_time(self, batch: BatchSummary) -> float:
@@ -326,7 +341,7 @@ class RooflineCostModel:
             self._grow_head(s)
         t = self._tok[mg] + self._head[s] + self._step_oh + self._seq_oh * (n + npf)
         if npf:
-            dec = (self._kv_coef * int(d.sum()) + n * self._dec_seq) * self._mixed_factor if n else 0.0
+            dec = self._mixed_decode(d) if n else 0.0
             attn = self._attn_t0 + dec + self._prefill_attn(chunks, batch.prefill_ctx.tolist())
             t += self._layers * attn
         elif n:
@@ -388,7 +403,7 @@ class RooflineCostModel:
             out["attention_fixed"] = L * self._attn_t0
             if n:
                 dec = self._kv_coef * int(d.sum()) + n * self._dec_seq
-                out["attention_decode"] = L * dec * (self._mixed_factor if npf else 1.0)
+                out["attention_decode"] = L * (self._mixed_decode(d) if npf else dec)
             if npf:
                 out["attention_prefill"] = L * self._prefill_attn(pc.tolist(), batch.prefill_ctx.tolist())
         out["swap"] = swaps * self._swap_block_s if swaps else 0.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +53,28 @@ class CalibrationProfile:
     eta_fa: float = 0.60
     prefill_kv_floor: float = 0.146
     prefill_kv_sat_tokens: float = 16384.0
+    # --- the causal (chunk × chunk) part of a prefill runs below η_fa for short chunks: its FLOP time is scaled
+    #     by 1 + prefill_causal_ramp_tokens/chunk (fitted on LLMServingSim RTX 4090 attention.csv: 0.32/0.48/0.62
+    #     of peak at 512/1024/2048 tokens, p = 0). prefill_chunk_t0_s: fixed cost per prefill sequence (the
+    #     FlashInfer prefill timings of the BLIS H100 files sit 30-50 µs above their FLOP time). 0 = off.
+    prefill_causal_ramp_tokens: float = 0.0
+    prefill_chunk_t0_s: float = 0.0
     # --- decode rows in a step that also holds a prefill chunk: FA2 varlen runs with max_seqlen_q > 1 and does
     #     not pack the query heads that share a KV head, so part of the nh/nkv re-reads reach HBM. KV time of the
     #     decodes is multiplied by 1 + φ·(nh/nkv − 1).
     mixed_decode_gqa_reread: float = 0.45
+    #     FA2 varlen gives each (sequence, query head) one CTA streaming the whole context without split-KV, so
+    #     the decodes of a mixed step also cost at least max(τ_h·nh·Σctx, τ_s·max ctx): waves of CTAs
+    #     (LLMServingSim RTX 4090 attention.csv: 1 and 4 decodes at ctx 16384 beside a 16-token chunk both take
+    #     520 µs, 8 take 1045 µs, 32 take 4125 µs). 0 = off.
+    mixed_decode_head_token_s: float = 0.0
+    mixed_decode_seq_token_s: float = 0.0
     # --- elementwise kernels (norms, RoPE, SiLU·mul, residual adds, KV write, embedding): per layer
     #     max(bytes/(BW·η_elementwise), layer_fixed_s): small batches are latency bound, large ones stream
     eta_elementwise: float = 0.90
     layer_fixed_s: float = 10e-6
+    # --- embedding gather + final norm, once per step: max(bytes/(BW·η_elementwise), step_elementwise_fixed_s)
+    step_elementwise_fixed_s: float = 0.0
     # --- sampler: t0 + num_logits·vocab·bytes_per_elem/(BW·η_elementwise)
     sampler_t0_s: float = 25e-6
     sampler_bytes_per_elem: float = 8.0
@@ -76,6 +90,9 @@ class CalibrationProfile:
     cuda_graph_pad_mixed: bool = False  # V1 piecewise graphs also pad mixed batches; off until measured
     # --- swap (GPU<->CPU KV copies over PCIe)
     host_bw_eff: float = 0.80
+    # --- provenance of a fitted profile (device, driver, torch/CUDA versions, data files, fit command, per-
+    #     operator fit error); free-form JSON, ignored by the cost model. Not hashed.
+    metadata: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.source not in _SOURCES:
@@ -107,7 +124,12 @@ class CalibrationProfile:
             "attn_t0_s",
             "attn_per_seq_s",
             "attn_ctx_pad_tokens",
+            "prefill_causal_ramp_tokens",
+            "prefill_chunk_t0_s",
+            "mixed_decode_head_token_s",
+            "mixed_decode_seq_token_s",
             "layer_fixed_s",
+            "step_elementwise_fixed_s",
             "sampler_t0_s",
             "sampler_bytes_per_elem",
             "step_overhead_s",
@@ -121,6 +143,8 @@ class CalibrationProfile:
             raise ConfigError(
                 f"profile field prefill_kv_sat_tokens={self.prefill_kv_sat_tokens!r}: must be > 0"
             )
+        if not isinstance(self.metadata, dict):
+            raise ConfigError(f"profile field metadata={self.metadata!r}: must be a JSON object")
         sizes = self.cuda_graph_sizes
         if (
             not sizes

@@ -165,7 +165,7 @@ def test_fp8_weights_roughly_halve_memory_bound_decode():
     bf16 = RooflineCostModel(LLAMA8B, H100)
     fp8 = RooflineCostModel(LLAMA8B, H100, dtype="fp8")
     r = fp8.step_time(decode(1, 512)) / bf16.step_time(decode(1, 512))
-    assert 0.45 < r < 0.65  # the LM head stays 16-bit
+    assert 0.45 < r < 0.70  # the LM head stays 16-bit and fixed per-kernel costs do not shrink
     fixed = 32 * 4 * fp8.profile.t0_gemm_s  # 4 GEMM launches per layer do not shrink with the weights
     g8, g16 = (m.breakdown(decode(1, 512))["gemm"] - fixed for m in (fp8, bf16))
     assert g8 / g16 == pytest.approx(0.5, abs=0.03)
