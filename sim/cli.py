@@ -8,20 +8,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from sim.config import add_override_option
 from sim.errors import ServesimError
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="simulate one configuration (TOML)")
     p.add_argument("config", help="path to a TOML config")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override a config value (repeatable), e.g. --set engine.max_num_seqs=64",
-    )
+    add_override_option(p, "override a config value (repeatable), e.g. --set engine.max_num_seqs=64")
     p.add_argument(
         "--out", help="directory for requests.parquet, steps.parquet, steps.jsonl, summary.json, report.html"
     )

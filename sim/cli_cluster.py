@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from sim.config import add_override_option
 from sim.errors import ServesimError
 
 
@@ -28,14 +29,7 @@ def is_cluster_file(path: str | Path) -> bool:
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("cluster", help="simulate replicas behind a gateway (or compare deployments)")
     p.add_argument("config", help="path to a cluster TOML config (examples/cluster_*.toml)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override a config value (repeatable), e.g. --set cluster.router=least-kv",
-    )
+    add_override_option(p, "override a config value (repeatable), e.g. --set cluster.router=least-kv")
     p.add_argument("--variant", action="append", default=[], help="run only this variant (repeatable)")
     p.add_argument("--out", help="directory for tables, reports and (with variants) comparison.html")
     p.add_argument("--json", action="store_true", help="print the summary (or summaries) as JSON")

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sim.config import add_override_option
 from sim.errors import ConfigError
 
 
@@ -70,14 +71,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="an SLO (repeatable): ttft_p99=1.0 (s), tpot_p99=0.05 (s), ttft_ms=1000 (per request)",
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override a config value (repeatable)",
-    )
+    add_override_option(p, "override a config value (repeatable)")
     p.add_argument(
         "--max-num-seqs",
         type=_int_list,

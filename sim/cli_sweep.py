@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from sim.config import add_override_option
 from sim.errors import ConfigError
 
 _SHOWN = ("request_throughput", "output_throughput", "p99_ttft_ms", "p99_tpot_ms", "saturated")
@@ -39,14 +40,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="SECTION.KEY=V1,V2,...",
         help="an axis of the grid (repeatable); values are TOML",
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override a config value for every point (repeatable)",
-    )
+    add_override_option(p, "override a config value for every point (repeatable)")
     p.add_argument(
         "--slo",
         action="append",

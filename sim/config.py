@@ -285,3 +285,10 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
                 raise ConfigError(f"--set {item!r}: {k} is not a table")
         node[keys[-1]] = parse_value(text.strip())
     return raw
+
+
+def add_override_option(parser: Any, help_text: str = "override a config value (repeatable)") -> None:
+    """The ``--set SECTION.KEY=VALUE`` option every config-taking subcommand shares (see apply_overrides)."""
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE", help=help_text
+    )

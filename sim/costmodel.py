@@ -17,43 +17,8 @@ import numpy as np
 from sim.batch import BatchSummary
 from sim.errors import ConfigError, UnknownNameError
 from sim.hardware import GpuSpec
-from sim.models import ModelSpec
+from sim.models import DTYPE_BYTES, ModelSpec, activation_dtype_bytes, kv_dtype_bytes, normalize_dtype
 from sim.profiles import CalibrationProfile, get_profile
-
-# Canonical weight/activation dtype names, vLLM spellings included.
-_DTYPE_ALIASES = {
-    "auto": "bf16",
-    "bf16": "bf16",
-    "bfloat16": "bf16",
-    "fp16": "fp16",
-    "float16": "fp16",
-    "half": "fp16",
-    "fp32": "fp32",
-    "float32": "fp32",
-    "float": "fp32",
-    "fp8": "fp8",
-    "fp8_e4m3": "fp8",
-    "fp8_e5m2": "fp8",
-    "int8": "int8",
-    "w8a8": "int8",
-    "int4": "int4",
-    "awq": "int4",
-    "gptq": "int4",
-}
-_WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
-_KV_BYTES = {
-    "bf16": 2,
-    "bfloat16": 2,
-    "fp16": 2,
-    "float16": 2,
-    "half": 2,
-    "fp32": 4,
-    "float32": 4,
-    "fp8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-    "int8": 1,
-}
 
 
 @runtime_checkable
@@ -88,12 +53,8 @@ class RooflineCostModel:
         profile: CalibrationProfile | str | None = None,
         block_size: int = 16,
     ) -> None:
-        if dtype not in _DTYPE_ALIASES:
-            raise ConfigError(f"dtype {dtype!r}: expected one of {sorted(_DTYPE_ALIASES)}")
-        if kv_cache_dtype != "auto" and kv_cache_dtype not in _KV_BYTES:
-            raise ConfigError(
-                f"kv_cache_dtype {kv_cache_dtype!r}: expected 'auto' or one of {sorted(_KV_BYTES)}"
-            )
+        canon = normalize_dtype(dtype)  # ConfigError naming the dtype when unknown
+        b_kv = kv_dtype_bytes(kv_cache_dtype, canon)
         t = tensor_parallel_size
         if not isinstance(t, int) or t < 1:
             raise ConfigError(f"tensor_parallel_size={t!r}: must be a positive integer")
@@ -107,13 +68,13 @@ class RooflineCostModel:
         if profile is None or isinstance(profile, str):
             profile = get_profile(gpu, profile)
         self.model, self.gpu, self.profile, self.tp = model, gpu, profile, t
-        self.dtype = _DTYPE_ALIASES[dtype]
+        self.dtype = canon
         self.block_size = block_size
         pr = profile
 
-        self._b_w = _WEIGHT_BYTES[self.dtype]
-        self._b_a = 4.0 if self.dtype == "fp32" else 2.0  # activations stay 16-bit for quantized weights
-        self._b_kv = float(self._b_a if kv_cache_dtype == "auto" else _KV_BYTES[kv_cache_dtype])
+        self._b_w = DTYPE_BYTES[self.dtype]
+        self._b_a = float(activation_dtype_bytes(self.dtype))  # 16-bit activations for quantized weights
+        self._b_kv = float(b_kv)
         half_peak = gpu.fp16_flops if self.dtype == "fp16" else gpu.bf16_flops
         if self.dtype == "fp32":
             half_peak = gpu.bf16_flops / 2  # TF32 tensor cores run at half the bf16 rate (A100, H100, Ada)
