@@ -397,8 +397,10 @@ def _percentile_checks(pct_slos: Mapping[str, tuple[str, float, float]], fin: pd
 def time_series(result: SimResult, interval: float = 1.0, by_replica: bool = False) -> pd.DataFrame:
     """Steps resampled onto ticks t = interval, 2·interval, ... like vLLM's periodic stats log.
 
-    Throughputs count the tokens of steps that *ended* in (t − interval, t] (vLLM records iteration stats
-    at step end); generated tokens are decode tokens plus each request's first token. running, waiting
+    Throughputs count tokens of steps that *ended* in (t − interval, t] (vLLM records iteration stats
+    at step end). As in vLLM V1's IterationStats, a request's prompt counts once, when its first token
+    comes (recomputation after a preemption is not prompt throughput); generated tokens are decode tokens
+    plus each request's first token. running, waiting
     and kv_cache_pct are the latest scheduler snapshot at t; after the last step of an idle period the
     requests that step finished are no longer running. Replicas are summed (kv: averaged) unless
     ``by_replica``. Columns match ``data/e2e/*/timeseries.csv``.
@@ -420,11 +422,14 @@ def time_series(result: SimResult, interval: float = 1.0, by_replica: bool = Fal
         start = s["start"].to_numpy(float)
         end = start + s["duration"].to_numpy(float)
         k = np.clip(np.ceil(end / interval - 1e-9).astype(np.int64) - 1, 0, n - 1)
-        prompt = np.bincount(k, weights=s["num_prefill_tokens"].to_numpy(float), minlength=n)
         gen = np.bincount(k, weights=s["num_decode_tokens"].to_numpy(float), minlength=n)
-        ft = req.loc[req["replica"] == rep, "first_token_time"].to_numpy(float)
-        ft = ft[np.isfinite(ft)]
-        gen += np.bincount(np.clip(np.ceil(ft / interval - 1e-9).astype(np.int64) - 1, 0, n - 1), minlength=n)
+        mine = req["replica"] == rep
+        ft = req.loc[mine, "first_token_time"].to_numpy(float)
+        plen = req.loc[mine, "prompt_len"].to_numpy(float)
+        ok = np.isfinite(ft)
+        tick = np.clip(np.ceil(ft[ok] / interval - 1e-9).astype(np.int64) - 1, 0, n - 1)
+        prompt = np.bincount(tick, weights=plen[ok], minlength=n)
+        gen += np.bincount(tick, minlength=n)
         idx = np.searchsorted(start, grid, side="right") - 1
         has = idx >= 0
         j = np.where(has, idx, 0)

@@ -289,8 +289,9 @@ def test_time_series_bins_and_snapshots():
     ts = time_series(make())
     assert list(ts.columns) == list(TIMESERIES_COLUMNS)
     assert list(ts["t"]) == [1.0, 2.0, 3.0, 4.0, 5.0]
-    # step 0 ends at 1.5 -> bin (1, 2]; step 1 ends at 4.5 -> bin (4, 5]
-    assert list(ts["prompt_throughput"]) == [0, 100, 0, 0, 250]
+    # a prompt counts once, at its request's first token (vLLM V1): r0 100 at 1.0, r1 200 at 1.5,
+    # r2 50 at 2.25, r4 10 at 4.8; the rejected and not-arrived requests never count
+    assert list(ts["prompt_throughput"]) == [100, 200, 50, 0, 10]
     # first tokens at 1.0, 1.5, 2.25, 4.8 plus 40 decode tokens at 4.5
     assert list(ts["gen_throughput"]) == [1, 1, 1, 0, 41]
     # at t=5 the last step (ended 4.5) has finished 2 of its 3: the engine is idle with 1 left
