@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -53,17 +54,36 @@ def _span(result: SimResult) -> float:
     return float((st["start"] + st["duration"]).max()) if len(st) else 0.0
 
 
+def _kv_breakdown(result: SimResult) -> list[tuple[str, pd.Series]]:
+    """Cached-but-free and swapped-out KV as % of the GPU pool, per step (one replica only): the usage
+    line counts neither, since vLLM reports cached unreferenced blocks as free."""
+    steps = result.steps
+    usable = (result.meta.get("num_gpu_blocks") or 0) - 1
+    if usable <= 0 or steps.empty or steps["replica"].nunique() != 1:
+        return []
+    stride = max(1, len(steps) // _MAX_POINTS)
+    s = steps.iloc[::stride].set_index("start")
+    out = []
+    for col, name in (("num_cached_blocks", "cached, reusable (% of pool)"),
+                      ("num_swapped_blocks", "swapped to CPU (% of pool)")):  # fmt: skip
+        if col in s and s[col].any():
+            out.append((name, 100.0 * s[col] / usable))
+    return out
+
+
 def fig_timeline(result: SimResult) -> go.Figure:
     """KV usage, running/waiting and token throughput over simulated time, one shared x axis."""
     span = _span(result)
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06,
-                        subplot_titles=("KV cache usage (%)", "Requests", "Throughput (tokens/s)"))  # fmt: skip
+                        subplot_titles=("KV cache (% of GPU blocks)", "Requests", "Throughput (tokens/s)"))  # fmt: skip
     if span > 0:
         state = time_series(result, interval=span / _MAX_POINTS * 2)
         tp = time_series(result, interval=1.0 if span >= 20 else span / 20)
         fig.add_trace(
             go.Scatter(x=state["t"], y=state["kv_cache_pct"], name="KV usage", line_shape="hv"), 1, 1
         )
+        for name, y in _kv_breakdown(result):
+            fig.add_trace(go.Scatter(x=y.index, y=y.to_numpy(), name=name, line_shape="hv"), 1, 1)
         fig.add_trace(go.Scatter(x=state["t"], y=state["running"], name="running", line_shape="hv"), 2, 1)
         fig.add_trace(go.Scatter(x=state["t"], y=state["waiting"], name="waiting", line_shape="hv"), 2, 1)
         fig.add_trace(go.Scatter(x=tp["t"], y=tp["prompt_throughput"], name="prompt tok/s"), 3, 1)

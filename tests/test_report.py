@@ -102,3 +102,24 @@ def test_comparison_report(tmp_path):
     assert "static &amp; slow" in text and "continuous" in text
     assert text.count(PLOTLY_BUNDLE) == 1
     assert text.count("Plotly.newPlot") >= 4  # bars, CDFs, one timeline per run
+
+
+def test_timeline_shows_cached_and_swapped_kv():
+    """Swap vs recompute and prefix caching are visible in the KV panel, not only in the summary."""
+    from sim.config import config_from_dict
+    from sim.simulate import simulate
+
+    raw = {
+        "model": {"name": "seed-7b", "dtype": "fp16"},
+        "hardware": {"gpu": "24GB"},
+        "engine": {"policy": "vllm-v0", "preemption_mode": "swap", "max_model_len": 2048,
+                   "num_gpu_blocks_override": 200, "enable_prefix_caching": True},
+        "workload": {"arrival": "poisson", "rate": 20.0, "num_requests": 60,
+                     "prompt": {"dist": "uniform", "low": 200, "high": 600},
+                     "output": {"dist": "uniform", "low": 100, "high": 400},
+                     "shared_prefix": {"num_groups": 2, "prefix_len": 128}},
+    }
+    res = simulate(config_from_dict(raw))
+    names = [t.name for t in fig_timeline(res).data]
+    assert "cached, reusable (% of pool)" in names
+    assert "swapped to CPU (% of pool)" in names
