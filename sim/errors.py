@@ -21,3 +21,8 @@ class MemoryPlanError(ServesimError):
 
 class UnknownNameError(ConfigError):
     """A policy, model, GPU or cost-model name that is not registered."""
+
+
+class ResultsIntegrityError(RuntimeError):
+    """The engine handed over records that contradict each other: a bug, so deliberately not a
+    ServesimError (the CLI lets it show its traceback)."""

@@ -20,7 +20,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, ResultsIntegrityError
+from sim.stats import (  # noqa: F401  (weighted_percentiles is re-exported)
+    clean_weighted,
+    p_word,
+    stats_ms,
+    time_weighted,
+    weighted_percentiles,
+)
 
 REQUEST_COLUMNS = (
     "request_id", "replica", "arrival_time", "queued_time", "scheduled_time", "first_token_time",
@@ -35,10 +42,6 @@ STATUSES = ("finished", "rejected", "in_flight", "not_arrived")
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 TIMESERIES_COLUMNS = ("t", "prompt_throughput", "gen_throughput", "running", "waiting", "kv_cache_pct")
 _PCT_SLO = re.compile(r"^(ttft|tpot|itl|e2el|queue_time)_p(\d+(?:\.\d+)?)$")
-
-
-class ResultsIntegrityError(RuntimeError):
-    """The engine handed over records that contradict each other: a bug, so not a ServesimError."""
 
 
 @dataclass
@@ -81,80 +84,6 @@ def empty_steps_frame() -> pd.DataFrame:
 
 
 # ---- statistics -----------------------------------------------------------------------------------------
-def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: Sequence[float]) -> np.ndarray:
-    """Percentiles of ``values`` repeated ``weights`` times, without expanding them.
-
-    Same answer as ``np.percentile(np.repeat(values, weights), qs)`` (linear method): the virtual index
-    (N−1)·q/100 into the expanded sorted array is mapped back through the cumulative weights.
-    """
-    v, w = _clean_weighted(values, weights)
-    if v.size == 0:
-        raise ValueError("weighted_percentiles of an empty sample")
-    order = np.argsort(v, kind="stable")
-    v = v[order]
-    cw = np.cumsum(w[order])
-    n = cw[-1]
-    h = (n - 1) * (np.asarray(qs, dtype=np.float64) / 100.0)
-    lo = np.floor(h)
-    frac = h - lo
-    # expanded[k] = v[first j with cw[j] > k]
-    a = v[np.searchsorted(cw, lo, side="right")]
-    b = v[np.searchsorted(cw, np.minimum(lo + 1, n - 1), side="right")]
-    diff = b - a
-    # numpy's _lerp: interpolate from the nearer end so that t=1 gives b exactly
-    return np.where(frac >= 0.5, b - diff * (1 - frac), a + diff * frac)
-
-
-def _clean_weighted(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    v = np.asarray(values, dtype=np.float64).ravel()
-    w = np.asarray(weights).ravel()
-    if v.shape != w.shape:
-        raise ResultsIntegrityError(f"{v.size} values but {w.size} weights")
-    if w.size and (np.any(w < 0) or np.any(w != np.floor(w))):
-        raise ResultsIntegrityError("ITL weights must be non-negative integers (counts of equal gaps)")
-    keep = (w > 0) & np.isfinite(v)
-    return v[keep], w[keep].astype(np.int64)
-
-
-def _p_word(q: float) -> str:
-    # serve.py: p_word = str(int(p)) if int(p) == p else str(p)
-    return str(int(q)) if int(q) == q else str(q)
-
-
-def _stats_ms(name: str, values: np.ndarray, percentiles: Sequence[float],
-              weights: np.ndarray | None = None) -> dict[str, float | None]:  # fmt: skip
-    """mean/median/std/p<q> of one metric in ms, vLLM's key names; None for every key when empty."""
-    if weights is None:
-        v = np.asarray(values, dtype=np.float64)
-        v, w = v[np.isfinite(v)], None
-    else:
-        v, w = _clean_weighted(values, weights)
-    keys = [f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms"] + [
-        f"p{_p_word(q)}_{name}_ms" for q in percentiles
-    ]
-    if v.size == 0:
-        return dict.fromkeys(keys)
-    if w is None:  # plain numpy, exactly what serve.py calls
-        mean, std, med = np.mean(v), np.std(v), np.median(v)
-        pcts = np.percentile(v, list(percentiles)) if len(percentiles) else np.array([])
-    else:
-        mean = np.average(v, weights=w)
-        std = math.sqrt(np.average((v - mean) ** 2, weights=w))
-        med, *rest = weighted_percentiles(v, w, [50.0, *percentiles])
-        pcts = np.asarray(rest)
-    out = [mean, med, std, *pcts]
-    return {k: float(x) * 1000.0 for k, x in zip(keys, out, strict=True)}
-
-
-def _time_weighted(values: pd.Series, durations: pd.Series) -> float | None:
-    v = values.to_numpy(dtype=np.float64)
-    d = durations.to_numpy(dtype=np.float64)
-    if v.size == 0:
-        return None
-    total = d.sum()
-    return float((v * d).sum() / total) if total > 0 else float(v.mean())
-
-
 # ---- per-request metrics --------------------------------------------------------------------------------
 def request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     """Copy of ``requests`` with ttft, tpot, e2el, queue_time (seconds; NaN where not reached).
@@ -334,8 +263,8 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     }
     qs = [float(q) for q in percentiles]
     for m in ("ttft", "tpot", "e2el"):
-        s.update(_stats_ms(m, fin[m].to_numpy(float), qs))
-    s.update(_stats_ms("itl", result.itl_values, qs, result.itl_weights))
+        s.update(stats_ms(m, fin[m].to_numpy(float), qs))
+    s.update(stats_ms("itl", result.itl_values, qs, result.itl_weights))
     # reorder to vllm's print order: ttft, tpot, itl, e2el
     for m in LATENCY_METRICS:
         for k in [k for k in s if k.endswith(f"_{m}_ms")]:
@@ -351,12 +280,12 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     s["num_swap_ins"] = int(swap.get("num_swap_ins", 0))
     s["prefix_cache_hit_rate"] = _prefix_hit_rate(df, result.meta)
     dur = steps["duration"]
-    s["mean_kv_cache_usage"] = _time_weighted(steps["kv_usage"], dur)
+    s["mean_kv_cache_usage"] = time_weighted(steps["kv_usage"], dur)
     s["max_kv_cache_usage"] = float(steps["kv_usage"].max()) if len(steps) else None
-    s["mean_num_running"] = _time_weighted(steps["num_running"], dur)
-    s["mean_num_waiting"] = _time_weighted(steps["num_waiting"], dur)
+    s["mean_num_running"] = time_weighted(steps["num_running"], dur)
+    s["mean_num_waiting"] = time_weighted(steps["num_waiting"], dur)
     s["max_num_waiting"] = int(steps["num_waiting"].max()) if len(steps) else None
-    s.update(_stats_ms("queue_time", df["queue_time"].to_numpy(float), qs))
+    s.update(stats_ms("queue_time", df["queue_time"].to_numpy(float), qs))
 
     s["slo"] = dict(slo) if slo else None
     s["slo_attainment"] = float(good.mean()) if good is not None and completed else None
@@ -383,7 +312,7 @@ def _percentile_checks(pct_slos: Mapping[str, tuple[str, float, float]], fin: pd
     out: dict[str, dict[str, Any]] = {}
     for key, (metric, q, target) in pct_slos.items():
         if metric == "itl":
-            v, w = _clean_weighted(result.itl_values, result.itl_weights)
+            v, w = clean_weighted(result.itl_values, result.itl_weights)
             value = float(weighted_percentiles(v, w, [q])[0]) if v.size else None
         else:
             col = (df if metric == "queue_time" else fin)[metric].to_numpy(float)
