@@ -36,13 +36,23 @@ class StepPlan:
 
 @dataclass(slots=True)
 class DecodeRun:
-    """k identical decode-only steps the engine may take in one go (nothing can change in between)."""
+    """Up to ``max_steps`` decode-only steps the engine may take in one go.
+
+    Every row decodes one token per step and row i leaves after step ``finish_step[i]`` (1-based, the
+    step of its last token); nothing else can change in between (no admission, no preemption). A
+    policy lets a row finish inside a run only when a finish cannot change what it schedules next
+    (``QueuedPolicy.finishes_in_runs`` with nothing waiting); otherwise ``max_steps <= min(finish_step)``.
+    """
 
     requests: list[Request]
     max_steps: int
-    ctx_sum: int  # total context of the rows in the first step (each step adds len(requests))
     computed: np.ndarray  # each row's computed tokens before the run
     held: np.ndarray  # each row's KV blocks before the run
+    finish_step: np.ndarray  # step whose token finishes each row
+    new_blocks: np.ndarray  # new_blocks[s]: blocks allocated by steps 1..s (new_blocks[0] == 0)
+    # Set by apply_decode_run for the recorder: free and cached-free blocks after each step's allocation.
+    free_blocks: np.ndarray | None = None
+    cached_free: np.ndarray | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,57 +115,90 @@ class QueuedPolicy:
         return None
 
     def apply_decode_run(self, run: DecodeRun, end_times: np.ndarray) -> list[Request]:
-        """Apply k decode steps at once: the same end state as k calls to schedule+update."""
+        """Apply k decode steps at once: the same end state as k calls to schedule+update.
+
+        Rows that finish inside the run split it into segments: each segment grows the rows still
+        running, then frees the finished ones, so blocks return to the free queue in the same order and
+        at the same step as step by step (later growth may pop them, or evict cached blocks instead).
+        """
         k = len(end_times)
         max_len = self.limits.max_model_len
+        kv = self.kv
+        fin = run.finish_step
+        cum = run.new_blocks
+        free_out = np.empty(k, dtype=np.int64)
+        cached_out = np.empty(k, dtype=np.int64)
+        bounds = np.unique(fin[fin < k]).tolist() if self.finishes_in_runs else []
+        bounds.append(k)
         finished: list[Request] = []
-        reqs = run.requests
-        # Output tokens first so that allocation may register the blocks these tokens fill.
-        for req in reqs:
-            req.num_output_tokens += k - 1  # inlined add_output_tokens
-            req.num_tokens += k - 1
-        self.kv.grow_decodes(reqs, k)
-        for req in reqs:
-            req.num_computed_tokens += k
-            req.num_output_tokens += 1
-            req.num_tokens += 1
-            if req.num_output_tokens >= req.output_len or req.num_tokens >= max_len:
-                finished.append(req)
-        if finished:
-            self._finish(finished, float(end_times[-1]))
+        alive = run.requests
+        a = 0
+        for b in bounds:
+            m = b - a
+            free0 = kv.num_free_blocks
+            free_out[a:b] = free0 - (cum[a + 1:b + 1] - cum[a])
+            np.minimum(free_out[a:b], kv.num_cached_free_blocks, out=cached_out[a:b])  # uncached go first
+            # Output tokens first so that allocation may register the blocks these tokens fill.
+            for req in alive:
+                req.num_output_tokens += m - 1  # inlined add_output_tokens
+                req.num_tokens += m - 1
+            kv.grow_decodes(alive, m)
+            if kv.num_free_blocks != free_out[b - 1]:
+                raise RuntimeError(f"decode run: {free0 - kv.num_free_blocks} blocks taken, "
+                                   f"{free0 - free_out[b - 1]} predicted")
+            done: list[Request] = []
+            for req in alive:
+                req.num_computed_tokens += m
+                req.num_output_tokens += 1
+                req.num_tokens += 1
+                if req.num_output_tokens >= req.output_len or req.num_tokens >= max_len:
+                    done.append(req)
+            if done:
+                self._finish(done, float(end_times[b - 1]))
+                finished.extend(done)
+                if b < k:
+                    gone = set(map(id, done))
+                    alive = [r for r in alive if id(r) not in gone]
+            a = b
+        run.free_blocks, run.cached_free = free_out, cached_out
         return finished
+
+    # A finish frees blocks and a batch slot; with nothing waiting, that changes no later decision of a
+    # policy that sets this, so its decode runs may go on past finishes (DecodeRun).
+    finishes_in_runs = False
 
     def quiet_decode_run(self, waiting_blocked: bool) -> DecodeRun | None:
         """Shared test for a fast-forwardable stretch: every running row is decoding, nothing can be
-        admitted, and the free blocks cover the growth of every row until the first one finishes."""
+        admitted, and the free blocks cover every row's growth (finished rows' frees not counted).
+        The run ends at the first finish unless ``finishes_in_runs`` and nothing waits."""
         running = self.running
         if not running or (self.waiting and not waiting_blocked):
             return None
         max_len = self.limits.max_model_len
-        k = 1 << 30
-        computed = []
-        for req in running:
+        n = len(running)
+        computed = [0] * n
+        left = [0] * n
+        for i, req in enumerate(running):
             c = req.num_computed_tokens
-            if req.num_tokens - c != 1 or req.num_tokens == req.prompt_len:
+            t = req.num_tokens
+            if t - c != 1 or t == req.prompt_len:
                 return None
-            left = req.output_len - req.num_output_tokens
-            if left < k:
-                k = left
-            if max_len - req.num_tokens < k:
-                k = max_len - req.num_tokens
-            computed.append(c)
+            computed[i] = c
+            rest = req.output_len - req.num_output_tokens
+            left[i] = rest if rest < max_len - t else max_len - t
+        through = self.finishes_in_runs and not self.waiting
+        k = max(left) if through else min(left)
         if k < 2:
             return None
-        c = np.asarray(computed, dtype=np.int64)
         kv = self.kv
-        held = np.fromiter((kv.num_blocks_held(r) for r in running), np.int64, len(running))
-        bs = self.limits.block_size
+        c = np.array(computed, dtype=np.int64)
+        fin = np.array(left, dtype=np.int64)
+        held = kv.num_blocks_held_array(running)
+        cum = kv.decode_run_blocks(c, held, fin, k)
         free = kv.num_free_blocks
-        if np.maximum(-(-(c + k) // bs) - held, 0).sum() > free:
-            steps = np.arange(1, k + 1, dtype=np.int64)
-            need = np.maximum(-(-(c[None, :] + steps[:, None]) // bs) - held[None, :], 0).sum(axis=1)
-            k = int(np.searchsorted(need, free, side="right"))  # need is non-decreasing in steps
-        if k < 2:
-            return None
-        return DecodeRun(requests=list(running), max_steps=k, ctx_sum=int(c.sum()) + len(running),
-                         computed=c, held=held)
+        if cum[k] > free:
+            k = int(np.searchsorted(cum, free, side="right")) - 1  # cum is non-decreasing
+            if k < 2:
+                return None
+        return DecodeRun(requests=list(running), max_steps=k, computed=c, held=held, finish_step=fin,
+                         new_blocks=cum[:k + 1])

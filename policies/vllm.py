@@ -8,6 +8,7 @@ blocking of the waiting queue; whole-sequence admission gate (``scheduler_reserv
 from __future__ import annotations
 
 import heapq
+from itertools import repeat
 from typing import Any
 
 from policies.base import DecodeRun, PolicyLimits, StepPlan, register
@@ -52,6 +53,7 @@ class _PriorityQueue:
 
 class VllmPolicy(QueuedPolicy):
     name = "vllm"
+    finishes_in_runs = True  # with nothing waiting, a finish only shortens the running list
 
     def __init__(self, limits: PolicyLimits, options: dict[str, Any]) -> None:
         if options:
@@ -92,6 +94,18 @@ class VllmPolicy(QueuedPolicy):
         # V1-2 / V1-3: running requests first, in list order.
         i = 0
         while i < len(running) and budget > 0:
+            # A stretch of decode rows (one token each) gets its slots in one call; a row that cannot
+            # is handled below like any other.
+            j, end = i, min(len(running), i + budget)
+            while j < end and running[j].num_tokens - running[j].num_computed_tokens == 1:
+                j += 1
+            if j > i:
+                got = kv.allocate_decode_slots(running, i, j)
+                scheduled.extend(zip(running[i:got], repeat(1)))
+                budget -= got - i
+                i = got
+                if got == j:
+                    continue
             req = running[i]
             n = req.num_tokens - req.num_computed_tokens
             if 0 < thr < n:

@@ -36,6 +36,9 @@ class Engine:
         self.rec = recorder
         self.horizon = math.inf if horizon is None else horizon
         self.fast_forward = fast_forward
+        # Rows may finish inside a decode run only when no arrival depends on a finish (an open
+        # source: not a closed loop, not a cluster inbox that routes on replica state).
+        self._finishes_in_runs = bool(getattr(source, "arrivals_ignore_finishes", False))
         self.requests: list[Request] = []
         self.rejected: list[Request] = []
         # (step starts, free blocks after each step's allocation) while a decode run is in flight, for
@@ -120,50 +123,70 @@ class Engine:
                 if nxt is None or nxt > end + 1.5 * dt:
                     yield from self._decode_run(end)
 
+    def _price_until(self, rows: np.ndarray, ctx_sums: np.ndarray, start: float, limit: float) -> np.ndarray:
+        """Durations of the run's first steps, enough of them to pass ``limit`` (or all).
+
+        Priced in growing windows, since a run is usually cut by an arrival long before its last
+        finish; each stretch with the same rows is one vectorised call."""
+        k = len(rows)
+        out: list[np.ndarray] = []
+        a, t, window = 0, start, 32
+        while a < k:
+            b = min(k, a + window)
+            cuts = (np.flatnonzero(rows[a + 1:b] != rows[a:b - 1]) + a + 1).tolist()
+            for x, y in zip([a, *cuts], [*cuts, b], strict=True):
+                out.append(self.cost.decode_step_times(int(rows[x]), ctx_sums[x:y]))
+            t += float(sum(float(d.sum()) for d in out[-len(cuts) - 1:]))
+            if t >= limit:
+                break
+            a, window = b, window * 2
+        return np.concatenate(out) if len(out) > 1 else out[0]
+
     def _decode_run(self, start: float):
         run = self.policy.decode_run()
         if run is None:
             return
-        n = len(run.requests)
+        fin = run.finish_step
         k = run.max_steps
-        ctx_sums = run.ctx_sum + n * np.arange(k, dtype=np.int64)
-        durations = self.cost.decode_step_times(n, ctx_sums)
-        ends = start + np.cumsum(durations)
-        starts = ends - durations
+        wake = getattr(self.source, "wake_event", None)
+        if not self._finishes_in_runs:
+            k = min(k, int(fin.min()))  # a finish may bring an arrival (closed loop): stop at the first
+            if k < 2:
+                return
+        # Rows running in each step 1..k, and their total context (each row adds a token per step).
+        last = np.minimum(fin, k)
+        rows = np.bincount(last, minlength=k + 1)[::-1].cumsum()[::-1][1:]
+        ctx0 = np.bincount(last, weights=run.computed, minlength=k + 1)[::-1].cumsum()[::-1][1:]
+        ctx_sums = ctx0 + rows * np.arange(1, k + 1, dtype=np.int64)
         # A step may start only before the next arrival (it would join at that boundary) and the horizon.
         limit = min(self.source.peek_time() or math.inf, self.horizon)
+        durations = self._price_until(rows, ctx_sums, start, limit)
+        ends = start + np.cumsum(durations)
+        starts = ends - durations
         k = int(np.searchsorted(starts, limit, side="left"))
         if k < 2:
             return
-        starts, durations, ends = starts[:k], durations[:k], ends[:k]
+        starts, durations, ends, rows = starts[:k], durations[:k], ends[:k], rows[:k]
         kv = self.policy.kv
-        free0, cached0 = kv.num_free_blocks, kv.num_cached_free_blocks
-        bs = kv.block_size
-        steps = np.arange(1, k + 1, dtype=np.int64)
-        need = np.maximum(-(-(run.computed[None, :] + steps[:, None]) // bs) - run.held[None, :], 0).sum(axis=1)
-        free_blocks = free0 - need
-        last_tok = np.fromiter((r.last_token_time for r in run.requests), np.float64, n)
+        last_tok = np.fromiter((r.last_token_time for r in run.requests), np.float64, len(run.requests))
         num_waiting = self.policy.num_waiting
-        wake = getattr(self.source, "wake_event", None)
         if wake is None:
             yield self.env.timeout(float(ends[-1]) - start)
         else:
             # A pushed source (sim/cluster.py) cannot say when the next request comes, so a push ends the
             # run early: the steps that started by then still run (the push comes after every step
             # boundary at its instant), and the request joins at the next boundary, as without the jump.
-            self.run_view = (starts, free_blocks)
+            # No row finishes inside such a run, so the free blocks are known before it is applied.
+            self.run_view = (starts, kv.num_free_blocks - run.new_blocks[1:k + 1])
             timeout = self.env.timeout(float(ends[-1]) - start)
             fired = yield wake() | timeout
             if timeout not in fired:
                 t = self.env.now
                 k = max(int(np.searchsorted(starts, t, side="right")), 1)
-                starts, durations, ends, free_blocks = starts[:k], durations[:k], ends[:k], free_blocks[:k]
+                starts, durations, ends, rows = starts[:k], durations[:k], ends[:k], rows[:k]
                 yield self.env.timeout(max(float(ends[-1]) - t, 0.0))
             self.run_view = None
         finished = self.policy.apply_decode_run(run, ends)
-        self.rec.on_decode_run(
-            run, starts, durations, num_waiting, free_blocks, kv.usable_blocks, finished, last_tok,
-            cached_free=np.minimum(cached0, free_blocks),  # allocation takes uncached free blocks first
-        )
+        self.rec.on_decode_run(run, starts, durations, rows, num_waiting, kv.usable_blocks, finished, last_tok)
         for req in finished:
-            self.source.on_done(req.spec, float(ends[-1]))
+            self.source.on_done(req.spec, req.finish_time)

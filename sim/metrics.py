@@ -107,52 +107,60 @@ class Recorder:
         run: DecodeRun,
         starts: np.ndarray,
         durations: np.ndarray,
+        rows: np.ndarray,
         num_waiting: int,
-        free_blocks: np.ndarray,
         usable_blocks: int,
         finished: list[Request],
         last_token_before: np.ndarray,
-        cached_free: np.ndarray | None = None,
     ) -> None:
-        """k identical decode steps: rows from arrays, gaps compressed as (value, weight)."""
+        """k decode steps with ``rows[j]`` rows in step j: step rows from arrays, gaps as (value, weight).
+
+        The free-block columns come from ``run`` (set when the run was applied)."""
         k = len(starts)
         n = len(run.requests)
         c = self.cols
+        free_blocks = run.free_blocks[:k]
+        fin = np.minimum(run.finish_step, k)  # step of each row's last token in this run
+        per_step_finished = np.bincount(fin[run.finish_step <= k], minlength=k + 1)[1:]
+        rows_list = rows.tolist()
         c["start"].extend(starts.tolist())
         c["duration"].extend(durations.tolist())
         c["num_prefill_tokens"].extend([0] * k)
-        c["num_decode_tokens"].extend([n] * k)
-        c["num_running"].extend([n] * k)
+        c["num_decode_tokens"].extend(rows_list)
+        c["num_running"].extend(rows_list)
         c["num_waiting"].extend([num_waiting] * k)
         c["num_preempted"].extend([0] * k)
-        c["num_finished"].extend([0] * (k - 1) + [len(finished)])
+        c["num_finished"].extend(per_step_finished.tolist())
         c["kv_usage"].extend((1.0 - free_blocks / usable_blocks).tolist())
         c["num_free_blocks"].extend(free_blocks.tolist())
-        c["num_cached_blocks"].extend([0] * k if cached_free is None else cached_free.tolist())
+        c["num_cached_blocks"].extend(run.cached_free[:k].tolist())
         c["num_swap_out_blocks"].extend([0] * k)
         c["num_swap_in_blocks"].extend([0] * k)
         c["num_swapped_blocks"].extend([self.num_swapped_blocks] * k)
         ends = starts + durations
-        # Each row's first gap runs from its previous token; the next k-1 gaps are the step times.
+        # Each row's first gap runs from its previous token; later gaps are the step times, one per row
+        # still running in that step.
         first = ends[0] - last_token_before
         self.itl_chunks.append((first, np.ones(n, dtype=np.int64)))
         if k > 1:
-            self.itl_chunks.append((np.diff(ends), np.full(k - 1, n, dtype=np.int64)))
-        end = float(ends[-1])
-        for req in run.requests:
-            req.last_token_time = end
+            self.itl_chunks.append((np.diff(ends), rows[1:].astype(np.int64)))
+        for req, t in zip(run.requests, ends[fin - 1].tolist(), strict=True):
+            req.last_token_time = t
         if self.trace is not None:
             ids = [r.request_id for r in run.requests]
-            done = [r.request_id for r in finished]
+            fin_list = fin.tolist()
+            done_at: dict[int, list[str]] = {}
+            for r in finished:
+                done_at.setdefault(fin_list[run.requests.index(r)] - 1, []).append(r.request_id)
             for j in range(k):
                 self.trace.append(
                     {
                         "time": float(starts[j]),
                         "duration": float(durations[j]),
-                        "scheduled": [[rid, 1] for rid in ids],
+                        "scheduled": [[rid, 1] for rid, f in zip(ids, fin_list, strict=True) if f > j],
                         "preempted": [],
-                        "finished": done if j == k - 1 else [],
-                        "num_running": n,
+                        "finished": done_at.get(j, []),
+                        "num_running": rows_list[j],
                         "num_waiting": num_waiting,
                         "num_free_blocks": int(free_blocks[j]),
                         "kv_usage": float(1.0 - free_blocks[j] / usable_blocks),

@@ -23,6 +23,8 @@ class ClosedWorkloadLike(Protocol):
 
 
 class OpenSource:
+    arrivals_ignore_finishes = True  # arrival times are fixed in advance (see Engine._decode_run)
+
     def __init__(self, specs: Sequence[RequestSpec]) -> None:
         self.specs = sorted(specs, key=lambda s: s.arrival_time)
         self.pos = 0

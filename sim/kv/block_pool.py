@@ -1,4 +1,4 @@
-"""Paged KV block pool: fixed blocks, ref counts, an O(1) LRU free queue and a hash -> block map.
+"""Paged KV block pool: fixed blocks, ref counts, an LRU free queue and a hash -> block map.
 
 The pool knows blocks only (no requests, tokens or scheduling), in the way vLLM V1 layers its
 ``BlockPool`` under the ``KVCacheManager`` (engines.md §1.3). Rules implemented here:
@@ -10,28 +10,32 @@ The pool knows blocks only (no requests, tokens or scheduling), in the way vLLM 
   against vllm-oracle), a popped block that still carries a hash is evicted from the map then (lazy
   eviction), and a prefix hit on a free block removes it from the middle (``touch``).
 
-The free queue is an ``OrderedDict`` keyed by block id: ``popitem(last=False)`` is the front, ``del`` is
-a removal from the middle, assignment appends to the back and ``move_to_end(last=False)`` moves to the
-front, all O(1) and implemented in C.
+Why the queue is two lists. Blocks only ever join at the front or at the back, so the queue is a
+stack (``_front``, whose last element is the queue's front) followed by a FIFO (``_back``, read from
+``_head``). A request frees and allocates tens of blocks at a time, and list slicing moves them in C
+instead of one linked-list operation per block (vLLM's doubly linked list; an ``OrderedDict`` here
+before). A hit on a free block leaves a ``None`` hole at its recorded position (``qpos``). Only freed
+cached blocks join the back, so the cached-free blocks are exactly the live back entries past
+``_cf_start`` (the blocks queued at init, or before a cache reset, come before it): counting them needs
+no per-block flag.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
 
 class KVBlock:
     """One KV block. ``block_hash`` is set while the block is registered in the prefix cache."""
 
-    __slots__ = ("block_id", "ref_cnt", "block_hash", "is_null", "cached_free")
+    __slots__ = ("block_id", "ref_cnt", "block_hash", "is_null", "qpos")
 
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
         self.ref_cnt = 0
         self.block_hash: int | None = None
         self.is_null = False
-        self.cached_free = False  # free, but kept for prefix hits (at the LRU end of the queue)
+        self.qpos = -1  # absolute position of its latest entry in the back FIFO (stale once popped)
 
     def __repr__(self) -> str:
         return f"KVBlock(id={self.block_id}, ref={self.ref_cnt}, hash={self.block_hash}, null={self.is_null})"
@@ -43,6 +47,8 @@ class KVBlock:
 # BlockHashToBlockMap), a lookup returns the oldest, and evicting one leaves the other hittable.
 _Entry = KVBlock | dict[int, KVBlock]
 
+_COMPACT_AT = 4096  # drop the consumed head of the back FIFO once it is this long and over half the list
+
 
 class BlockPool:
     """Fixed pool of ``num_blocks`` KV blocks, block 0 reserved as the null block (engines.md KV-2)."""
@@ -53,10 +59,18 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
         self.blocks: list[KVBlock] = [KVBlock(i) for i in range(num_blocks)]
-        self._free: OrderedDict[int, KVBlock] = OrderedDict((b.block_id, b) for b in self.blocks)
-        # KV-2: the null block leaves the free queue at init and never comes back.
-        self.null_block = self._free.popitem(last=False)[1]
+        # KV-2: the null block never enters the free queue.
+        self.null_block = self.blocks[0]
         self.null_block.is_null = True
+        self._front: list[KVBlock] = []
+        self._back: list[KVBlock | None] = self.blocks[1:]
+        self._head = 0  # index of the first unread entry of _back
+        self._base = 0  # absolute position of _back[0] (positions are absolute: compaction renumbers nothing)
+        self._holes = 0  # None entries in _back[_head:]
+        for i, b in enumerate(self._back):
+            b.qpos = i
+        self._cf_start = num_blocks - 1  # back entries from here on are cached-free
+        self._num_free = num_blocks - 1
         self._cached: dict[int, _Entry] = {}
         self._num_cached = 0  # blocks carrying a hash (>= number of distinct hashes)
         self._num_cached_free = 0  # free blocks that hold reusable content (released to the LRU end)
@@ -69,12 +83,12 @@ class BlockPool:
     @property
     def num_free_blocks(self) -> int:
         """Blocks in the free queue, including cached ones nobody references (KV-3)."""
-        return len(self._free)
+        return self._num_free
 
     @property
     def usage(self) -> float:
         """KV usage as vLLM reports it: ``1 - free / (num_blocks - 1)`` (engines.md KV-3)."""
-        return 1.0 - len(self._free) / (self.num_blocks - 1)
+        return 1.0 - self._num_free / (self.num_blocks - 1)
 
     @property
     def num_cached_blocks(self) -> int:
@@ -94,26 +108,66 @@ class BlockPool:
 
     def free_block_ids(self) -> list[int]:
         """Free queue from front (next to be allocated) to back; for tests and traces."""
-        return list(self._free)
+        ids = [b.block_id for b in reversed(self._front)]
+        ids.extend(b.block_id for b in self._back[self._head:] if b is not None)
+        return ids
 
     # ---- allocation -------------------------------------------------------------------------------
     def get_new_blocks(self, n: int) -> list[KVBlock]:
         """Pop ``n`` blocks from the front of the free queue, evicting their stale hashes (KV-6)."""
-        free = self._free
-        if n > len(free):
-            raise ValueError(f"cannot allocate {n} blocks: only {len(free)} free")
-        out: list[KVBlock] = []
-        pop = free.popitem
-        for _ in range(n):
-            blk = pop(last=False)[1]
-            if blk.cached_free:
-                blk.cached_free = False
-                self._num_cached_free -= 1
-            if blk.block_hash is not None:
-                self._evict(blk)
-            blk.ref_cnt = 1
-            out.append(blk)
+        if n > self._num_free:
+            raise ValueError(f"cannot allocate {n} blocks: only {self._num_free} free")
+        if n <= 0:
+            return []
+        front = self._front
+        if n <= len(front):
+            out = front[-n:]
+            del front[-n:]
+            out.reverse()
+        else:
+            out = front[::-1]
+            front.clear()
+            self._pop_back(n - len(out), out)
+        self._num_free -= n
+        if self._num_cached:
+            for blk in out:
+                blk.ref_cnt = 1
+                if blk.block_hash is not None:
+                    self._evict(blk)
+        else:  # nothing is hashed: nothing to evict
+            for blk in out:
+                blk.ref_cnt = 1
         return out
+
+    def _pop_back(self, m: int, out: list[KVBlock]) -> None:
+        """Move the first ``m`` live entries of the back FIFO to ``out``, skipping holes."""
+        back, h, base = self._back, self._head, self._base
+        if not self._holes:
+            out.extend(back[h:h + m])  # type: ignore[arg-type]
+            cf = base + h + m - max(base + h, self._cf_start)
+            if cf > 0:
+                self._num_cached_free -= cf
+            h += m
+        else:
+            while m:
+                chunk = back[h:h + m]
+                cut = self._cf_start - base - h  # chunk[cut:] is in the cached-free region
+                h += len(chunk)
+                holes = chunk.count(None)
+                if holes:
+                    self._holes -= holes
+                if cut < len(chunk):
+                    tail = chunk[cut:] if cut > 0 else chunk
+                    self._num_cached_free -= len(tail) - (tail.count(None) if holes else 0)
+                if holes:
+                    chunk = [b for b in chunk if b is not None]
+                out.extend(chunk)  # type: ignore[arg-type]
+                m -= len(chunk)
+        if h >= _COMPACT_AT and 2 * h >= len(back):
+            del back[:h]
+            self._base += h
+            h = 0
+        self._head = h
 
     def free_blocks(self, blocks: Iterable[KVBlock]) -> None:
         """Drop one reference from each block; blocks reaching 0 rejoin the free queue.
@@ -124,7 +178,7 @@ class BlockPool:
         evicted. Both groups keep the order given; the manager passes a request's blocks tail first, so
         within a request the longest-prefix blocks are evicted before the head blocks (engines.md KV-6).
         """
-        blocks = [b for b in blocks if not b.is_null]
+        blocks = list(blocks)
         if self.enable_caching:
             self.release(
                 [b for b in blocks if b.block_hash is None], [b for b in blocks if b.block_hash is not None]
@@ -135,38 +189,75 @@ class BlockPool:
     def release(self, reuse_first: Sequence[KVBlock], reuse_last: Sequence[KVBlock]) -> None:
         """``free_blocks`` with the placement chosen by the caller: blocks of ``reuse_first`` that reach
         ref 0 go to the front of the free queue (the first one given at the very front), those of
-        ``reuse_last`` to the back. The manager uses it for content it leaves unhashed (its docstring)."""
-        reuse_first = [b for b in reuse_first if not b.is_null]
-        reuse_last = [b for b in reuse_last if not b.is_null]
-        for group in (reuse_first, reuse_last):
-            for b in group:
-                if b.ref_cnt <= 0:
-                    raise ValueError(f"double free of block {b.block_id} (ref_cnt {b.ref_cnt})")
-        for group in (reuse_first, reuse_last):
-            for b in group:
-                b.ref_cnt -= 1
-        free = self._free
-        for b in reversed(reuse_first):
-            if b.ref_cnt == 0:
-                free[b.block_id] = b
-                free.move_to_end(b.block_id, last=False)
-        for b in reuse_last:
-            if b.ref_cnt == 0:
-                free[b.block_id] = b
-                b.cached_free = True
-                self._num_cached_free += 1
+        ``reuse_last`` to the back. The manager uses it for content it leaves unhashed (its docstring).
+        A double free raises ValueError and changes nothing.
+
+        One pass per block: a block is touched once (its fields are cache misses at this pool's size)."""
+        if not isinstance(reuse_first, list | tuple):
+            reuse_first = list(reuse_first)
+        if not isinstance(reuse_last, list | tuple):
+            reuse_last = list(reuse_last)
+        zero_first = self._decref(reuse_first)
+        back = self._back
+        n0 = len(back)
+        pos = self._base + n0
+        for i, b in enumerate(reuse_last):
+            r = b.ref_cnt
+            if r == 1:
+                b.ref_cnt = 0
+                b.qpos = pos
+                pos += 1
+                back.append(b)
+            elif r > 1:
+                b.ref_cnt = r - 1
+            elif not b.is_null:
+                del back[n0:]
+                self._undo((*reuse_first, *reuse_last[:i]), b)
+        n_last = len(back) - n0
+        if zero_first:
+            zero_first.reverse()
+            self._front.extend(zero_first)
+        self._num_cached_free += n_last
+        self._num_free += len(zero_first) + n_last
+
+    def _decref(self, group: Sequence[KVBlock]) -> list[KVBlock]:
+        """Drop one reference from each block of ``group``; returns those reaching 0."""
+        zero: list[KVBlock] = []
+        for i, b in enumerate(group):
+            r = b.ref_cnt
+            if r > 1:
+                b.ref_cnt = r - 1
+            elif r == 1:
+                b.ref_cnt = 0
+                zero.append(b)
+            elif not b.is_null:
+                self._undo(group[:i], b)
+        return zero
+
+    @staticmethod
+    def _undo(done: Sequence[KVBlock], bad: KVBlock) -> None:
+        """Give back the references a release took before meeting ``bad`` (a double free), and raise."""
+        for u in done:
+            if not u.is_null:
+                u.ref_cnt += 1
+        raise ValueError(f"double free of block {bad.block_id} (ref_cnt {bad.ref_cnt})")
 
     def touch(self, blocks: Iterable[KVBlock]) -> None:
         """Take a reference on prefix-hit blocks; free ones leave the middle of the queue (KV-6)."""
-        free = self._free
         for b in blocks:
-            if b.is_null:
-                continue
             if b.ref_cnt == 0:
-                del free[b.block_id]
-                if b.cached_free:
-                    b.cached_free = False
-                    self._num_cached_free -= 1
+                if b.is_null:
+                    continue
+                p = b.qpos
+                i = p - self._base
+                if self._head <= i < len(self._back) and self._back[i] is b:
+                    self._back[i] = None
+                    self._holes += 1
+                    if p >= self._cf_start:
+                        self._num_cached_free -= 1
+                else:
+                    self._front.remove(b)
+                self._num_free -= 1
             b.ref_cnt += 1
 
     # ---- prefix cache -----------------------------------------------------------------------------
@@ -225,11 +316,11 @@ class BlockPool:
 
     def reset_prefix_cache(self) -> bool:
         """Forget every hash; refused (False) while any block is in use, as vLLM does."""
-        if len(self._free) != self.num_blocks - 1:
+        if self._num_free != self.num_blocks - 1:
             return False
         for b in self.blocks:
             b.block_hash = None
-            b.cached_free = False
+        self._cf_start = self._base + len(self._back)  # nothing queued so far holds reusable content
         self._cached.clear()
         self._num_cached = 0
         self._num_cached_free = 0
@@ -238,12 +329,28 @@ class BlockPool:
     # ---- checking ---------------------------------------------------------------------------------
     def check_invariants(self) -> None:
         """Raise AssertionError if the queue, ref counts and hash map disagree (used by tests)."""
-        free = self._free
         null = self.null_block
 
         def fail(msg: str) -> None:
             raise AssertionError(msg)
 
+        queue = self.free_block_ids()
+        free = set(queue)
+        if len(free) != len(queue):
+            fail(f"a block is in the free queue twice: {queue}")
+        if len(queue) != self._num_free:
+            fail(f"free counter {self._num_free} != {len(queue)} blocks in the free queue")
+        live = self._back[self._head:]
+        if live.count(None) != self._holes:
+            fail(f"hole counter {self._holes} != {live.count(None)} holes in the free queue")
+        n_cached_free = 0
+        for i, b in enumerate(live, start=self._base + self._head):
+            if b is not None:
+                if b.qpos != i:
+                    fail(f"block {b.block_id} sits at queue position {i} but records {b.qpos}")
+                n_cached_free += i >= self._cf_start
+        if n_cached_free != self._num_cached_free:
+            fail(f"cached-free counter {self._num_cached_free} != {n_cached_free} cached-free blocks")
         if not null.is_null or null.block_id in free or null.block_hash is not None:
             fail(f"null block corrupted: {null!r}, in free queue: {null.block_id in free}")
         n_hashed = 0
@@ -260,14 +367,6 @@ class BlockPool:
                 held = entry is b or (type(entry) is dict and entry.get(b.block_id) is b)
                 if not held:
                     fail(f"block {b.block_id} has hash {b.block_hash} but the map does not hold it")
-        n_cached_free = sum(1 for b in self.blocks if b.cached_free)
-        if n_cached_free != self._num_cached_free:
-            fail(f"cached-free counter {self._num_cached_free} != {n_cached_free} flagged blocks")
-        if any(b.cached_free and b.block_id not in free for b in self.blocks):
-            fail("a block flagged cached-free is not in the free queue")
-        for bid, b in free.items():
-            if b is not self.blocks[bid]:
-                fail(f"free queue key {bid} maps to block {b.block_id}")
         n_mapped = 0
         for h, entry in self._cached.items():
             members = [entry] if type(entry) is KVBlock else list(entry.values())

@@ -16,6 +16,8 @@ hit by its own resume. The one visible difference is the size of the hash map
 
 from __future__ import annotations
 
+import numpy as np
+
 from sim.errors import ConfigError
 from sim.kv.block_pool import BlockPool, KVBlock
 from sim.request import Request
@@ -210,26 +212,116 @@ class KVCacheManager:
 
         A decode row needs a new block only when its computed tokens sit on a block boundary, and
         cache bookkeeping only when the new token completes a block; otherwise its slot already exists.
+        Content nobody shares needs no hashing, so its bookkeeping is inlined here.
         """
         c = req.num_computed_tokens
         bs = self.block_size
         if c % bs and ((c + 1) % bs or not self.enable_caching):
             return True
-        return self.allocate_slots(req, 1) is not None
+        st = self._reqs.get(req.request_id)
+        if st is None or c >= self.max_model_len or (self.enable_caching and req.spec.shares_content):
+            return self.allocate_slots(req, 1) is not None
+        blocks = st.blocks
+        need = c // bs + 1 - len(blocks)
+        if need > 0:
+            if need > self.pool.num_free_blocks:
+                return False
+            blocks.extend(self.pool.get_new_blocks(need))
+        if self.enable_caching:
+            full = (c + 1 if c < req.num_tokens else req.num_tokens) // bs
+            if full > st.num_cached:
+                st.num_cached = full if full < len(blocks) else len(blocks)
+        return True
+
+    def allocate_decode_slots(self, reqs: list[Request], start: int, stop: int) -> int:
+        """``allocate_decode_slot`` for ``reqs[start:stop]`` in order, up to the first row that cannot
+        get its slot; returns that row's index (``stop`` when all did). One call per stretch of decode
+        rows instead of one per row: a step's running list is mostly such a stretch."""
+        bs = self.block_size
+        caching = self.enable_caching
+        for i in range(start, stop):
+            req = reqs[i]
+            c = req.num_computed_tokens
+            if c % bs and ((c + 1) % bs or not caching):
+                continue
+            if not self.allocate_decode_slot(req):
+                return i
+        return stop
 
     def grow_decodes(self, reqs: list[Request], k: int) -> None:
         """Slots for ``k`` more tokens of each running request (a fast-forwarded decode run).
 
         The caller has checked that the free blocks suffice. Rows whose ``k`` tokens neither cross nor
-        complete a block need nothing.
+        complete a block need nothing; the blocks of the others are popped in one go, in row order, as
+        row-by-row ``allocate_slots`` calls would pop them (rows with shared content take that path).
         """
         bs = self.block_size
+        caching = self.enable_caching
+        max_len = self.max_model_len
+        table = self._reqs
+        grow: list[tuple[_ReqKV, int, int]] = []  # (state, new blocks, full blocks to count as cached)
+        total = 0
         for req in reqs:
             c = req.num_computed_tokens
             if c % bs and (c + k) // bs == c // bs and (c + k) % bs:
                 continue
-            if self.allocate_slots(req, k) is None:
-                raise RuntimeError(f"request {req.request_id}: decode run promised {k} slots")
+            st = table.get(req.request_id)
+            if st is None or (caching and req.spec.shares_content) or c + k > max_len:
+                if grow:  # keep the pop order: flush what is pending first
+                    total = self._grow(grow, total)
+                if self.allocate_slots(req, k) is None:
+                    raise RuntimeError(f"request {req.request_id}: decode run promised {k} slots")
+                continue
+            need = -(-(c + k) // bs) - len(st.blocks)
+            if need < 0:
+                need = 0
+            full = (c + k if c + k < req.num_tokens else req.num_tokens) // bs if caching else 0
+            grow.append((st, need, full))
+            total += need
+        if grow:
+            self._grow(grow, total)
+
+    def _grow(self, grow: list[tuple[_ReqKV, int, int]], total: int) -> int:
+        if total > self.pool.num_free_blocks:
+            raise RuntimeError(f"decode run promised {total} blocks, {self.pool.num_free_blocks} are free")
+        new = self.pool.get_new_blocks(total) if total else []
+        p = 0
+        for st, need, full in grow:
+            if need:
+                st.blocks.extend(new[p:p + need])
+                p += need
+            if full > st.num_cached:
+                st.num_cached = full if full < len(st.blocks) else len(st.blocks)
+        grow.clear()
+        return 0
+
+    def decode_run_blocks(
+        self, computed: np.ndarray, held: np.ndarray, finish_step: np.ndarray, k: int
+    ) -> np.ndarray:
+        """Blocks that decode rows allocate over ``k`` steps, cumulative: ``out[s]`` for steps 1..s.
+
+        Row i holds ``held[i]`` blocks, has ``computed[i]`` tokens and decodes one token per step up to
+        step ``finish_step[i]``. Step s needs slot ``computed + s``, so a row first needs a new block at
+        step ``held * block_size - computed + 1`` and then every ``block_size`` steps: the allocations
+        are counted as events (about rows x k / block_size of them) rather than a k x rows matrix.
+        """
+        bs = self.block_size
+        first = held * bs - computed + 1
+        last = np.minimum(finish_step, k)
+        count = np.maximum((last - first) // bs + 1, 0)
+        total = int(count.sum())
+        if not total:
+            return np.zeros(k + 1, dtype=np.int64)
+        offset = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+        steps = np.repeat(first, count) + bs * offset
+        return np.cumsum(np.bincount(steps, minlength=k + 1))
+
+    def num_blocks_held_array(self, reqs: list[Request]) -> np.ndarray:
+        reqs_kv = self._reqs
+        return np.fromiter(
+            (len(reqs_kv[r.request_id].blocks) if r.request_id in reqs_kv else 0 for r in reqs),
+            np.int64, len(reqs),
+        )
 
     def free(self, req: Request, preempted: bool = False) -> None:
         """Release ``req``'s blocks tail first (KV-6) and forget it; hashes stay for later hits (KV-7)."""
