@@ -28,7 +28,7 @@ class CostModel(Protocol):
     def step_time(self, batch: BatchSummary) -> float: ...
 
     def decode_step_times(
-        self, num_decode: int, ctx_sums: np.ndarray, num_logits: int | None = None
+        self, num_decode: int | np.ndarray, ctx_sums: np.ndarray, num_logits: int | None = None
     ) -> np.ndarray: ...
 
     def breakdown(self, batch: BatchSummary) -> dict[str, float]: ...
@@ -160,6 +160,7 @@ class RooflineCostModel:
             self._pad = pad
         else:
             self._pad = [0]
+        self._pad_arr = np.asarray(self._pad, dtype=np.int64)
         self._pad_mixed = pr.cuda_graphs and pr.cuda_graph_pad_mixed
         self._tok: list[float] = []
         self._head: list[float] = []
@@ -243,12 +244,14 @@ class RooflineCostModel:
     def _grow_tok(self, m: int) -> None:
         cap = max(1024, 2 * len(self._tok), m + 1)
         parts = self._token_parts(np.arange(cap))
-        self._tok = (parts["gemm"] + parts["moe"] + parts["elementwise"] + parts["allreduce"]).tolist()
+        self._tok_arr = parts["gemm"] + parts["moe"] + parts["elementwise"] + parts["allreduce"]
+        self._tok = self._tok_arr.tolist()  # a list: scalar indexing in step_time is cheaper
 
     def _grow_head(self, s: int) -> None:
         cap = max(256, 2 * len(self._head), s + 1)
         parts = self._head_parts(np.arange(cap))
-        self._head = (parts["lm_head"] + parts["sampler"]).tolist()
+        self._head_arr = parts["lm_head"] + parts["sampler"]
+        self._head = self._head_arr.tolist()
 
     def _padded(self, n: int) -> int:
         pad = self._pad
@@ -313,10 +316,28 @@ class RooflineCostModel:
         return t
 
     def decode_step_times(
-        self, num_decode: int, ctx_sums: np.ndarray, num_logits: int | None = None
+        self, num_decode: int | np.ndarray, ctx_sums: np.ndarray, num_logits: int | None = None
     ) -> np.ndarray:
-        """Times of consecutive decode-only steps with the same rows; ctx_sums[i] = Σctx of step i."""
+        """Times of consecutive decode-only steps; ctx_sums[i] = Σctx of step i.
+
+        ``num_decode`` is the rows of every step, or one count per step (rows leave a run as they
+        finish; every row samples then). Each element is computed with the same operations as
+        ``step_time``, so the two agree exactly."""
         ctx = np.asarray(ctx_sums, dtype=np.float64)
+        if np.ndim(num_decode):
+            n = np.asarray(num_decode, dtype=np.int64)
+            top = int(n.max()) if n.size else 0
+            if top <= 0:
+                return np.zeros(ctx.shape)
+            pad = self._pad_arr
+            mg = np.where(n < len(pad), pad[np.minimum(n, len(pad) - 1)], n)
+            if int(mg.max()) >= len(self._tok):
+                self._grow_tok(int(mg.max()))
+            if top >= len(self._head):
+                self._grow_head(top)
+            const = self._tok_arr[mg] + self._head_arr[n] + self._step_oh + self._seq_oh * n
+            t = const + self._layers * (self._attn_t0 + (self._kv_coef * ctx + n * self._dec_seq))
+            return np.where(n > 0, t, 0.0)
         n = int(num_decode)
         if n <= 0:
             return np.zeros(ctx.shape)
@@ -387,12 +408,11 @@ class ConstantCostModel:
         return self.step_s + self.per_token_s * batch.num_tokens
 
     def decode_step_times(
-        self, num_decode: int, ctx_sums: np.ndarray, num_logits: int | None = None
+        self, num_decode: int | np.ndarray, ctx_sums: np.ndarray, num_logits: int | None = None
     ) -> np.ndarray:
         shape = np.shape(ctx_sums)
-        if num_decode <= 0:
-            return np.zeros(shape)
-        return np.full(shape, self.step_s + self.per_token_s * num_decode)
+        n = np.broadcast_to(np.asarray(num_decode, dtype=np.int64), shape)
+        return np.where(n > 0, self.step_s + self.per_token_s * n, 0.0).astype(np.float64)
 
     def breakdown(self, batch: BatchSummary) -> dict[str, float]:
         if batch.is_empty:

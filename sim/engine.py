@@ -124,19 +124,16 @@ class Engine:
                     yield from self._decode_run(end)
 
     def _price_until(self, rows: np.ndarray, ctx_sums: np.ndarray, start: float, limit: float) -> np.ndarray:
-        """Durations of the run's first steps, enough of them to pass ``limit`` (or all).
-
-        Priced in growing windows, since a run is usually cut by an arrival long before its last
-        finish; each stretch with the same rows is one vectorised call."""
+        """Durations of the run's first steps, enough of them to pass ``limit`` (or all): priced in
+        growing windows, since a run is usually cut by an arrival long before its last finish."""
         k = len(rows)
         out: list[np.ndarray] = []
         a, t, window = 0, start, 32
         while a < k:
             b = min(k, a + window)
-            cuts = (np.flatnonzero(rows[a + 1:b] != rows[a:b - 1]) + a + 1).tolist()
-            for x, y in zip([a, *cuts], [*cuts, b], strict=True):
-                out.append(self.cost.decode_step_times(int(rows[x]), ctx_sums[x:y]))
-            t += float(sum(float(d.sum()) for d in out[-len(cuts) - 1:]))
+            d = self.cost.decode_step_times(rows[a:b], ctx_sums[a:b])
+            out.append(d)
+            t += float(d.sum())
             if t >= limit:
                 break
             a, window = b, window * 2

@@ -35,7 +35,7 @@ class KVBlock:
         self.ref_cnt = 0
         self.block_hash: int | None = None
         self.is_null = False
-        self.qpos = -1  # absolute position of its latest entry in the back FIFO (stale once popped)
+        self.qpos = -1  # hashed blocks: absolute position of the latest entry in the back FIFO
 
     def __repr__(self) -> str:
         return f"KVBlock(id={self.block_id}, ref={self.ref_cnt}, hash={self.block_hash}, null={self.is_null})"
@@ -67,8 +67,6 @@ class BlockPool:
         self._head = 0  # index of the first unread entry of _back
         self._base = 0  # absolute position of _back[0] (positions are absolute: compaction renumbers nothing)
         self._holes = 0  # None entries in _back[_head:]
-        for i, b in enumerate(self._back):
-            b.qpos = i
         self._cf_start = num_blocks - 1  # back entries from here on are cached-free
         self._num_free = num_blocks - 1
         self._cached: dict[int, _Entry] = {}
@@ -205,8 +203,6 @@ class BlockPool:
             r = b.ref_cnt
             if r == 1:
                 b.ref_cnt = 0
-                b.qpos = pos
-                pos += 1
                 back.append(b)
             elif r > 1:
                 b.ref_cnt = r - 1
@@ -214,6 +210,11 @@ class BlockPool:
                 del back[n0:]
                 self._undo((*reuse_first, *reuse_last[:i]), b)
         n_last = len(back) - n0
+        if self._num_cached:  # record where the hashed ones sit: only those can be hit (touched)
+            for j in range(n0, n0 + n_last):
+                b = back[j]
+                if b.block_hash is not None:
+                    b.qpos = pos + j - n0
         if zero_first:
             zero_first.reverse()
             self._front.extend(zero_first)
@@ -248,12 +249,15 @@ class BlockPool:
             if b.ref_cnt == 0:
                 if b.is_null:
                     continue
-                p = b.qpos
-                i = p - self._base
-                if self._head <= i < len(self._back) and self._back[i] is b:
-                    self._back[i] = None
+                back, head = self._back, self._head
+                i = b.qpos - self._base
+                if not (head <= i < len(back) and back[i] is b):
+                    # An unhashed block (no prefix hit finds one; a direct call may): search for it.
+                    i = back.index(b, head) if b in back[head:] else -1
+                if i >= 0:
+                    back[i] = None
                     self._holes += 1
-                    if p >= self._cf_start:
+                    if i + self._base >= self._cf_start:
                         self._num_cached_free -= 1
                 else:
                     self._front.remove(b)
@@ -346,7 +350,7 @@ class BlockPool:
         n_cached_free = 0
         for i, b in enumerate(live, start=self._base + self._head):
             if b is not None:
-                if b.qpos != i:
+                if b.block_hash is not None and b.qpos != i:
                     fail(f"block {b.block_id} sits at queue position {i} but records {b.qpos}")
                 n_cached_free += i >= self._cf_start
         if n_cached_free != self._num_cached_free:
