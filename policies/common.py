@@ -69,22 +69,31 @@ class QueuedPolicy:
         chunks: list[int] = []
         ctxs: list[int] = []
         sampled = plan.sampled
+        add_dec, add_sampled = dec.append, sampled.append  # bound once: this loop sees every row
         for req, n in plan.scheduled:
             before = req.num_computed_tokens
             after = before + n
             req.num_computed_tokens = after
-            if n == 1 and req.num_output_tokens > 0 and after == req.num_tokens:
-                dec.append(after)
+            total = req.num_tokens
+            if after == total:
+                if n == 1 and req.num_output_tokens > 0:
+                    add_dec(after)
+                else:
+                    chunks.append(n)
+                    ctxs.append(before)
+                add_sampled(req)
             else:
                 chunks.append(n)
                 ctxs.append(before)
-            if after >= req.num_tokens:
-                sampled.append(req)
+                if after > total:
+                    add_sampled(req)
         plan.batch = BatchSummary(
             decode_ctx=np.asarray(dec, dtype=np.int64),
             prefill_chunk=np.asarray(chunks, dtype=np.int64),
             prefill_ctx=np.asarray(ctxs, dtype=np.int64),
             num_logits=len(sampled),
+            _prefill_tokens=sum(chunks),
+            _decode_ctx_sum=sum(dec),
         )
         return plan
 

@@ -29,6 +29,9 @@ class BatchSummary:
     num_logits: int = 0
     swap_out_blocks: int = 0
     swap_in_blocks: int = 0
+    # Sums asked for several times a step (pricing, recording, emptiness): computed once, on first use.
+    _prefill_tokens: int = field(default=-1, repr=False, compare=False)
+    _decode_ctx_sum: int = field(default=-1, repr=False, compare=False)
 
     @property
     def num_decode(self) -> int:
@@ -36,7 +39,16 @@ class BatchSummary:
 
     @property
     def num_prefill_tokens(self) -> int:
-        return int(self.prefill_chunk.sum()) if len(self.prefill_chunk) else 0
+        if self._prefill_tokens < 0:
+            self._prefill_tokens = int(self.prefill_chunk.sum()) if len(self.prefill_chunk) else 0
+        return self._prefill_tokens
+
+    @property
+    def decode_ctx_sum(self) -> int:
+        """Total context of the decode rows (the KV they read)."""
+        if self._decode_ctx_sum < 0:
+            self._decode_ctx_sum = int(self.decode_ctx.sum()) if len(self.decode_ctx) else 0
+        return self._decode_ctx_sum
 
     @property
     def num_tokens(self) -> int:

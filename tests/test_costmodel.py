@@ -240,6 +240,29 @@ def test_decode_step_times_equals_step_time():
                 assert fast[i] == pytest.approx(cm.step_time(b), rel=1e-12, abs=0)
 
 
+def test_decode_step_times_with_rows_per_step_equals_step_time():
+    """A decode run whose rows finish along the way is priced with one row count per step; each step
+    must cost exactly what step_time says for that batch (cuda-graph padding, table growth, zero rows)."""
+    rng = np.random.default_rng(11)
+    models = [RooflineCostModel(LLAMA8B, RTX4090), RooflineCostModel(MIXTRAL, H100, tensor_parallel_size=2),
+              RooflineCostModel(LLAMA8B, H100, profile=replace(prior_profile(H100), cuda_graphs=False))]
+    for cm in models:
+        rows = np.array([700, 600, 513, 512, 257, 64, 9, 8, 3, 1, 0, 2000])  # 2000: past the tables
+        sums = rng.integers(1, 4000, len(rows)) * np.maximum(rows, 1)
+        fast = cm.decode_step_times(rows, sums)
+        assert fast.shape == rows.shape
+        for i, n in enumerate(rows.tolist()):
+            if n == 0:
+                assert fast[i] == 0.0
+                continue
+            ctx = np.full(n, sums[i] // n)
+            ctx[0] += sums[i] - ctx.sum()
+            assert fast[i] == pytest.approx(cm.step_time(decode(n, ctx)), rel=1e-12, abs=0)
+            assert fast[i] == cm.decode_step_times(n, sums[i:i + 1])[0]  # bit-identical to the scalar path
+    const = ConstantCostModel(step_s=0.5, per_token_s=0.01)
+    np.testing.assert_allclose(const.decode_step_times(np.array([3, 0, 1]), np.arange(3)), [0.53, 0.0, 0.51])
+
+
 def test_hot_path_tables_grow_past_initial_size(cm4090):
     big = prefill(5000, 0, logits=300)
     t = cm4090.step_time(big)
