@@ -53,7 +53,7 @@ _COMPACT_AT = 4096  # drop the consumed head of the back FIFO once it is this lo
 class BlockPool:
     """Fixed pool of ``num_blocks`` KV blocks, block 0 reserved as the null block (engines.md KV-2)."""
 
-    def __init__(self, num_blocks: int, enable_caching: bool) -> None:
+    def __init__(self, num_blocks: int, enable_caching: bool, compact_at: int = _COMPACT_AT) -> None:
         if num_blocks < 2:
             raise ValueError(f"num_blocks must be >= 2 (block 0 is the null block), got {num_blocks}")
         self.num_blocks = num_blocks
@@ -64,6 +64,7 @@ class BlockPool:
         self.null_block.is_null = True
         self._front: list[KVBlock] = []
         self._back: list[KVBlock | None] = self.blocks[1:]
+        self._compact_at = compact_at
         self._head = 0  # index of the first unread entry of _back
         self._base = 0  # absolute position of _back[0] (positions are absolute: compaction renumbers nothing)
         self._holes = 0  # None entries in _back[_head:]
@@ -161,7 +162,7 @@ class BlockPool:
                     chunk = [b for b in chunk if b is not None]
                 out.extend(chunk)  # type: ignore[arg-type]
                 m -= len(chunk)
-        if h >= _COMPACT_AT and 2 * h >= len(back):
+        if h >= self._compact_at and 2 * h >= len(back):
             del back[:h]
             self._base += h
             h = 0

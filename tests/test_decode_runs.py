@@ -1,0 +1,500 @@
+"""Decode runs: the block count of a run, bulk slot allocation, and engine runs that go on past finishes.
+
+``KVCacheManager.decode_run_blocks`` predicts the blocks a run takes; ``grow_decodes`` and
+``allocate_decode_slots`` must leave exactly the state that row-by-row ``allocate_slots`` leaves; and an
+engine with fast-forward must produce the same timestamps and step rows as one without it, while
+calling the scheduler far less often (open arrivals: runs continue past finishes; closed loop: a run
+stops at the first finish, since the finish brings the next arrival).
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import simpy
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from policies.base import make_policy
+from sim.costmodel import ConstantCostModel
+from sim.engine import Engine
+from sim.kv import KVCacheManager
+from sim.metrics import Recorder
+from sim.request import Request, RequestSpec
+from sim.sources import ClosedSource, OpenSource
+from tests.helpers import limits
+
+
+# ---- a. decode_run_blocks ---------------------------------------------------------------------------
+def brute_force_run_blocks(c, held, fin, k, bs) -> np.ndarray:
+    """out[s] = sum_i max(0, ceil((c_i + min(s, f_i)) / bs) - held_i), for s = 0..k."""
+    out = np.zeros(k + 1, dtype=np.int64)
+    for s in range(k + 1):
+        out[s] = sum(
+            max(0, -(-(ci + min(s, fi)) // bs) - hi) for ci, hi, fi in zip(c, held, fin, strict=True)
+        )
+    return out
+
+
+rows_st = st.lists(
+    st.tuples(st.integers(0, 300), st.integers(0, 3), st.integers(1, 120)),  # computed, extra held, finish
+    min_size=0,
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=rows_st, bs=st.integers(1, 32), k=st.integers(1, 150))
+def test_decode_run_blocks_matches_brute_force(rows, bs, k):
+    kv = KVCacheManager(num_gpu_blocks=2, block_size=bs, enable_caching=False, max_model_len=10**6)
+    c = np.array([r[0] for r in rows], dtype=np.int64)
+    held = np.array([-(-r[0] // bs) + r[1] for r in rows], dtype=np.int64)  # held >= ceil(c / bs)
+    fin = np.array([r[2] for r in rows], dtype=np.int64)
+    got = kv.decode_run_blocks(c, held, fin, k)
+    want = brute_force_run_blocks(c.tolist(), held.tolist(), fin.tolist(), k, bs)
+    assert got.shape == (k + 1,)
+    assert np.issubdtype(got.dtype, np.integer)
+    assert got.tolist() == want.tolist()
+
+
+def test_decode_run_blocks_small_cases():
+    kv = KVCacheManager(num_gpu_blocks=2, block_size=4, enable_caching=False, max_model_len=1024)
+    a = np.array
+    # One row at 4 computed tokens holding 1 block: steps 1..4 need a second block at step 1, a third at 5.
+    assert kv.decode_run_blocks(a([4]), a([1]), a([10]), 6).tolist() == [0, 1, 1, 1, 1, 2, 2]
+    # Mid-block row holding a spare block: nothing until slot 9 (step 6), and it finishes at step 5.
+    assert kv.decode_run_blocks(a([3]), a([2]), a([5]), 8).tolist() == [0] * 9
+    # No rows at all.
+    assert (
+        kv.decode_run_blocks(a([], dtype=np.int64), a([], dtype=np.int64), a([], dtype=np.int64), 3).tolist()
+        == [0] * 4
+    )
+
+
+# ---- b. grow_decodes / allocate_decode_slot(s) against allocate_slots ----------------------------------
+def _spec(rng: random.Random, i: int, bs: int) -> RequestSpec:
+    """Unique, shared-prefix, or wholly duplicated content (prompt and output: decode blocks are shared)."""
+    kind = rng.choice(["unique", "unique", "prefix", "dup"])
+    rid = f"r{i}"
+    if kind == "unique":
+        return RequestSpec(rid, 0.0, rng.randint(1, 40), 10**6)
+    if kind == "prefix":
+        g, lp, lu = rng.randint(0, 2), rng.choice([bs, 2 * bs, 5, 17]), rng.randint(1, 20)
+        return RequestSpec(rid, 0.0, lp + lu, 10**6, segments=((("sys", g), lp), (("u", rid), lu)))
+    g = rng.randint(0, 1)
+    length = [2 * bs, 13][g]  # a multiple of bs: the KV-5 cap leaves the last block to be filled again
+    return RequestSpec(rid, 0.0, length, 10**6, segments=((("dup", g), length),), output_key=("out", g))
+
+
+def _state(kv: KVCacheManager, reqs: list[Request]) -> tuple:
+    kv.check_invariants()
+    return (
+        tuple((r.request_id, tuple(kv.get_block_ids(r))) for r in reqs),
+        tuple(kv._reqs[r.request_id].num_cached if kv.holds(r) else None for r in reqs),
+        tuple(kv.pool.free_block_ids()),
+        kv.num_cached_free_blocks,
+        kv.pool.num_cached_blocks,
+        kv.pool.num_cached_hashes,
+        tuple((r.num_computed_tokens, r.num_tokens, r.num_output_tokens) for r in reqs),
+    )
+
+
+def drive(
+    mode: str, seed: int, bs: int, caching: bool, num_blocks: int, max_len: int, ops: int = 120
+) -> list:
+    """A random life of a KV manager: admissions (with prefix hits), decode steps, decode runs, finishes,
+    preemptions (which register unique content) and resumes. Decode slots come from:
+
+    - ``ref``: ``allocate_slots(req, 1)`` per row, and ``allocate_slots(req, k)`` per row for a run;
+    - ``bulk``: ``allocate_decode_slots`` over a stretch, and ``grow_decodes`` for a run;
+    - ``single``: ``allocate_decode_slot`` per row, and ``grow_decodes`` for a run.
+
+    Every mode draws the same random numbers, so the states must agree after every operation.
+    """
+    rng = random.Random(seed)
+    kv = KVCacheManager(num_blocks, bs, caching, max_len)
+    every: list[Request] = []
+    running: list[Request] = []
+    waiting: list[Request] = []
+    trace: list = []
+
+    def preempt(req: Request) -> None:
+        running.remove(req)
+        kv.free(req, preempted=True)
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        waiting.append(req)
+
+    def sample(req: Request, m: int = 1) -> None:
+        req.num_output_tokens += m
+        req.num_tokens += m
+
+    for _ in range(ops):
+        op = rng.choice(["admit", "admit", "decode", "decode", "run", "run", "finish", "preempt", "reset"])
+        note: object = None
+        if op == "admit":
+            if waiting and rng.random() < 0.5:
+                req = waiting[0]
+            else:
+                req = Request(_spec(rng, len(every), bs))
+                every.append(req)
+                waiting.append(req)
+            if req.num_tokens >= max_len:
+                waiting.remove(req)
+                continue
+            hits, hit_tokens = kv.get_computed_blocks(req)
+            new = kv.allocate_slots(req, req.num_tokens - hit_tokens, hit_tokens, hits)
+            note = None if new is None else (len(new), hit_tokens)
+            if new is not None:
+                waiting.remove(req)
+                running.append(req)
+                req.num_computed_tokens = req.num_tokens
+                sample(req)
+        elif op == "decode" and running:
+            n = len(running)
+            start = rng.choice([0, 0, rng.randint(0, n)])
+            stop = rng.choice([n, n, rng.randint(start, n)])
+            if mode == "bulk":
+                got = kv.allocate_decode_slots(running, start, stop)
+            else:
+                got = stop
+                for i in range(start, stop):
+                    ok = (
+                        kv.allocate_decode_slot(running[i])
+                        if mode == "single"
+                        else kv.allocate_slots(running[i], 1) is not None
+                    )
+                    if not ok:
+                        got = i
+                        break
+            note = got
+            rows = running[start:got]
+            failed = running[got] if got < stop else None
+            for req in rows:
+                req.num_computed_tokens += 1
+                sample(req)
+            if failed is not None:
+                trace.append(("failed row", got, _state(kv, every)))  # the failing row changed nothing
+                preempt(failed)
+        elif op == "run" and running:
+            k = rng.randint(1, 3 * bs + 2)
+            k = min(k, *(max_len - r.num_tokens for r in running))
+            c = np.array([r.num_computed_tokens for r in running], dtype=np.int64)
+            held = kv.num_blocks_held_array(running)
+            cum = kv.decode_run_blocks(c, held, np.full(len(running), k, dtype=np.int64), k)
+            if cum[k] > kv.num_free_blocks:
+                k = int(np.searchsorted(cum, kv.num_free_blocks, side="right")) - 1
+            if k >= 1:
+                free0 = kv.num_free_blocks
+                for req in running:  # as QueuedPolicy.apply_decode_run: tokens first, then the slots
+                    sample(req, k - 1)
+                if mode == "ref":
+                    for req in running:
+                        assert kv.allocate_slots(req, k) is not None
+                else:
+                    kv.grow_decodes(running, k)
+                assert free0 - kv.num_free_blocks == cum[k]  # the prediction is the pop count
+                for req in running:
+                    req.num_computed_tokens += k
+                    sample(req)
+            note = k
+        elif op == "finish" and running:
+            req = running.pop(rng.randrange(len(running)))
+            kv.free(req)
+        elif op == "preempt" and running:
+            preempt(running[rng.randrange(len(running))])
+        elif op == "reset":
+            note = kv.reset_prefix_cache()
+        for req in [r for r in running if r.num_tokens >= max_len]:
+            running.remove(req)
+            kv.free(req)
+        trace.append((op, note, _state(kv, every)))
+    return trace
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    bs=st.sampled_from([1, 2, 3, 4, 8, 16]),
+    caching=st.booleans(),
+    num_blocks=st.integers(6, 90),
+    max_len=st.sampled_from([48, 4096]),
+)
+def test_bulk_decode_allocation_equals_row_by_row(seed, bs, caching, num_blocks, max_len):
+    ref = drive("ref", seed, bs, caching, num_blocks, max_len)
+    for mode in ("bulk", "single"):
+        got = drive(mode, seed, bs, caching, num_blocks, max_len)
+        assert len(got) == len(ref)
+        for i, (a, b) in enumerate(zip(got, ref, strict=True)):
+            assert a == b, f"{mode}: first difference at operation {i} ({b[0]})"
+
+
+def test_the_driver_reaches_the_interesting_cases():
+    """Guard against a driver that silently stopped exercising runs, failures and shared content."""
+    failed = runs = registered = hits = 0
+    for seed in range(30):
+        trace = drive("bulk", seed, bs=[1, 2, 4][seed % 3], caching=True, num_blocks=40, max_len=4096)
+        failed += sum(1 for t in trace if t[0] == "failed row")
+        runs += sum(1 for t in trace if t[0] == "run" and t[1] and t[1] > 1)
+        for prev, t in zip(trace, trace[1:], strict=False):
+            if t[0] == "run" and t[2][4] > prev[2][4]:
+                registered += 1  # a run registered decode blocks of shared content
+            if t[0] == "admit" and t[1] and t[1][1] > 0:
+                hits += 1  # an admission with a prefix hit
+    assert failed >= 10 and runs >= 100 and registered >= 10 and hits >= 10, (failed, runs, registered, hits)
+
+
+def _manager_with_rows(bs: int, caching: bool, num_blocks: int, prompts: list[int], shared: set[int]):
+    """Rows admitted one after another (whole prompt), each with its first token sampled."""
+    kv = KVCacheManager(num_blocks, bs, caching, 4096)
+    reqs = []
+    for i, p in enumerate(prompts):
+        segs = ((("s", i), p),) if i in shared else None
+        req = Request(RequestSpec(f"q{i}", 0.0, p, 1000, segments=segs))
+        hits, ht = kv.get_computed_blocks(req)
+        assert kv.allocate_slots(req, p - ht, ht, hits) is not None
+        req.num_computed_tokens = p
+        req.num_output_tokens, req.num_tokens = 1, p + 1
+        reqs.append(req)
+    return kv, reqs
+
+
+@pytest.mark.parametrize("caching", [True, False])
+@pytest.mark.parametrize("shared_row", [None, 2, 3])
+def test_allocate_decode_slots_stops_at_the_first_row_that_cannot_get_a_slot(caching, shared_row):
+    """Rows at a block boundary each need a block; with 2 free blocks the third such row fails: the
+    returned index is that row's, it and the rows after it are untouched, and the state equals
+    row-by-row allocate_slots up to the failure."""
+    bs = 4
+    prompts = [8, 5, 4, 12, 6, 16]  # computed 8, 5, 4, 12, 6, 16: rows 0, 2, 3, 5 sit on a boundary
+    shared = {shared_row} if shared_row is not None else set()
+    used = sum(-(-p // bs) for p in prompts)
+    states = []
+    for mode in ("bulk", "ref"):
+        kv, reqs = _manager_with_rows(bs, caching, used + 1 + 2, prompts, shared)
+        assert kv.num_free_blocks == 2
+        before = [kv.get_block_ids(r) for r in reqs]
+        if mode == "bulk":
+            got = kv.allocate_decode_slots(reqs, 0, len(reqs))
+        else:
+            got = next((i for i, r in enumerate(reqs) if kv.allocate_slots(r, 1) is None), len(reqs))
+        assert got == 3
+        assert [kv.get_block_ids(r) for r in reqs[3:]] == before[3:]
+        assert [len(kv.get_block_ids(r)) for r in reqs[:3]] == [3, 2, 2]
+        assert kv.num_free_blocks == 0
+        states.append(_state(kv, reqs))
+    assert states[0] == states[1]
+    # A stretch that starts after the failing row and needs no block goes through.
+    kv, reqs = _manager_with_rows(bs, caching, used + 1, prompts, shared)
+    assert kv.allocate_decode_slots(reqs, 1, 2) == 2 and kv.allocate_decode_slots(reqs, 4, 5) == 5
+    assert kv.allocate_decode_slots(reqs, 2, 6) == 2  # no free block at all: the first row fails
+
+
+@pytest.mark.parametrize("caching", [True, False])
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 9, 17])
+def test_grow_decodes_equals_row_by_row_allocate_slots(caching, k):
+    """Mixed shared and unique rows at every offset in a block: one bulk pop keeps the row order."""
+    bs = 4
+    prompts = [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13]
+    shared = {1, 4, 7, 8}
+    states = []
+    for mode in ("bulk", "ref"):
+        kv, reqs = _manager_with_rows(bs, caching, 200, prompts, shared)
+        for r in reqs:
+            r.num_output_tokens += k - 1
+            r.num_tokens += k - 1
+        if mode == "bulk":
+            kv.grow_decodes(reqs, k)
+        else:
+            for r in reqs:
+                assert kv.allocate_slots(r, k) is not None
+        states.append(_state(kv, reqs))
+    assert states[0] == states[1]
+
+
+def test_grow_decodes_refuses_a_run_the_pool_cannot_hold():
+    kv, reqs = _manager_with_rows(4, False, 4, [4, 4], set())  # 3 usable blocks, 2 held
+    with pytest.raises(RuntimeError):
+        kv.grow_decodes(reqs, 1)  # each row needs a block, one is free
+
+
+# ---- c. engine: fast-forwarded runs stay exact ---------------------------------------------------------
+class _Counting:
+    """Counts policy.schedule calls and records each decode run applied (steps, earliest finish step)."""
+
+    def __init__(self, policy) -> None:
+        self.schedules = 0
+        self.runs: list[tuple[int, int]] = []
+        self.waiting: list[int] = []  # requests waiting while each run was applied
+        schedule, apply = policy.schedule, policy.apply_decode_run
+
+        def counted_schedule(now):
+            self.schedules += 1
+            return schedule(now)
+
+        def recorded_apply(run, end_times):
+            self.runs.append((len(end_times), int(run.finish_step.min())))
+            self.waiting.append(policy.num_waiting)
+            return apply(run, end_times)
+
+        policy.schedule = counted_schedule
+        policy.apply_decode_run = recorded_apply
+
+
+def _engine_run(source, fast_forward: bool, cost=None, horizon=None, **lim):
+    env = simpy.Environment()
+    pol = make_policy("vllm", limits(**lim))
+    counter = _Counting(pol)
+    rec = Recorder(trace=True)
+    cost = cost or ConstantCostModel(step_s=0.05, per_token_s=2e-4)  # step time grows with the rows
+    eng = Engine(env, pol, cost, source, rec, horizon, fast_forward)
+    env.run()
+    return eng, rec, counter
+
+
+STEP_COLUMNS = ["num_free_blocks", "num_cached_blocks", "num_running", "num_finished"]
+
+
+def _assert_exact(slow, fast) -> None:
+    (es, rs, _), (ef, rf, _) = slow, fast
+    a = sorted(es.requests, key=lambda r: r.request_id)
+    b = sorted(ef.requests, key=lambda r: r.request_id)
+    assert [r.request_id for r in a] == [r.request_id for r in b]
+    assert [r.status for r in a] == [r.status for r in b]
+
+    def times(reqs, attr):
+        return np.array([np.nan if getattr(r, attr) is None else getattr(r, attr) for r in reqs])
+
+    for attr in ("first_token_time", "finish_time"):
+        assert np.allclose(times(a, attr), times(b, attr), rtol=1e-9, atol=0, equal_nan=True), attr
+    assert [r.num_output_tokens for r in a] == [r.num_output_tokens for r in b]
+    assert [r.num_preemptions for r in a] == [r.num_preemptions for r in b]
+    assert es.env.now == pytest.approx(ef.env.now, rel=1e-9)
+    s, f = rs.steps_frame(), rf.steps_frame()
+    assert len(s) == len(f)
+    for col in STEP_COLUMNS:
+        assert s[col].tolist() == f[col].tolist(), col
+    for col in ["num_waiting", "num_prefill_tokens", "num_decode_tokens", "num_preempted"]:
+        assert s[col].tolist() == f[col].tolist(), col
+    for col in ["start", "duration", "kv_usage"]:
+        assert np.allclose(s[col], f[col], rtol=1e-9, atol=1e-12), col
+    # Inter-token gaps: same count and same total.
+    vs, ws = rs.itl()
+    vf, wf = rf.itl()
+    assert ws.sum() == wf.sum()
+    assert np.isclose(np.repeat(vs, ws).sum(), np.repeat(vf, wf).sum(), rtol=1e-9)
+    # The step trace, entry by entry (scheduled rows in order, finishes, free blocks).
+    assert len(rs.trace) == len(rf.trace)
+    for x, y in zip(rs.trace, rf.trace, strict=True):
+        for key in ("scheduled", "preempted", "finished", "num_running", "num_waiting", "num_free_blocks"):
+            assert x[key] == y[key], (key, x, y)
+        assert np.isclose(x["time"], y["time"], rtol=1e-9, atol=0)
+
+
+def _open_specs(seed: int, n: int, gap: float, shared: bool) -> list[RequestSpec]:
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(gap, n))
+    prompts = rng.integers(5, 300, n)
+    outputs = rng.integers(1, 400, n)
+    specs = []
+    for i in range(n):
+        segs = None
+        if shared and i % 2:
+            p = int(prompts[i])
+            head = min(p, 64)
+            segs = ((("sys", i % 3), head),) + (((("u", i), p - head),) if p > head else ())
+        specs.append(RequestSpec(f"r{i:03d}", float(t[i]), int(prompts[i]), int(outputs[i]), segments=segs))
+    return specs
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(max_num_seqs=64),
+        dict(max_num_seqs=64, enable_prefix_caching=False),
+        dict(max_num_seqs=64, block_size=4, num_gpu_blocks=3000),
+        dict(max_num_seqs=64, shared=True),
+        # KV pressure: runs are cut where the free blocks run out, and requests get preempted.
+        dict(max_num_seqs=64, block_size=4, num_gpu_blocks=900, pressured="preempts"),
+        # Rows that end at max_model_len inside a run; prompts at or past it are rejected.
+        dict(max_num_seqs=64, max_model_len=320),
+        # A full batch: requests wait, so a run must stop at the first finish (it frees a seat).
+        dict(max_num_seqs=3, pressured=True),
+        # A horizon cuts the last run and leaves requests in flight.
+        dict(max_num_seqs=64, horizon=77.7, pressured=True),
+    ],
+)
+def test_open_arrival_runs_go_past_finishes_and_stay_exact(kw):
+    kw = dict(kw)
+    shared = kw.pop("shared", False)
+    pressured = kw.pop("pressured", False)
+    horizon = kw.pop("horizon", None)
+    n = 120
+    specs = _open_specs(11, n, gap=1.2, shared=shared)
+    slow = _engine_run(OpenSource(specs), False, horizon=horizon, **kw)
+    fast = _engine_run(OpenSource(specs), True, horizon=horizon, **kw)
+    _assert_exact(slow, fast)
+    counter = fast[2]
+    assert slow[2].runs == []  # without fast-forward every step is scheduled
+    assert slow[2].schedules == len(slow[1].steps_frame())
+    # With requests waiting, a finish may let one in: the run must end at the first finish.
+    blocked = [(k, ff) for (k, ff), w in zip(counter.runs, counter.waiting, strict=True) if w]
+    assert all(k <= ff for k, ff in blocked), blocked[:5]
+    if kw.get("max_num_seqs") == 3:
+        assert len(blocked) >= 10
+    if pressured:  # the batch or the pool, not the arrivals, limits the runs here
+        if pressured == "preempts":
+            assert slow[1].steps_frame()["num_preempted"].sum() > 0
+        return
+    # Each arrival needs a schedule call; finishes inside runs need none.
+    assert counter.schedules < 0.75 * (n + n), (counter.schedules, n)
+    past = sum(1 for k, first_finish in counter.runs if k > first_finish)
+    assert past >= 5, f"only {past} runs continued past a finish: {counter.runs[:20]}"
+
+
+class _ClosedWorkload:
+    """A closed loop: ``num_clients`` clients, each sends again ``think_time`` after its answer."""
+
+    def __init__(self, num_clients: int, num_requests: int, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        self.num_clients, self.num_requests = num_clients, num_requests
+        self.prompts = rng.integers(5, 200, num_requests).tolist()
+        self.outputs = rng.integers(1, 150, num_requests).tolist()
+        self.thinks = rng.exponential(2.0, num_requests).tolist()
+
+    def spec(self, index: int, client: int, arrival_time: float) -> RequestSpec:
+        return RequestSpec(f"c{index:03d}", arrival_time, self.prompts[index], self.outputs[index])
+
+    def think_time(self, index: int) -> float:
+        return self.thinks[index]
+
+
+def test_arrivals_exactly_at_step_starts_join_that_step():
+    """Steps of 0.25 s and arrivals on the same grid (exact binary fractions): an arrival at a step's
+    start joins that step, so a run must end before any step that starts at an arrival time."""
+    specs = _open_specs(3, 100, gap=1.2, shared=False)
+    specs = [
+        RequestSpec(s.request_id, round(s.arrival_time * 4) / 4, s.prompt_len, s.output_len) for s in specs
+    ]
+    cost = ConstantCostModel(step_s=0.25)
+    slow = _engine_run(OpenSource(specs), False, cost=cost, max_num_seqs=64)
+    fast = _engine_run(OpenSource(specs), True, cost=cost, max_num_seqs=64)
+    _assert_exact(slow, fast)
+    starts = set(slow[1].steps_frame()["start"].tolist())
+    assert sum(s.arrival_time in starts for s in specs) >= 20  # the case really occurs
+    assert len(fast[2].runs) >= 20
+
+
+@pytest.mark.parametrize("clients", [1, 3, 8])
+def test_closed_loop_runs_stop_at_the_first_finish_and_stay_exact(clients):
+    n = 80
+    slow = _engine_run(ClosedSource(_ClosedWorkload(clients, n, seed=5)), False, max_num_seqs=64)
+    fast = _engine_run(ClosedSource(_ClosedWorkload(clients, n, seed=5)), True, max_num_seqs=64)
+    assert len(slow[0].requests) == len(fast[0].requests) == n
+    _assert_exact(slow, fast)
+    runs = fast[2].runs
+    assert len(runs) >= 10
+    assert all(k <= first_finish for k, first_finish in runs), [r for r in runs if r[0] > r[1]][:5]
+    assert fast[2].schedules < slow[2].schedules / 3
