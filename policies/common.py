@@ -131,7 +131,6 @@ class QueuedPolicy:
         at the same step as step by step (later growth may pop them, or evict cached blocks instead).
         """
         k = len(end_times)
-        max_len = self.limits.max_model_len
         kv = self.kv
         fin = run.finish_step
         cum = run.new_blocks
@@ -139,36 +138,56 @@ class QueuedPolicy:
         cached_out = np.empty(k, dtype=np.int64)
         bounds = np.unique(fin[fin < k]).tolist() if self.finishes_in_runs else []
         bounds.append(k)
+        # Rows whose blocks get hashed need their token counts current at every allocation; the others
+        # are advanced once, when they finish or when the run ends (the manager is given their counts).
+        reqs = run.requests
+        lazy = not kv.enable_caching or not any(r.spec.shares_content for r in reqs)
+        fin_l = fin.tolist()
+        base = run.computed.tolist()
+        max_len = self.limits.max_model_len
         finished: list[Request] = []
-        alive = run.requests
+        alive = list(range(len(reqs)))
         a = 0
         for b in bounds:
             m = b - a
+            rows = [reqs[i] for i in alive]
             free0 = kv.num_free_blocks
             free_out[a:b] = free0 - (cum[a + 1:b + 1] - cum[a])
             np.minimum(free_out[a:b], kv.num_cached_free_blocks, out=cached_out[a:b])  # uncached go first
-            # Output tokens first so that allocation may register the blocks these tokens fill.
-            for req in alive:
-                req.num_output_tokens += m - 1  # inlined add_output_tokens
-                req.num_tokens += m - 1
-            kv.grow_decodes(alive, m)
+            if lazy:
+                kv.grow_decodes(rows, m, computed=[base[i] + a for i in alive])
+            else:
+                # Output tokens first so that allocation may register the blocks these tokens fill.
+                for req in rows:
+                    req.num_output_tokens += m - 1  # inlined add_output_tokens
+                    req.num_tokens += m - 1
+                kv.grow_decodes(rows, m)
+                for req in rows:
+                    req.num_computed_tokens += m
+                    req.num_output_tokens += 1
+                    req.num_tokens += 1
             if kv.num_free_blocks != free_out[b - 1]:
                 raise RuntimeError(f"decode run: {free0 - kv.num_free_blocks} blocks taken, "
                                    f"{free0 - free_out[b - 1]} predicted")
-            done: list[Request] = []
-            for req in alive:
-                req.num_computed_tokens += m
-                req.num_output_tokens += 1
-                req.num_tokens += 1
-                if req.num_output_tokens >= req.output_len or req.num_tokens >= max_len:
-                    done.append(req)
+            done = [reqs[i] for i in alive if fin_l[i] == b]
             if done:
+                for req in done:
+                    if lazy:
+                        req.num_computed_tokens += b
+                        req.num_output_tokens += b
+                        req.num_tokens += b
+                    if req.num_output_tokens < req.output_len and req.num_tokens < max_len:
+                        raise RuntimeError(f"decode run: request {req.request_id} was to finish at step {b}")
                 self._finish(done, float(end_times[b - 1]))
                 finished.extend(done)
-                if b < k:
-                    gone = set(map(id, done))
-                    alive = [r for r in alive if id(r) not in gone]
+                alive = [i for i in alive if fin_l[i] != b]
             a = b
+        if lazy:
+            for i in alive:
+                req = reqs[i]
+                req.num_computed_tokens += k
+                req.num_output_tokens += k
+                req.num_tokens += k
         run.free_blocks, run.cached_free = free_out, cached_out
         return finished
 

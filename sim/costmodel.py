@@ -326,7 +326,11 @@ class RooflineCostModel:
         ctx = np.asarray(ctx_sums, dtype=np.float64)
         if np.ndim(num_decode):
             n = np.asarray(num_decode, dtype=np.int64)
-            top = int(n.max()) if n.size else 0
+            if not n.size:
+                return np.zeros(ctx.shape)
+            top = int(n.max())
+            if top == int(n.min()):  # the same rows throughout: the scalar path below
+                return self.decode_step_times(top, ctx, num_logits)
             if top <= 0:
                 return np.zeros(ctx.shape)
             pad = self._pad_arr

@@ -498,3 +498,29 @@ def test_closed_loop_runs_stop_at_the_first_finish_and_stay_exact(clients):
     assert len(runs) >= 10
     assert all(k <= first_finish for k, first_finish in runs), [r for r in runs if r[0] > r[1]][:5]
     assert fast[2].schedules < slow[2].schedules / 3
+
+
+@pytest.mark.parametrize("caching", [True, False])
+@pytest.mark.parametrize("k", [1, 3, 4, 9])
+def test_grow_decodes_with_explicit_counts_equals_advancing_the_requests(caching, k):
+    """``computed=``: the caller advances the counters later; the manager must take the same blocks
+    and count the same cached blocks as when the requests are current."""
+    bs = 4
+    prompts = [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13]
+    lazy_kv, lazy = _manager_with_rows(bs, caching, 200, prompts, set())
+    lazy_kv.grow_decodes(lazy, k, computed=[r.num_computed_tokens for r in lazy])
+    kv, reqs = _manager_with_rows(bs, caching, 200, prompts, set())
+    for r in reqs:
+        r.num_output_tokens += k - 1
+        r.num_tokens += k - 1
+    kv.grow_decodes(reqs, k)
+    assert [lazy_kv.get_block_ids(r) for r in lazy] == [kv.get_block_ids(r) for r in reqs]
+    assert [lazy_kv._reqs[r.request_id].num_cached for r in lazy] == [kv._reqs[r.request_id].num_cached
+                                                                     for r in reqs]
+    assert lazy_kv.pool.free_block_ids() == kv.pool.free_block_ids()
+
+
+def test_grow_decodes_with_explicit_counts_refuses_hashed_rows():
+    kv, reqs = _manager_with_rows(4, True, 200, [4, 8], {1})  # row 1 has shared (hashed) content
+    with pytest.raises(ValueError, match="unhashed"):
+        kv.grow_decodes(reqs, 4, computed=[r.num_computed_tokens for r in reqs])

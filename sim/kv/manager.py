@@ -248,12 +248,14 @@ class KVCacheManager:
                 return i
         return stop
 
-    def grow_decodes(self, reqs: list[Request], k: int) -> None:
+    def grow_decodes(self, reqs: list[Request], k: int, computed: list[int] | None = None) -> None:
         """Slots for ``k`` more tokens of each running request (a fast-forwarded decode run).
 
         The caller has checked that the free blocks suffice. Rows whose ``k`` tokens neither cross nor
         complete a block need nothing; the blocks of the others are popped in one go, in row order, as
         row-by-row ``allocate_slots`` calls would pop them (rows with shared content take that path).
+        ``computed``: each row's computed tokens, for a caller that advances the requests' counters
+        later (rows without hashed content only); their prompt and output then count as ``computed + k``.
         """
         bs = self.block_size
         caching = self.enable_caching
@@ -261,12 +263,15 @@ class KVCacheManager:
         table = self._reqs
         grow: list[tuple[_ReqKV, int, int]] = []  # (state, new blocks, full blocks to count as cached)
         total = 0
-        for req in reqs:
-            c = req.num_computed_tokens
+        for i, req in enumerate(reqs):
+            c = req.num_computed_tokens if computed is None else computed[i]
             if c % bs and (c + k) // bs == c // bs and (c + k) % bs:
                 continue
             st = table.get(req.request_id)
             if st is None or (caching and req.spec.shares_content) or c + k > max_len:
+                if computed is not None:
+                    raise ValueError(f"request {req.request_id}: grow_decodes(computed=...) needs a held, "
+                                     "unhashed row within max_model_len")
                 if grow:  # keep the pop order: flush what is pending first
                     total = self._grow(grow, total)
                 if self.allocate_slots(req, k) is None:
@@ -275,7 +280,11 @@ class KVCacheManager:
             need = -(-(c + k) // bs) - len(st.blocks)
             if need < 0:
                 need = 0
-            full = (c + k if c + k < req.num_tokens else req.num_tokens) // bs if caching else 0
+            if caching:
+                tokens = c + k if computed is not None else req.num_tokens
+                full = (c + k if c + k < tokens else tokens) // bs
+            else:
+                full = 0
             grow.append((st, need, full))
             total += need
         if grow:
