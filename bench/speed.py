@@ -54,6 +54,15 @@ def synthetic_specs(n: int = 19366, duration: float = 3520.0, seed: int = 0) -> 
             for i, (a, b, c) in enumerate(zip(t, p, o, strict=True))]
 
 
+def bench_setup():
+    """Llama-3-8B on one A100-80GB, the vllm policy with max_num_seqs 128 (the issue's configuration)."""
+    return resolve(config_from_dict({
+        "model": {"name": "Meta-Llama-3-8B"},
+        "hardware": {"gpu": "A100-80GB-SXM"},
+        "engine": {"policy": "vllm", "max_num_seqs": 128, "max_model_len": 8192},
+    }))
+
+
 def run_once(setup, specs: list[RequestSpec], profile: bool = False) -> tuple[float, float, int]:
     """One simulation from scratch: (wall seconds, simulated seconds, engine steps)."""
     t0 = time.perf_counter()
@@ -81,12 +90,7 @@ def main() -> None:
     args = ap.parse_args()
     specs = azure_specs(args.trace) if args.trace.exists() else synthetic_specs()
     source_name = str(args.trace) if args.trace.exists() else "generated (Azure conv statistics)"
-    cfg = config_from_dict({
-        "model": {"name": "Meta-Llama-3-8B"},
-        "hardware": {"gpu": "A100-80GB-SXM"},
-        "engine": {"policy": "vllm", "max_num_seqs": 128, "max_model_len": 8192},
-    })
-    setup = resolve(cfg)
+    setup = bench_setup()
     walls = []
     for _ in range(1 if args.profile else max(args.repeat, 1)):
         wall, sim_s, steps = run_once(setup, specs, args.profile)

@@ -27,11 +27,7 @@ def _load():
 def test_speed_bench_runs_and_is_deterministic():
     speed = _load()
     specs = speed.synthetic_specs(n=400, duration=80.0, seed=3)
-    setup = speed.resolve(speed.config_from_dict({
-        "model": {"name": "Meta-Llama-3-8B"},
-        "hardware": {"gpu": "A100-80GB-SXM"},
-        "engine": {"policy": "vllm", "max_num_seqs": 128, "max_model_len": 8192},
-    }))
+    setup = speed.bench_setup()
     _, sim_a, steps_a = speed.run_once(setup, specs)
     _, sim_b, steps_b = speed.run_once(setup, specs)
     assert steps_a == steps_b > 400 and sim_a == sim_b > 80.0
@@ -42,11 +38,7 @@ def test_speed_workload_fast_forward_is_exact():
     steps and request times as stepping one by one."""
     speed = _load()
     specs = speed.synthetic_specs(n=300, duration=60.0, seed=5)
-    setup = speed.resolve(speed.config_from_dict({
-        "model": {"name": "Meta-Llama-3-8B"},
-        "hardware": {"gpu": "A100-80GB-SXM"},
-        "engine": {"policy": "vllm", "max_num_seqs": 128, "max_model_len": 8192},
-    }))
+    setup = speed.bench_setup()
     out = []
     for ff in (False, True):
         env = simpy.Environment()
