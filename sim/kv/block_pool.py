@@ -14,10 +14,12 @@ Why the queue is two lists. Blocks only ever join at the front or at the back, s
 stack (``_front``, whose last element is the queue's front) followed by a FIFO (``_back``, read from
 ``_head``). A request frees and allocates tens of blocks at a time, and list slicing moves them in C
 instead of one linked-list operation per block (vLLM's doubly linked list; an ``OrderedDict`` here
-before). A hit on a free block leaves a ``None`` hole at its recorded position (``qpos``). Only freed
-cached blocks join the back, so the cached-free blocks are exactly the live back entries past
-``_cf_start`` (the blocks queued at init, or before a cache reset, come before it): counting them needs
-no per-block flag.
+before). A hit on a free block leaves a ``None`` hole at its position: hashed blocks record it
+(``qpos``) when they join the back; an unhashed one, which no prefix lookup returns, is searched for.
+Only blocks released as cached (hashed, or content the manager leaves unhashed) join the back, so the
+cached-free blocks are exactly the live back entries past ``_cf_start`` (the blocks queued at init, or
+before a cache reset, come before it): counting them needs no per-block flag. Every store into a block
+object costs: at tens of thousands of blocks they are cache misses (bench/README.md, speed.py).
 """
 
 from __future__ import annotations
