@@ -93,6 +93,20 @@ def with_room(cands: Sequence[ReplicaView]) -> list[ReplicaView]:
     return [c for c in cands if c.room]
 
 
+class LeastRouter(BaseRouter):
+    """The replica with room whose ``key`` is smallest, ties rotating (``Rotor``); None when none has room."""
+
+    def __init__(self) -> None:
+        self.rotor = Rotor()
+
+    def key(self, c: ReplicaView) -> Any:
+        raise NotImplementedError
+
+    def route(self, spec: RequestSpec, candidates: Sequence[ReplicaView], now: float) -> ReplicaView | None:
+        cands = with_room(candidates)
+        return self.rotor.pick(cands, self.key) if cands else None
+
+
 def take_options(options: dict[str, Any], router: str, defaults: dict[str, Any]) -> dict[str, Any]:
     """``defaults`` updated by ``options``; an unknown option is a ConfigError naming it."""
     unknown = sorted(set(options) - set(defaults))

@@ -7,24 +7,16 @@ and herds onto the same replica -- the staleness effect a real metrics-scraping 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from routers.base import BaseRouter, ReplicaView, Rotor, RouterContext, register, take_options, with_room
-from sim.request import RequestSpec
+from routers.base import LeastRouter, ReplicaView, RouterContext, register, take_options
 
 
-class LeastKV(BaseRouter):
+class LeastKV(LeastRouter):
     name = "least-kv"
 
-    def __init__(self) -> None:
-        self.rotor = Rotor()
-
-    def route(self, spec: RequestSpec, candidates: Sequence[ReplicaView], now: float) -> ReplicaView | None:
-        cands = with_room(candidates)
-        if not cands:
-            return None
-        return self.rotor.pick(cands, lambda c: (round(c.kv_usage, 12), c.outstanding))
+    def key(self, c: ReplicaView) -> tuple[float, int]:
+        return round(c.kv_usage, 12), c.outstanding
 
 
 @register("least-kv")

@@ -3,24 +3,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from routers.base import BaseRouter, ReplicaView, Rotor, RouterContext, register, take_options, with_room
-from sim.request import RequestSpec
+from routers.base import LeastRouter, ReplicaView, RouterContext, register, take_options
 
 
-class LeastOutstanding(BaseRouter):
+class LeastOutstanding(LeastRouter):
     name = "least-outstanding"
 
-    def __init__(self) -> None:
-        self.rotor = Rotor()
-
-    def route(self, spec: RequestSpec, candidates: Sequence[ReplicaView], now: float) -> ReplicaView | None:
-        cands = with_room(candidates)
-        if not cands:
-            return None
-        return self.rotor.pick(cands, lambda c: c.outstanding)
+    def key(self, c: ReplicaView) -> int:
+        return c.outstanding
 
 
 @register("least-outstanding")
