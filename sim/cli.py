@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sim.config import add_override_option
-from sim.errors import ServesimError
+from sim.errors import run_command
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
@@ -93,14 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:  # subcommands registered by other modules dispatch through `run`
+        raise SystemExit(parser.print_help() or 2)
     try:
-        func = getattr(args, "func", None)
-        if func is None:  # subcommands registered by other modules dispatch through `run`
-            raise SystemExit(parser.print_help() or 2)
-        return int(func(args) or 0)
-    except ServesimError as exc:
-        print(f"servesim: error: {exc}", file=sys.stderr)
-        return 2
+        return run_command(func, args)
     except KeyboardInterrupt:  # pragma: no cover
         return 130
 

@@ -210,16 +210,12 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Standalone entry (``python -m sim.cli_calibrate fit ...``) with the same error handling as ``servesim``."""
-    from sim.errors import ServesimError
+    from sim.errors import run_command
 
     parser = argparse.ArgumentParser(prog="servesim")
     add_parsers(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except ServesimError as exc:
-        print(f"servesim: error: {exc}", file=sys.stderr)
-        return 2
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":  # pragma: no cover

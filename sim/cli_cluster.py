@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sim.config import add_override_option
-from sim.errors import ServesimError
+from sim.errors import ServesimError, run_command
 
 
 def is_cluster_file(path: str | Path) -> bool:
@@ -128,11 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] != "cluster":
         argv = ["cluster", *argv]
     args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except ServesimError as exc:
-        print(f"servesim: error: {exc}", file=sys.stderr)
-        return 2
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+from typing import Any
+
 
 class ServesimError(Exception):
     """Base class; the CLI turns any of these into one line on stderr and exit code 2."""
@@ -26,3 +30,13 @@ class UnknownNameError(ConfigError):
 class ResultsIntegrityError(RuntimeError):
     """The engine handed over records that contradict each other: a bug, so deliberately not a
     ServesimError (the CLI lets it show its traceback)."""
+
+
+def run_command(func: Callable[[Any], int | None], args: Any) -> int:
+    """Run a CLI subcommand: a ServesimError becomes one line on stderr and exit code 2 (the
+    contract of every ``servesim`` entry point)."""
+    try:
+        return int(func(args) or 0)
+    except ServesimError as exc:
+        print(f"servesim: error: {exc}", file=sys.stderr)
+        return 2
