@@ -38,3 +38,14 @@ def step(policy, now: float = 0.0) -> StepPlan:
 
 def sched(plan: StepPlan) -> list[tuple[str, int]]:
     return [(r.request_id, n) for r, n in plan.scheduled]
+
+
+def add(policy, *reqs: Request, t: float = 0.0) -> None:
+    """Queue requests that must be accepted."""
+    for r in reqs:
+        reason = policy.add_request(r, t)
+        assert reason is None, reason
+
+
+def ids(reqs) -> list[str]:
+    return [r.request_id for r in reqs]

@@ -11,7 +11,7 @@ from policies.slots import common_prefix
 from sim.config import config_from_dict
 from sim.request import Status
 from sim.simulate import resolve
-from tests.helpers import limits, req, sched, step
+from tests.helpers import ids, limits, req, sched, step
 
 
 def lcpp(n_parallel=4, n_batch=2048, **opts):
@@ -37,9 +37,6 @@ def run(p, t0=0.0, limit=10_000):
         plans.append(step(p, t0 + i))
     return plans
 
-
-def ids(xs):
-    return [r.request_id for r in xs]
 
 
 # ---- common prefix from content descriptions ---------------------------------------------------------

@@ -13,7 +13,7 @@ from policies.base import make_policy
 from sim.config import config_from_dict
 from sim.results import summarize
 from sim.simulate import simulate
-from tests.helpers import limits, req, sched, step
+from tests.helpers import ids, limits, req, sched, step
 from workloads.traces import load_trace
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -22,9 +22,6 @@ SHARED = Path(__file__).resolve().parents[2] / "shared"
 def vllm(**kw):
     return make_policy("vllm", limits(**kw))
 
-
-def ids(xs):
-    return [r.request_id for r in xs]
 
 
 # ---- prefix caching ---------------------------------------------------------------------------------

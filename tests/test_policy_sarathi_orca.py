@@ -6,17 +6,7 @@ import numpy as np
 
 from policies.base import make_policy
 from sim.request import Status
-from tests.helpers import limits, req, sched, step
-
-
-def add(p, *rs, t=0.0):
-    for r in rs:
-        reason = p.add_request(r, t)
-        assert reason is None, reason
-
-
-def ids(xs):
-    return [r.request_id for r in xs]
+from tests.helpers import add, ids, limits, req, sched, step
 
 
 def sarathi(watermark=0.0, **kw):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from policies.base import make_policy
 from policies.tgi import OVERLOADED
-from tests.helpers import limits, req, sched, step
+from tests.helpers import add, ids, limits, req, sched, step
 
 
 def tgi(chunked=True, **opts):
@@ -16,14 +16,6 @@ def tgi(chunked=True, **opts):
     return make_policy("tgi", limits(**lim), opts)
 
 
-def add(p, *rs):
-    for r in rs:
-        reason = p.add_request(r, 0.0)
-        assert reason is None, reason
-
-
-def ids(xs):
-    return [r.request_id for r in xs]
 
 
 def test_max_concurrent_requests_gives_429():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from policies.base import make_policy
 from sim.request import Status
-from tests.helpers import limits, req, sched, step
+from tests.helpers import add, ids, limits, req, sched, step
 
 
 def trt(policy="GUARANTEED_NO_EVICT", chunking="FIRST_COME_FIRST_SERVED", **kw):
@@ -15,14 +15,6 @@ def trt(policy="GUARANTEED_NO_EVICT", chunking="FIRST_COME_FIRST_SERVED", **kw):
     return make_policy("trtllm", limits(**base), opts)
 
 
-def add(p, *rs):
-    for r in rs:
-        reason = p.add_request(r, 0.0)
-        assert reason is None, reason
-
-
-def ids(xs):
-    return [r.request_id for r in xs]
 
 
 def run_until_done(p, limit=500):

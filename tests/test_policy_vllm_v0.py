@@ -9,7 +9,7 @@ from sim.config import config_from_dict
 from sim.errors import ConfigError
 from sim.request import Status
 from sim.simulate import resolve
-from tests.helpers import limits, req, sched, step
+from tests.helpers import ids, limits, req, sched, step
 
 GIB = 1024**3
 
@@ -27,9 +27,6 @@ def add(p, r, t=0.0):
     reason = p.add_request(r, t)
     assert reason is None, reason
 
-
-def ids(xs):
-    return [r.request_id for r in xs]
 
 
 # ---- defaults and memory (V0-1) ----------------------------------------------------------------------
