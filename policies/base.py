@@ -50,6 +50,9 @@ class DecodeRun:
     held: np.ndarray  # each row's KV blocks before the run
     finish_step: np.ndarray  # step whose token finishes each row
     new_blocks: np.ndarray  # new_blocks[s]: blocks allocated by steps 1..s (new_blocks[0] == 0)
+    # Cached-free blocks when the run was planned: a disaggregated decode replica's pool can gain
+    # cached blocks mid-run (a KV transfer lands), which must not show in the steps before it.
+    cached_free_start: int = 0
     # Set by apply_decode_run for the recorder: free and cached-free blocks after each step's allocation.
     free_blocks: np.ndarray | None = None
     cached_free: np.ndarray | None = None

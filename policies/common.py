@@ -153,19 +153,20 @@ class QueuedPolicy:
             rows = [reqs[i] for i in alive]
             free0 = kv.num_free_blocks
             free_out[a:b] = free0 - (cum[a + 1:b + 1] - cum[a])
-            np.minimum(free_out[a:b], kv.num_cached_free_blocks, out=cached_out[a:b])  # uncached go first
+            cached0 = run.cached_free_start if a == 0 else kv.num_cached_free_blocks
+            np.minimum(free_out[a:b], cached0, out=cached_out[a:b])  # uncached free blocks go first
             if lazy:
                 kv.grow_decodes(rows, m, computed=[base[i] + a for i in alive])
             else:
-                # Output tokens first so that allocation may register the blocks these tokens fill.
-                for req in rows:
-                    req.num_output_tokens += m - 1  # inlined add_output_tokens
-                    req.num_tokens += m - 1
-                kv.grow_decodes(rows, m)
-                for req in rows:
-                    req.num_computed_tokens += m
-                    req.num_output_tokens += 1
-                    req.num_tokens += 1
+                # Hashed content registers each block when it completes, step by step and row by row
+                # as vLLM does: two rows completing blocks of the same content in one run must register
+                # them in that order (the first registered is the one a later lookup returns).
+                for _ in range(m):
+                    kv.grow_decodes(rows, 1)
+                    for req in rows:
+                        req.num_computed_tokens += 1
+                        req.num_output_tokens += 1  # inlined add_output_tokens
+                        req.num_tokens += 1
             if kv.num_free_blocks != free_out[b - 1]:
                 raise RuntimeError(f"decode run: {free0 - kv.num_free_blocks} blocks taken, "
                                    f"{free0 - free_out[b - 1]} predicted")
@@ -229,4 +230,4 @@ class QueuedPolicy:
             if k < 2:
                 return None
         return DecodeRun(requests=list(running), max_steps=k, computed=c, held=held, finish_step=fin,
-                         new_blocks=cum[:k + 1])
+                         new_blocks=cum[:k + 1], cached_free_start=kv.num_cached_free_blocks)

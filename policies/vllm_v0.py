@@ -184,7 +184,9 @@ class VllmV0Policy(QueuedPolicy):
             n = min(remaining, budget.tokens_left) if chunked else remaining
             counted = n if chunked else req.num_tokens  # V0 budgets the whole uncomputed prompt
             if n <= 0 or not budget.can_schedule(counted, 1):
-                self._head_blocked = True
+                # Blocked by this step's budget: lasting only when the batch is full (the step after a
+                # prompt chunk finishes has tokens to spare), so only then may a decode run skip it.
+                self._head_blocked = budget.seqs + 1 > budget.max_seqs
                 break
             waiting.popleft()
             # V0 allocates the whole prompt at admission; only this chunk is computed (and cached).
@@ -284,7 +286,8 @@ class VllmV0Policy(QueuedPolicy):
             return None
         if self.limits.enable_chunked_prefill and self.limits.max_num_batched_tokens < len(self.running):
             return None
-        # A blocked head stays blocked while decodes only take blocks (V0 gives no cache credit).
+        # A head blocked by KV (LATER) or by a full batch stays blocked while decodes only take blocks
+        # (V0 gives no cache credit); a head blocked by the token budget is tried again.
         return self.quiet_decode_run(waiting_blocked=True)
 
 

@@ -49,3 +49,17 @@ def add(policy, *reqs: Request, t: float = 0.0) -> None:
 
 def ids(reqs) -> list[str]:
     return [r.request_id for r in reqs]
+
+
+def assert_same_steps(a, b) -> None:
+    """Two step frames (fast-forwarded vs step by step) agree in every column: counts exactly,
+    times and fractions to 1e-9."""
+    import numpy as np
+
+    assert list(a.columns) == list(b.columns) and len(a) == len(b)
+    for col in a.columns:
+        x, y = a[col].to_numpy(), b[col].to_numpy()
+        if x.dtype.kind == "f":
+            assert np.allclose(x, y, rtol=1e-9, atol=1e-12), col
+        else:
+            assert (x == y).all(), col

@@ -24,6 +24,7 @@ from sim.config import config_from_dict
 from sim.errors import ConfigError, UnknownNameError
 from sim.results import request_metrics, summarize, time_series
 from sim.simulate import simulate
+from tests.helpers import assert_same_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,8 +66,7 @@ def _same_run(a, b) -> None:
         x, y = ta[c].to_numpy(float), tb[c].to_numpy(float)
         assert np.array_equal(np.isnan(x), np.isnan(y))
         assert np.allclose(x[~np.isnan(x)], y[~np.isnan(y)], rtol=1e-9, atol=1e-9), c
-    assert len(a.steps) == len(b.steps)
-    assert np.isclose(a.steps["kv_usage"].sum(), b.steps["kv_usage"].sum())
+    assert_same_steps(a.steps, b.steps)
 
 
 # ---- equivalences ------------------------------------------------------------------------------------------

@@ -343,9 +343,9 @@ class _Counting:
         policy.apply_decode_run = recorded_apply
 
 
-def _engine_run(source, fast_forward: bool, cost=None, horizon=None, **lim):
+def _engine_run(source, fast_forward: bool, cost=None, horizon=None, policy="vllm", **lim):
     env = simpy.Environment()
-    pol = make_policy("vllm", limits(**lim))
+    pol = make_policy(policy, limits(**lim))
     counter = _Counting(pol)
     rec = Recorder(trace=True)
     cost = cost or ConstantCostModel(step_s=0.05, per_token_s=2e-4)  # step time grows with the rows
@@ -524,3 +524,63 @@ def test_grow_decodes_with_explicit_counts_refuses_hashed_rows():
     kv, reqs = _manager_with_rows(4, True, 200, [4, 8], {1})  # row 1 has shared (hashed) content
     with pytest.raises(ValueError, match="unhashed"):
         kv.grow_decodes(reqs, 4, computed=[r.num_computed_tokens for r in reqs])
+
+
+def _duplicate_content_specs(seed: int) -> tuple[list[RequestSpec], dict]:
+    """Requests with identical prompts and outputs (and continuations of those outputs), shared system
+    heads and unique ones, small pools, priorities: rows with the same content complete blocks of the
+    same hash inside one decode run (found by a review: the order they register in is observable)."""
+    rng = random.Random(seed)
+    bs = rng.choice([1, 2, 4])
+    max_len = rng.choice([128, 512])
+    lim = dict(max_num_seqs=rng.choice([4, 16, 64]), max_num_batched_tokens=rng.choice([64, 512]),
+               max_model_len=max_len, block_size=bs,
+               num_gpu_blocks=rng.choice([max_len // bs + 3, 2 * max_len // bs, 4 * max_len // bs]),
+               enable_prefix_caching=True, enable_chunked_prefill=True)
+    if rng.random() < 0.3:
+        lim["scheduling_policy"] = "priority"
+    specs, t = [], 0.0
+    for i in range(rng.randint(5, 40)):
+        t += rng.expovariate(1 / rng.choice([0.5, 5.0, 20.0]))
+        kind, out = rng.random(), rng.randint(1, max_len // 2)
+        if kind < 0.5:
+            g = rng.randint(0, 1)
+            p = [3 * bs + 1, 7 * bs][g]
+            segs, okey = ((("dup", g), p),), ("out", g)
+            if rng.random() < 0.4:  # a continuation: the prompt repeats the duplicated output so far
+                extra = rng.randint(1, 40)
+                segs, p, okey = segs + ((("out", g), extra),), p + extra, ("cont", i)
+        elif kind < 0.8:
+            p = rng.randint(1, max_len // 3)
+            head = min(p, 2 * bs)
+            segs, okey = ((("sys", i % 2), head),) + (((("u", i), p - head),) if p > head else ()), None
+        else:
+            p, segs, okey = rng.randint(1, max_len // 3), None, None
+        prio = rng.randint(0, 2) if lim.get("scheduling_policy") == "priority" else 0
+        specs.append(RequestSpec(f"r{i:04d}", t, p, out, priority=prio, segments=segs, output_key=okey))
+    return specs, lim
+
+
+@pytest.mark.parametrize("seed", [1184, *range(1, 25)])
+def test_identical_content_in_one_run_registers_blocks_as_step_by_step(seed):
+    """Seed 1184 failed before rows with hashed content grew step by step inside a run: a later
+    admission saw a different block first in the hash map and started at a different step."""
+    specs, lim = _duplicate_content_specs(seed)
+    cost = ConstantCostModel(step_s=0.25, per_token_s=0.0)
+    slow = _engine_run(OpenSource(specs), False, cost=cost, **lim)
+    fast = _engine_run(OpenSource(specs), True, cost=cost, **lim)
+    _assert_exact(slow, fast)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_vllm_v0_head_blocked_by_the_token_budget_is_tried_again(seed):
+    """V0 with chunked prefill and a small budget: a head blocked because a prompt chunk used the
+    budget fits in the next step, when that prompt has become a decode; a decode run must not skip it
+    (found by a review; a head blocked by KV or by a full batch does stay blocked)."""
+    specs = _open_specs(seed, 50, 1.0, shared=False)
+    lim = dict(max_num_seqs=64, max_num_batched_tokens=16, max_model_len=512, block_size=16,
+               num_gpu_blocks=5000, enable_prefix_caching=True, enable_chunked_prefill=True)
+    cost = ConstantCostModel(step_s=0.25, per_token_s=0.0)
+    slow = _engine_run(OpenSource(specs), False, cost=cost, policy="vllm-v0", **lim)
+    fast = _engine_run(OpenSource(specs), True, cost=cost, policy="vllm-v0", **lim)
+    _assert_exact(slow, fast)
