@@ -184,9 +184,9 @@ class VllmV0Policy(QueuedPolicy):
             n = min(remaining, budget.tokens_left) if chunked else remaining
             counted = n if chunked else req.num_tokens  # V0 budgets the whole uncomputed prompt
             if n <= 0 or not budget.can_schedule(counted, 1):
-                # Blocked by this step's budget: lasting only when the batch is full (the step after a
-                # prompt chunk finishes has tokens to spare), so only then may a decode run skip it.
-                self._head_blocked = budget.seqs + 1 > budget.max_seqs
+                # Blocked by this step's budget, after a prefix lookup that V0 counts in its stats:
+                # a decode run must not skip the next steps' lookups (nor a budget that a finished
+                # prompt chunk frees), so this does not count as a lasting block.
                 break
             waiting.popleft()
             # V0 allocates the whole prompt at admission; only this chunk is computed (and cached).
@@ -286,8 +286,8 @@ class VllmV0Policy(QueuedPolicy):
             return None
         if self.limits.enable_chunked_prefill and self.limits.max_num_batched_tokens < len(self.running):
             return None
-        # A head blocked by KV (LATER) or by a full batch stays blocked while decodes only take blocks
-        # (V0 gives no cache credit); a head blocked by the token budget is tried again.
+        # A head blocked by KV (LATER, decided before any prefix lookup) stays blocked while decodes
+        # only take blocks (V0 gives no cache credit).
         return self.quiet_decode_run(waiting_blocked=True)
 
 

@@ -372,6 +372,7 @@ def _assert_exact(slow, fast) -> None:
     assert [r.num_output_tokens for r in a] == [r.num_output_tokens for r in b]
     assert [r.num_preemptions for r in a] == [r.num_preemptions for r in b]
     assert es.env.now == pytest.approx(ef.env.now, rel=1e-9)
+    assert es.policy.kv.prefix_cache_stats() == ef.policy.kv.prefix_cache_stats()
     s, f = rs.steps_frame(), rf.steps_frame()
     assert len(s) == len(f)
     for col in STEP_COLUMNS:
@@ -573,12 +574,13 @@ def test_identical_content_in_one_run_registers_blocks_as_step_by_step(seed):
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_vllm_v0_head_blocked_by_the_token_budget_is_tried_again(seed):
+@pytest.mark.parametrize("max_num_seqs", [2, 64])
+def test_vllm_v0_head_blocked_by_the_budget_is_tried_again(seed, max_num_seqs):
     """V0 with chunked prefill and a small budget: a head blocked because a prompt chunk used the
-    budget fits in the next step, when that prompt has become a decode; a decode run must not skip it
-    (found by a review; a head blocked by KV or by a full batch does stay blocked)."""
-    specs = _open_specs(seed, 50, 1.0, shared=False)
-    lim = dict(max_num_seqs=64, max_num_batched_tokens=16, max_model_len=512, block_size=16,
+    budget fits in the next step, when that prompt has become a decode; with a full batch, each step's
+    lookup counts in V0's prefix-cache stats. A decode run must skip neither (found by a review)."""
+    specs = _open_specs(seed, 50, 1.0, shared=True)
+    lim = dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=16, max_model_len=512, block_size=16,
                num_gpu_blocks=5000, enable_prefix_caching=True, enable_chunked_prefill=True)
     cost = ConstantCostModel(step_s=0.25, per_token_s=0.0)
     slow = _engine_run(OpenSource(specs), False, cost=cost, policy="vllm-v0", **lim)
