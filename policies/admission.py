@@ -74,11 +74,11 @@ class AdmissionControl:
     def update(self, plan: StepPlan, now: float) -> list[Request]:
         return self.inner.update(plan, now)
 
-    def decode_run(self) -> DecodeRun | None:
+    def decode_run(self, finishes_ok: bool = False) -> DecodeRun | None:
         # A fast-forwarded run could jump over a timeout: only allow it when nobody can time out.
         if self.queue_timeout_s is not None and self._pending_timeouts():
             return None
-        return self.inner.decode_run()
+        return self.inner.decode_run(finishes_ok)
 
     def apply_decode_run(self, run: DecodeRun, end_times):
         return self.inner.apply_decode_run(run, end_times)

@@ -39,9 +39,10 @@ class DecodeRun:
     """Up to ``max_steps`` decode-only steps the engine may take in one go.
 
     Every row decodes one token per step and row i leaves after step ``finish_step[i]`` (1-based, the
-    step of its last token); nothing else can change in between (no admission, no preemption). A
-    policy lets a row finish inside a run only when a finish cannot change what it schedules next
-    (``QueuedPolicy.finishes_in_runs`` with nothing waiting); otherwise ``max_steps <= min(finish_step)``.
+    step of its last token); nothing else can change in between (no admission, no preemption). Rows
+    finish inside a run only when the engine allows it (``decode_run(finishes_ok=True)``) and a finish
+    cannot change what the policy schedules next (``QueuedPolicy.finishes_in_runs``, nothing waiting);
+    otherwise ``max_steps <= min(finish_step)``.
     """
 
     requests: list[Request]
@@ -87,8 +88,10 @@ class Policy(Protocol):
     def update(self, plan: StepPlan, now: float) -> list[Request]:
         """Apply a finished step: emit tokens, finish requests, free their blocks. Returns the finished."""
 
-    def decode_run(self) -> DecodeRun | None:
-        """If the next steps are a quiet stretch of identical decodes, describe it (else None)."""
+    def decode_run(self, finishes_ok: bool = False) -> DecodeRun | None:
+        """If the next steps are a quiet stretch of decodes, describe it (else None). ``finishes_ok``:
+        the engine's arrivals do not depend on finishes, so rows may finish inside the run when the
+        policy's rules allow it; otherwise the run ends at the first finish."""
 
     def apply_decode_run(self, run: DecodeRun, end_times: np.ndarray) -> list[Request]: ...
 

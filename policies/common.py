@@ -87,14 +87,7 @@ class QueuedPolicy:
                 ctxs.append(before)
                 if after > total:
                     add_sampled(req)
-        plan.batch = BatchSummary(
-            decode_ctx=np.asarray(dec, dtype=np.int64),
-            prefill_chunk=np.asarray(chunks, dtype=np.int64),
-            prefill_ctx=np.asarray(ctxs, dtype=np.int64),
-            num_logits=len(sampled),
-            _prefill_tokens=sum(chunks),
-            _decode_ctx_sum=sum(dec),
-        )
+        plan.batch = BatchSummary.of(dec, chunks, ctxs, len(sampled))
         return plan
 
     def update(self, plan: StepPlan, now: float) -> list[Request]:
@@ -120,7 +113,7 @@ class QueuedPolicy:
         self.running = [r for r in self.running if id(r) not in done]
 
     # ---- fast-forward ----------------------------------------------------------------------------
-    def decode_run(self) -> DecodeRun | None:
+    def decode_run(self, finishes_ok: bool = False) -> DecodeRun | None:
         return None
 
     def apply_decode_run(self, run: DecodeRun, end_times: np.ndarray) -> list[Request]:
@@ -136,7 +129,7 @@ class QueuedPolicy:
         cum = run.new_blocks
         free_out = np.empty(k, dtype=np.int64)
         cached_out = np.empty(k, dtype=np.int64)
-        bounds = np.unique(fin[fin < k]).tolist() if self.finishes_in_runs else []
+        bounds = np.unique(fin[fin < k]).tolist()  # steps after which rows finish, then the last
         bounds.append(k)
         # Rows whose blocks get hashed need their token counts current at every allocation; the others
         # are advanced once, when they finish or when the run ends (the manager is given their counts).
@@ -196,10 +189,11 @@ class QueuedPolicy:
     # policy that sets this, so its decode runs may go on past finishes (DecodeRun).
     finishes_in_runs = False
 
-    def quiet_decode_run(self, waiting_blocked: bool) -> DecodeRun | None:
+    def quiet_decode_run(self, waiting_blocked: bool, finishes_ok: bool = False) -> DecodeRun | None:
         """Shared test for a fast-forwardable stretch: every running row is decoding, nothing can be
         admitted, and the free blocks cover every row's growth (finished rows' frees not counted).
-        The run ends at the first finish unless ``finishes_in_runs`` and nothing waits."""
+        The run ends at the first finish unless the engine allows finishes (``finishes_ok``), the
+        policy's rules do (``finishes_in_runs``) and nothing waits."""
         running = self.running
         if not running or (self.waiting and not waiting_blocked):
             return None
@@ -215,7 +209,7 @@ class QueuedPolicy:
             computed[i] = c
             rest = req.output_len - req.num_output_tokens
             left[i] = rest if rest < max_len - t else max_len - t
-        through = self.finishes_in_runs and not self.waiting
+        through = finishes_ok and self.finishes_in_runs and not self.waiting
         k = max(left) if through else min(left)
         if k < 2:
             return None

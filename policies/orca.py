@@ -69,7 +69,7 @@ class OrcaPolicy(QueuedPolicy):
             plan.admitted.append(req)
         return self.finalize_plan(plan)
 
-    def decode_run(self):
+    def decode_run(self, finishes_ok: bool = False):
         # Nothing can be admitted while the head's reservation does not fit or the batch is full; both
         # stay true until a request finishes, since running requests grow inside their reservations.
         return self.quiet_decode_run(waiting_blocked=True)

@@ -169,7 +169,7 @@ class SlotPolicy:
     def has_unfinished(self) -> bool:
         return bool(self.waiting) or any(s.req is not None for s in self.slots)
 
-    def decode_run(self):
+    def decode_run(self, finishes_ok: bool = False):
         return None
 
     def apply_decode_run(self, run, end_times):  # pragma: no cover - decode_run is always None

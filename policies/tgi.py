@@ -183,7 +183,7 @@ class TgiPolicy(QueuedPolicy):
         return self.finalize_plan(plan)
 
     # ---- fast-forward: with nobody waiting, the loop is a run of decode steps ------------------------
-    def decode_run(self):
+    def decode_run(self, finishes_ok: bool = False):
         if self.waiting:
             return None
         return self.quiet_decode_run(waiting_blocked=False)

@@ -305,7 +305,7 @@ class TrtllmPolicy(QueuedPolicy):
                 plan.scheduled.append((req, 1))
         return self.finalize_plan(plan)
 
-    def decode_run(self) -> DecodeRun | None:
+    def decode_run(self, finishes_ok: bool = False) -> DecodeRun | None:
         if self.waiting or any(not self._generating(r) for r in self.running):
             return None
         if len(self.running) > self.limits.max_num_batched_tokens:

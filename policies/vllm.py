@@ -175,13 +175,13 @@ class VllmPolicy(QueuedPolicy):
                 budget -= n
         return self.finalize_plan(plan)
 
-    def decode_run(self) -> DecodeRun | None:
+    def decode_run(self, finishes_ok: bool = False) -> DecodeRun | None:
         # A head blocked by KV stays blocked while decodes only consume blocks; lookups that do not
         # admit are not counted in the prefix-cache stats (vLLM 0.33), so skipping them is exact.
         blocked = len(self.running) >= self.limits.max_num_seqs or self._head_blocked_by_kv
         if self.limits.max_num_batched_tokens < len(self.running):
             return None  # the budget, not the batch, limits a decode step
-        return self.quiet_decode_run(waiting_blocked=blocked)
+        return self.quiet_decode_run(waiting_blocked=blocked, finishes_ok=finishes_ok)
 
 
 @register("vllm", defaults=VLLM_DEFAULTS)

@@ -279,7 +279,7 @@ class VllmV0Policy(QueuedPolicy):
         return out
 
     # ---- fast-forward --------------------------------------------------------------------------------
-    def decode_run(self) -> DecodeRun | None:
+    def decode_run(self, finishes_ok: bool = False) -> DecodeRun | None:
         if self.swapped or self.delay_factor > 0:
             return None
         if self.waiting and not self._head_blocked:

@@ -33,6 +33,18 @@ class BatchSummary:
     _prefill_tokens: int = field(default=-1, repr=False, compare=False)
     _decode_ctx_sum: int = field(default=-1, repr=False, compare=False)
 
+    @classmethod
+    def of(cls, decode_ctx: list[int], prefill_chunk: list[int], prefill_ctx: list[int], num_logits: int) -> BatchSummary:
+        """From the lists a scheduler builds row by row; their sums are taken here, cheaply, once."""
+        return cls(
+            decode_ctx=np.asarray(decode_ctx, dtype=np.int64),
+            prefill_chunk=np.asarray(prefill_chunk, dtype=np.int64),
+            prefill_ctx=np.asarray(prefill_ctx, dtype=np.int64),
+            num_logits=num_logits,
+            _prefill_tokens=sum(prefill_chunk),
+            _decode_ctx_sum=sum(decode_ctx),
+        )
+
     @property
     def num_decode(self) -> int:
         return int(len(self.decode_ctx))

@@ -325,12 +325,15 @@ class RooflineCostModel:
         ``step_time``, so the two agree exactly."""
         ctx = np.asarray(ctx_sums, dtype=np.float64)
         if np.ndim(num_decode):
+            if num_logits is not None:
+                raise ValueError("decode_step_times: with a row count per step every row samples; "
+                                 "num_logits applies to a single count")
             n = np.asarray(num_decode, dtype=np.int64)
             if not n.size:
                 return np.zeros(ctx.shape)
             top = int(n.max())
             if top == int(n.min()):  # the same rows throughout: the scalar path below
-                return self.decode_step_times(top, ctx, num_logits)
+                return self.decode_step_times(top, ctx)
             if top <= 0:
                 return np.zeros(ctx.shape)
             pad = self._pad_arr

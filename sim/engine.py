@@ -1,7 +1,7 @@
 """One replica as a SimPy process: schedule -> price -> wait -> apply outcomes.
 
 Arrivals are pulled from a source at each step boundary (as a real engine drains its input queue
-between steps). Quiet stretches of identical decode steps are priced and applied in one go: the
+between steps). Quiet stretches of decode-only steps are priced and applied in one go: the
 policy says how many steps nothing can change in, and the engine cuts the run at the next arrival.
 """
 
@@ -140,16 +140,14 @@ class Engine:
         return np.concatenate(out) if len(out) > 1 else out[0]
 
     def _decode_run(self, start: float):
-        run = self.policy.decode_run()
+        run = self.policy.decode_run(finishes_ok=self._finishes_in_runs)
         if run is None:
             return
         fin = run.finish_step
         k = run.max_steps
         wake = getattr(self.source, "wake_event", None)
-        if not self._finishes_in_runs:
-            k = min(k, int(fin.min()))  # a finish may bring an arrival (closed loop): stop at the first
-            if k < 2:
-                return
+        if not self._finishes_in_runs and k > int(fin.min()):
+            raise RuntimeError(f"policy {self.policy.name}: decode run past a finish that may bring an arrival")
         # Rows running in each step 1..k, and their total context (each row adds a token per step).
         last = np.minimum(fin, k)
         rows = np.bincount(last, minlength=k + 1)[::-1].cumsum()[::-1][1:]

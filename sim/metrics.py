@@ -116,6 +116,8 @@ class Recorder:
         """k decode steps with ``rows[j]`` rows in step j: step rows from arrays, gaps as (value, weight).
 
         The free-block columns come from ``run`` (set when the run was applied)."""
+        if run.free_blocks is None or run.cached_free is None:
+            raise RuntimeError("on_decode_run: the policy's apply_decode_run did not set run.free_blocks/cached_free")
         k = len(starts)
         n = len(run.requests)
         c = self.cols

@@ -23,7 +23,11 @@ class ClosedWorkloadLike(Protocol):
 
 
 class OpenSource:
-    arrivals_ignore_finishes = True  # arrival times are fixed in advance (see Engine._decode_run)
+    """Requests at fixed arrival times. Since no arrival depends on a finish, the engine lets rows
+    finish inside a fast-forwarded decode run (``Engine._decode_run``); a subclass whose ``on_done``
+    brings arrivals must set ``arrivals_ignore_finishes = False``."""
+
+    arrivals_ignore_finishes = True
 
     def __init__(self, specs: Sequence[RequestSpec]) -> None:
         self.specs = sorted(specs, key=lambda s: s.arrival_time)

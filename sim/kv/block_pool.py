@@ -256,7 +256,10 @@ class BlockPool:
                 i = b.qpos - self._base
                 if not (head <= i < len(back) and back[i] is b):
                     # An unhashed block (no prefix hit finds one; a direct call may): search for it.
-                    i = back.index(b, head) if b in back[head:] else -1
+                    try:
+                        i = back.index(b, head)
+                    except ValueError:
+                        i = -1
                 if i >= 0:
                     back[i] = None
                     self._holes += 1

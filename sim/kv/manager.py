@@ -273,7 +273,8 @@ class KVCacheManager:
                     raise ValueError(f"request {req.request_id}: grow_decodes(computed=...) needs a held, "
                                      "unhashed row within max_model_len")
                 if grow:  # keep the pop order: flush what is pending first
-                    total = self._grow(grow, total)
+                    self._grow(grow, total)
+                    grow, total = [], 0
                 if self.allocate_slots(req, k) is None:
                     raise RuntimeError(f"request {req.request_id}: decode run promised {k} slots")
                 continue
@@ -290,7 +291,8 @@ class KVCacheManager:
         if grow:
             self._grow(grow, total)
 
-    def _grow(self, grow: list[tuple[_ReqKV, int, int]], total: int) -> int:
+    def _grow(self, grow: list[tuple[_ReqKV, int, int]], total: int) -> None:
+        """Pop ``total`` blocks and hand each row its share, in row order."""
         if total > self.pool.num_free_blocks:
             raise RuntimeError(f"decode run promised {total} blocks, {self.pool.num_free_blocks} are free")
         new = self.pool.get_new_blocks(total) if total else []
@@ -301,8 +303,6 @@ class KVCacheManager:
                 p += need
             if full > st.num_cached:
                 st.num_cached = full if full < len(st.blocks) else len(st.blocks)
-        grow.clear()
-        return 0
 
     def decode_run_blocks(
         self, computed: np.ndarray, held: np.ndarray, finish_step: np.ndarray, k: int
