@@ -54,6 +54,16 @@ def synthetic_specs(n: int = 19366, duration: float = 3520.0, seed: int = 0) -> 
             for i, (a, b, c) in enumerate(zip(t, p, o, strict=True))]
 
 
+def machine_probe() -> float:
+    """Seconds for 10 M pure-Python additions: the same code on this kind of shared 2-core machine
+    varies by a third from hour to hour, so results are printed with the machine's speed beside them."""
+    t0 = time.perf_counter()
+    s = 0
+    for i in range(10_000_000):
+        s += i
+    return time.perf_counter() - t0
+
+
 def bench_setup():
     """Llama-3-8B on one A100-80GB, the vllm policy with max_num_seqs 128 (the issue's configuration)."""
     return resolve(config_from_dict({
@@ -91,13 +101,15 @@ def main() -> None:
     specs = azure_specs(args.trace) if args.trace.exists() else synthetic_specs()
     source_name = str(args.trace) if args.trace.exists() else "generated (Azure conv statistics)"
     setup = bench_setup()
-    walls = []
+    walls, probes = [], [machine_probe()]
     for _ in range(1 if args.profile else max(args.repeat, 1)):
         wall, sim_s, steps = run_once(setup, specs, args.profile)
         walls.append(wall)
+    probes.append(machine_probe())
     best, median = min(walls), float(np.median(walls))
     print(f"trace: {source_name}: {len(specs)} requests, simulated {sim_s:.0f} s, {steps:,} steps")
-    print("runs: " + ", ".join(f"{w:.2f}" for w in walls) + " s")
+    print("runs: " + ", ".join(f"{w:.2f}" for w in walls) + " s; machine probe (10 M additions) "
+          + " / ".join(f"{p:.2f}" for p in probes) + " s before / after")
     print(f"wall {best:.2f} s best, {median:.2f} s median; {len(specs) / best:,.0f} requests/s, "
           f"{steps / best:,.0f} steps/s")
 
