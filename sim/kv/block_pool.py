@@ -18,8 +18,8 @@ before). A hit on a free block leaves a ``None`` hole at its position: hashed bl
 (``qpos``) when they join the back; an unhashed one, which no prefix lookup returns, is searched for.
 Only blocks released as cached (hashed, or content the manager leaves unhashed) join the back, so the
 cached-free blocks are exactly the live back entries past ``_cf_start`` (the blocks queued at init, or
-before a cache reset, come before it): counting them needs no per-block flag. Every store into a block
-object costs: at tens of thousands of blocks they are cache misses (bench/README.md, speed.py).
+before a cache reset, come before it): counting them needs no per-block flag. Stores into block objects
+are expensive at tens of thousands of blocks (bench/README.md, speed.py), hence so few of them.
 """
 
 from __future__ import annotations
