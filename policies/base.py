@@ -48,7 +48,6 @@ class DecodeRun:
     requests: list[Request]
     max_steps: int
     computed: np.ndarray  # each row's computed tokens before the run
-    held: np.ndarray  # each row's KV blocks before the run
     finish_step: np.ndarray  # step whose token finishes each row
     new_blocks: np.ndarray  # new_blocks[s]: blocks allocated by steps 1..s (new_blocks[0] == 0)
     # Cached-free blocks when the run was planned: a disaggregated decode replica's pool can gain

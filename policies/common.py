@@ -223,5 +223,5 @@ class QueuedPolicy:
             k = int(np.searchsorted(cum, free, side="right")) - 1  # cum is non-decreasing
             if k < 2:
                 return None
-        return DecodeRun(requests=list(running), max_steps=k, computed=c, held=held, finish_step=fin,
+        return DecodeRun(requests=list(running), max_steps=k, computed=c, finish_step=fin,
                          new_blocks=cum[:k + 1], cached_free_start=kv.num_cached_free_blocks)
