@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/fidelity.py [--data ../shared/data] [--out bench/results/fidelity.md] [--holdout 0.2]
 
-1. Per operator, for every shipped profile: fit its recipe (sim/calibrate/recipes.py) on all but the largest
+1. Per operator, for every shipped profile: fit its recipe (sim/cost/calibrate/recipes.py) on all but the largest
    shapes of each microbenchmark file and report the MAPE on the held-out largest shapes (hold-out by shape
    range, not at random), next to the error of the shipped fit on everything.
 2. End to end: replay the real vLLM 0.19 run in data/e2e/rtx4090-llama-3.1-8b-vllm-0.19 (300 ShareGPT
@@ -36,17 +36,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from policies.base import make_policy  # noqa: E402
-from sim.calibrate.fit import error_table, holdout_errors  # noqa: E402
-from sim.calibrate.recipes import RECIPES, fit_recipe, get_recipe  # noqa: E402
-from sim.config import config_from_dict  # noqa: E402
-from sim.engine import Engine  # noqa: E402
-from sim.hardware import get_gpu  # noqa: E402
-from sim.memory import plan_memory  # noqa: E402
-from sim.metrics import Recorder  # noqa: E402
-from sim.results import time_series  # noqa: E402
-from sim.simulate import collect, resolve  # noqa: E402
-from sim.sources import OpenSource  # noqa: E402
-from workloads.traces import load_vllm_bench  # noqa: E402
+from sim.app.config import config_from_dict  # noqa: E402
+from sim.app.memory import plan_memory  # noqa: E402
+from sim.app.results import time_series  # noqa: E402
+from sim.app.simulate import collect, resolve  # noqa: E402
+from sim.cost.calibrate.fit import error_table, holdout_errors  # noqa: E402
+from sim.cost.calibrate.recipes import RECIPES, fit_recipe, get_recipe  # noqa: E402
+from sim.cost.hardware import get_gpu  # noqa: E402
+from sim.engine.loop import Engine  # noqa: E402
+from sim.engine.recorder import Recorder  # noqa: E402
+from sim.engine.sources import OpenSource  # noqa: E402
+from workloads.tracefmt import load_vllm_bench  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 RUN = "e2e/rtx4090-llama-3.1-8b-vllm-0.19"

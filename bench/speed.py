@@ -19,12 +19,12 @@ import numpy as np
 import simpy
 
 from policies.base import make_policy
-from sim.config import config_from_dict
-from sim.engine import Engine
-from sim.metrics import Recorder
-from sim.request import RequestSpec
-from sim.simulate import resolve
-from sim.sources import OpenSource
+from sim.app.config import config_from_dict
+from sim.app.simulate import resolve
+from sim.core.request import RequestSpec
+from sim.engine.loop import Engine
+from sim.engine.recorder import Recorder
+from sim.engine.sources import OpenSource
 
 AZURE = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 

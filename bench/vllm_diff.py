@@ -48,7 +48,7 @@ if str(REPO) not in sys.path:
 
 from policies.base import PolicyLimits  # noqa: E402
 from policies.vllm import VllmPolicy  # noqa: E402
-from sim.request import Request, RequestSpec  # noqa: E402
+from sim.core.request import Request, RequestSpec  # noqa: E402
 
 ORACLE_DIR = REPO.parent / "shared" / "tools" / "vllm-oracle"
 DEFAULT_ORACLE_PYTHON = Path("/tmp/vllm-oracle-venv/bin/python")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workloads.jsonl import save_jsonl
 from workloads.synthetic import build_workload
+from workloads.tracefmt.jsonl import save_jsonl
 
 OUT = Path(__file__).with_name("sample_trace.jsonl")
 

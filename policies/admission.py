@@ -18,7 +18,7 @@ from collections import deque
 from typing import Any
 
 from policies.base import DecodeRun, Policy, StepPlan
-from sim.request import Request
+from sim.core.request import Request
 
 QUEUE_FULL = "queue full"
 QUEUE_TIMEOUT = "queue timeout"

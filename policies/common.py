@@ -8,9 +8,9 @@ from collections import deque
 import numpy as np
 
 from policies.base import DecodeRun, PolicyLimits, StepPlan
-from sim.batch import BatchSummary
+from sim.core.batch import BatchSummary
+from sim.core.request import Request, Status
 from sim.kv import KVCacheManager
-from sim.request import Request, Status
 
 
 class QueuedPolicy:

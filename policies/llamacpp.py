@@ -22,8 +22,8 @@ from typing import Any
 
 from policies.base import PolicyLimits, StepPlan, register
 from policies.slots import Slot, SlotPolicy, common_prefix
-from sim.errors import ConfigError
-from sim.request import Request
+from sim.core.errors import ConfigError
+from sim.core.request import Request
 
 LC_OPTIONS: dict[str, Any] = {  # common.h defaults (engines.md §3.1)
     "n_ctx": 4096,

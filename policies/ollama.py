@@ -21,8 +21,8 @@ from typing import Any
 
 from policies.base import PolicyLimits, StepPlan, register
 from policies.slots import Slot, SlotPolicy, common_prefix
-from sim.errors import ConfigError
-from sim.request import Request
+from sim.core.errors import ConfigError
+from sim.core.request import Request
 
 OL_OPTIONS: dict[str, Any] = {  # envconfig/config.go, api/types.go (engines.md §3.2)
     "num_ctx": 4096,  # OLLAMA_CONTEXT_LENGTH in v0.9 - v0.12

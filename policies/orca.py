@@ -16,8 +16,8 @@ from typing import Any
 
 from policies.base import PolicyLimits, StepPlan, register
 from policies.common import QueuedPolicy
-from sim.errors import ConfigError
-from sim.request import Status
+from sim.core.errors import ConfigError
+from sim.core.request import Status
 
 ORCA_DEFAULTS: dict[str, Any] = {
     "max_num_seqs": 256,  # max_bs

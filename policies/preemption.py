@@ -10,8 +10,8 @@ the KV manager, the same way for every policy.
 
 from __future__ import annotations
 
+from sim.core.request import Request, Status
 from sim.kv import KVCacheManager
-from sim.request import Request, Status
 
 
 def preempt_recompute(kv: KVCacheManager, victim: Request) -> None:

@@ -1,5 +1,5 @@
 """Which ``[engine]`` knob applies to which preset, engine-native names, and the values a preset derives
-from the memory plan. Used by ``sim.simulate.resolve``; the policies themselves live one per file.
+from the memory plan. Used by ``sim.app.simulate.resolve``; the policies themselves live one per file.
 
 A knob is either a *limit* (vLLM names, shared by every preset through PolicyLimits), an *option* (a
 preset's own knob: declared by listing it in the preset's ``register(..., defaults)``), or an *alias*
@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.errors import ConfigError
+from sim.core.errors import ConfigError
 
 GIB = 1024**3
 

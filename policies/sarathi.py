@@ -20,8 +20,8 @@ from typing import Any
 from policies.base import PolicyLimits, StepPlan, register
 from policies.common import QueuedPolicy
 from policies.preemption import preempt_recompute
-from sim.errors import ConfigError
-from sim.request import Request, Status
+from sim.core.errors import ConfigError
+from sim.core.request import Request, Status
 
 SARATHI_DEFAULTS: dict[str, Any] = {
     "max_num_batched_tokens": 512,  # chunk_size (SAR-1)

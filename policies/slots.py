@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from policies.base import PolicyLimits, StepPlan
-from sim.batch import BatchSummary
-from sim.request import Request, Status
+from sim.core.batch import BatchSummary
+from sim.core.request import Request, Status
 
 
 class SlotKV:
@@ -63,7 +63,7 @@ class SlotKV:
 
 def common_prefix(a: Request, a_len: int, b: Request, b_len: int) -> int:
     """Tokens ``a[:a_len]`` and ``b[:b_len]`` share from the start, from their content description
-    (token_ids, hash_ids or segments: sim/request.py). Output tokens are compared by their output key."""
+    (token_ids, hash_ids or segments: sim/core/request.py). Output tokens are compared by their output key."""
     sa, sb = a.spec, b.spec
     limit = min(a_len, b_len)
     if limit <= 0:

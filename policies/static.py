@@ -13,9 +13,9 @@ import numpy as np
 
 from policies.base import PolicyLimits, StepPlan, register
 from policies.common import QueuedPolicy
-from sim.batch import BatchSummary
-from sim.errors import ConfigError
-from sim.request import Request, Status
+from sim.core.batch import BatchSummary
+from sim.core.errors import ConfigError
+from sim.core.request import Request, Status
 
 STATIC_DEFAULTS = {
     "max_num_seqs": 8,

@@ -23,8 +23,8 @@ from typing import Any
 
 from policies.base import PolicyLimits, StepPlan, register
 from policies.common import QueuedPolicy
-from sim.errors import ConfigError
-from sim.request import Request, Status
+from sim.core.errors import ConfigError
+from sim.core.request import Request, Status
 
 TGI_DEFAULTS: dict[str, Any] = {
     "block_size": 16,  # BLOCK_SIZE for paged attention (models/globals.py)

@@ -26,8 +26,8 @@ from typing import Any
 from policies.base import DecodeRun, PolicyLimits, StepPlan, register
 from policies.common import QueuedPolicy
 from policies.preemption import preempt_recompute
-from sim.errors import ConfigError
-from sim.request import Request, Status
+from sim.core.errors import ConfigError
+from sim.core.request import Request, Status
 
 POLICIES = ("GUARANTEED_NO_EVICT", "MAX_UTILIZATION", "STATIC_BATCH", "PREFILL_FIRST")
 CHUNKING = ("FIRST_COME_FIRST_SERVED", "EQUAL_PROGRESS")

@@ -13,8 +13,8 @@ from typing import Any
 
 from policies.base import DecodeRun, PolicyLimits, StepPlan, register
 from policies.common import QueuedPolicy
-from sim.errors import ConfigError
-from sim.request import Request, Status
+from sim.core.errors import ConfigError
+from sim.core.request import Request, Status
 
 # engines.md §1.1: V1 defaults for GPUs under 70 GiB (the API server's usage context).
 VLLM_DEFAULTS = {

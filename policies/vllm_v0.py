@@ -18,9 +18,9 @@ from typing import Any
 from policies.base import DecodeRun, PolicyLimits, StepPlan, register
 from policies.common import QueuedPolicy
 from policies.preemption import preempt_recompute, preempt_swap, swap_in
-from sim.errors import ConfigError
+from sim.core.errors import ConfigError
+from sim.core.request import Request, Status
 from sim.kv import KVCacheManager
-from sim.request import Request, Status
 
 # engines.md §1.5 defaults. max_num_batched_tokens 512 applies with chunked prefill; without it
 # resolve() uses max(max_model_len, 2048) (config.py:985-1005).

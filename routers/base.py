@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from sim.errors import ConfigError, UnknownNameError
-from sim.request import RequestSpec
+from sim.core.errors import ConfigError, UnknownNameError
+from sim.core.request import RequestSpec
 
 
 @dataclass(slots=True)

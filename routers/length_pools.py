@@ -18,8 +18,8 @@ from routers.base import (
     register,
     take_options,
 )
-from sim.errors import ConfigError
-from sim.request import RequestSpec
+from sim.core.errors import ConfigError
+from sim.core.request import RequestSpec
 
 
 class PoolRouter(BaseRouter):

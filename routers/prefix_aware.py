@@ -25,7 +25,7 @@ from routers.base import (
     take_options,
     with_room,
 )
-from sim.request import Request, RequestSpec
+from sim.core.request import Request, RequestSpec
 
 
 class _Index:

@@ -10,8 +10,8 @@ from typing import Any
 
 from routers.base import RouterContext, register, take_options
 from routers.length_pools import PoolRouter
-from sim.errors import ConfigError
-from sim.request import RequestSpec
+from sim.core.errors import ConfigError
+from sim.core.request import RequestSpec
 
 
 class PriorityPools(PoolRouter):

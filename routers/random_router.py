@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from routers.base import BaseRouter, ReplicaView, RouterContext, register, take_options, with_room
-from sim.request import RequestSpec
+from sim.core.request import RequestSpec
 
 
 class RandomRouter(BaseRouter):

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from routers.base import BaseRouter, ReplicaView, RouterContext, register, take_options, with_room
-from sim.request import RequestSpec
+from sim.core.request import RequestSpec
 
 
 class RoundRobin(BaseRouter):

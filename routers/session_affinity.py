@@ -20,7 +20,7 @@ from routers.base import (
     take_options,
     with_room,
 )
-from sim.request import RequestSpec
+from sim.core.request import RequestSpec
 
 
 class SessionAffinity(BaseRouter):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import simpy
 
 from policies.base import make_policy
-from sim.costmodel import ConstantCostModel
-from sim.engine import Engine
-from sim.metrics import Recorder
-from sim.sources import OpenSource
+from sim.cost.costmodel import ConstantCostModel
+from sim.engine.loop import Engine
+from sim.engine.recorder import Recorder
+from sim.engine.sources import OpenSource
 from tests.helpers import limits
 
 

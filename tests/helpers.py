@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from policies.base import PolicyLimits, StepPlan
-from sim.request import Request, RequestSpec
+from sim.core.request import Request, RequestSpec
 
 
 def limits(**kw) -> PolicyLimits:

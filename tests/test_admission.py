@@ -7,15 +7,15 @@ import simpy
 
 from policies.admission import QUEUE_FULL, QUEUE_TIMEOUT, AdmissionControl, with_admission
 from policies.base import make_policy
-from sim.config import config_from_dict
-from sim.costmodel import ConstantCostModel
-from sim.engine import Engine
-from sim.errors import ConfigError
-from sim.metrics import Recorder
-from sim.request import RequestSpec, Status
-from sim.results import summarize
-from sim.simulate import simulate
-from sim.sources import OpenSource
+from sim.app.config import config_from_dict
+from sim.app.results import summarize
+from sim.app.simulate import simulate
+from sim.core.errors import ConfigError
+from sim.core.request import RequestSpec, Status
+from sim.cost.costmodel import ConstantCostModel
+from sim.engine.loop import Engine
+from sim.engine.recorder import Recorder
+from sim.engine.sources import OpenSource
 from tests.helpers import limits, req, step
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sim.errors import ConfigError
-from workloads.arrivals import ArrivalConfig, constant, gamma, make_arrivals, poisson
+from sim.core.errors import ConfigError
+from workloads.gen.arrivals import ArrivalConfig, constant, gamma, make_arrivals, poisson
 
 N = 20_000
 Z = 4.0  # tolerance in standard errors: a seeded test, but the bound must hold for any seed w.p. ~1 - 6e-5

@@ -10,9 +10,9 @@ import numpy as np
 import simpy
 
 from policies.base import make_policy
-from sim.engine import Engine
-from sim.metrics import Recorder
-from sim.sources import OpenSource
+from sim.engine.loop import Engine
+from sim.engine.recorder import Recorder
+from sim.engine.sources import OpenSource
 
 SPEED = Path(__file__).resolve().parents[1] / "bench" / "speed.py"
 

@@ -11,15 +11,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.batch import BatchSummary
-from sim.calibrate import opmodel
-from sim.calibrate.fit import error_table, fit_profile, holdout_errors, holdout_mask, physical_mask
-from sim.calibrate.samples import Microbench, load_samples_csv, make_frame, merge
-from sim.costmodel import RooflineCostModel
-from sim.errors import TraceFormatError
-from sim.hardware import get_gpu
-from sim.models import get_model
-from sim.profiles import CalibrationProfile, get_profile, prior_profile, shipped_profiles
+from sim.core.batch import BatchSummary
+from sim.core.errors import TraceFormatError
+from sim.cost.calibrate import opmodel
+from sim.cost.calibrate.fit import error_table, fit_profile, holdout_errors, holdout_mask, physical_mask
+from sim.cost.calibrate.samples import Microbench, load_samples_csv, make_frame, merge
+from sim.cost.costmodel import RooflineCostModel
+from sim.cost.hardware import get_gpu
+from sim.cost.models import get_model
+from sim.cost.profiles import CalibrationProfile, get_profile, prior_profile, shipped_profiles
 
 GPU = get_gpu("H100 SXM")
 LLAMA = get_model("Llama-3.1-8B")
@@ -259,8 +259,8 @@ def test_shipped_profiles_are_fitted_and_used(slug, gpu):
 
 
 def test_run_meta_names_profile_and_source():
-    from sim.config import config_from_dict
-    from sim.simulate import resolve
+    from sim.app.config import config_from_dict
+    from sim.app.simulate import resolve
 
     for prof, src in (("auto", "fitted"), ("prior", "prior")):
         cfg = config_from_dict({"model": {"name": "Llama-3.1-8B"}, "hardware": {"gpu": "RTX 4090", "profile": prof},
@@ -270,7 +270,7 @@ def test_run_meta_names_profile_and_source():
 
 
 def test_shipped_profile_json_is_plain(tmp_path):
-    path = Path(__file__).resolve().parents[1] / "sim" / "data" / "profiles" / "rtx-4090.json"
+    path = Path(__file__).resolve().parents[1] / "sim" / "cost" / "data" / "profiles" / "rtx-4090.json"
     data = json.loads(path.read_text())
     assert data["source"] == "fitted" and isinstance(data["metadata"]["sources"], list)
     assert pd.notna(data["eta_compute"])

@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.calibrate.importers import (
+from sim.cli.calibrate import main
+from sim.core.errors import ConfigError, TraceFormatError
+from sim.cost.calibrate.importers import (
     gpu_name,
     load_blis_attention,
     load_layers_csv,
@@ -19,10 +21,8 @@ from sim.calibrate.importers import (
     load_vidur_mlp,
     sniff,
 )
-from sim.calibrate.recipes import RECIPES, fit_recipe
-from sim.cli_calibrate import main
-from sim.errors import ConfigError, TraceFormatError
-from sim.profiles import PROFILE_DIR, CalibrationProfile
+from sim.cost.calibrate.recipes import RECIPES, fit_recipe
+from sim.cost.profiles import PROFILE_DIR, CalibrationProfile
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 MICRO = SHARED / "data" / "microbench"

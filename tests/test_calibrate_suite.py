@@ -8,10 +8,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from sim.calibrate.fit import fit_profile  # noqa: E402
-from sim.calibrate.suite import SuiteConfig, measured_spec, run_allreduce, run_suite  # noqa: E402
-from sim.cli_calibrate import main  # noqa: E402
-from sim.profiles import CalibrationProfile  # noqa: E402
+from sim.cli.calibrate import main  # noqa: E402
+from sim.cost.calibrate.fit import fit_profile  # noqa: E402
+from sim.cost.calibrate.suite import SuiteConfig, measured_spec, run_allreduce, run_suite  # noqa: E402
+from sim.cost.profiles import CalibrationProfile  # noqa: E402
 
 
 def test_cpu_smoke_suite_and_fit():
@@ -56,7 +56,7 @@ def test_allreduce_benchmark_runs_over_two_processes():
 
 
 def test_sdpa_fallback_uses_bottom_right_causal_mask_and_gqa():
-    from sim.calibrate.suite import _sdpa
+    from sim.cost.calibrate.suite import _sdpa
 
     q, k = torch.randn(1, 8, 4, 32), torch.randn(1, 2, 10, 32)
     got = _sdpa(torch, q, k, k, True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.cli import main
+from sim.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = """
@@ -128,8 +128,8 @@ def test_plan_json_reproduces_seeds(capsys):
 
 
 def test_console_script_entry_point(cfg: Path):
-    """`python -m sim.cli` behaves like the installed `servesim` script (exit code 2 on bad input)."""
-    proc = subprocess.run([sys.executable, "-m", "sim.cli", "run", str(cfg), "--set", "workload.rate=-1"],
+    """`python -m sim.cli.main` behaves like the installed `servesim` script (exit code 2 on bad input)."""
+    proc = subprocess.run([sys.executable, "-m", "sim.cli.main", "run", str(cfg), "--set", "workload.rate=-1"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2 and "servesim: error:" in proc.stderr and "Traceback" not in proc.stderr
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sim import cli_trace
-from sim.errors import ConfigError, ServesimError, TraceFormatError
+from sim.cli import trace as cli_trace
+from sim.core.errors import ConfigError, ServesimError, TraceFormatError
 
 AZURE = [
     "TIMESTAMP,ContextTokens,GeneratedTokens",

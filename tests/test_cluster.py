@@ -16,14 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from sim.cli_cluster import is_cluster_file, main
-from sim.cluster import Cluster, simulate_cluster
-from sim.cluster_config import cluster_from_dict, load_cluster
-from sim.cluster_metrics import fig_load_balance, replica_rows, summarize_cluster
-from sim.config import config_from_dict
-from sim.errors import ConfigError, UnknownNameError
-from sim.results import request_metrics, summarize, time_series
-from sim.simulate import simulate
+from sim.app.cluster import Cluster, simulate_cluster
+from sim.app.cluster_config import cluster_from_dict, load_cluster
+from sim.app.cluster_metrics import fig_load_balance, replica_rows, summarize_cluster
+from sim.app.config import config_from_dict
+from sim.app.results import request_metrics, summarize, time_series
+from sim.app.simulate import simulate
+from sim.cli.cluster import is_cluster_file, main
+from sim.core.errors import ConfigError, UnknownNameError
 from tests.helpers import assert_same_steps
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import sim.profiles as profiles
-from sim.batch import BatchSummary
-from sim.costmodel import ConstantCostModel, CostModel, RooflineCostModel, make_cost_model
-from sim.errors import ConfigError, UnknownNameError
-from sim.hardware import GpuSpec
-from sim.models import ModelSpec
-from sim.profiles import CalibrationProfile, get_profile, gpu_family, gpu_slug, prior_profile
+import sim.cost.profiles as profiles
+from sim.core.batch import BatchSummary
+from sim.core.errors import ConfigError, UnknownNameError
+from sim.cost.costmodel import ConstantCostModel, CostModel, RooflineCostModel, make_cost_model
+from sim.cost.hardware import GpuSpec
+from sim.cost.models import ModelSpec
+from sim.cost.profiles import CalibrationProfile, get_profile, gpu_family, gpu_slug, prior_profile
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 RTX4090_DIR = SHARED / "data/microbench/llmservingsim/RTX4090/meta-llama/Llama-3.1-8B/bf16/tp1"

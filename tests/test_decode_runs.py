@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies.base import make_policy
-from sim.costmodel import ConstantCostModel
-from sim.engine import Engine
+from sim.core.request import Request, RequestSpec
+from sim.cost.costmodel import ConstantCostModel
+from sim.engine.loop import Engine
+from sim.engine.recorder import Recorder
+from sim.engine.sources import ClosedSource, OpenSource
 from sim.kv import KVCacheManager
-from sim.metrics import Recorder
-from sim.request import Request, RequestSpec
-from sim.sources import ClosedSource, OpenSource
 from tests.helpers import limits
 
 

@@ -8,13 +8,13 @@ import copy
 import numpy as np
 import pytest
 
-from sim.cluster import Cluster, simulate_cluster
-from sim.cluster_config import cluster_from_dict
-from sim.cluster_metrics import summarize_cluster
-from sim.disagg import decode_spec, inject_kv, prefill_spec
-from sim.errors import ConfigError
+from sim.app.cluster import Cluster, simulate_cluster
+from sim.app.cluster_config import cluster_from_dict
+from sim.app.cluster_metrics import summarize_cluster
+from sim.app.disagg import decode_spec, inject_kv, prefill_spec
+from sim.core.errors import ConfigError
+from sim.core.request import Request, RequestSpec
 from sim.kv import KVCacheManager
-from sim.request import Request, RequestSpec
 from tests.helpers import assert_same_steps
 
 BASE = {

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.request import RequestSpec, Status
+from sim.core.request import RequestSpec, Status
 from tests.engine_helpers import run_specs
 
 

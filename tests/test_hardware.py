@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sim.errors import ConfigError, UnknownNameError
-from sim.hardware import GiB, GpuSpec, allreduce_time, get_gpu, list_gpus, validate_tp
-from sim.models import get_model
+from sim.core.errors import ConfigError, UnknownNameError
+from sim.cost.hardware import GiB, GpuSpec, allreduce_time, get_gpu, list_gpus, validate_tp
+from sim.cost.models import get_model
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 META = SHARED / "data" / "e2e" / "rtx4090-llama-3.1-8b-vllm-0.19" / "meta.json"

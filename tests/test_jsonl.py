@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from sim.errors import TraceFormatError
-from sim.request import RequestSpec
-from workloads.jsonl import LoadedTrace, load_jsonl, save_jsonl
+from sim.core.errors import TraceFormatError
+from sim.core.request import RequestSpec
+from workloads.tracefmt.jsonl import LoadedTrace, load_jsonl, save_jsonl
 
 
 def write(path, rows) -> str:

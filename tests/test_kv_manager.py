@@ -7,9 +7,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from sim.errors import ConfigError
+from sim.core.errors import ConfigError
+from sim.core.request import Request, RequestSpec
 from sim.kv import KVCacheManager
-from sim.request import Request, RequestSpec
 
 BS = 16
 

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from sim.errors import ConfigError
-from workloads.lengths import LengthDist, clip_to_context, load_csv_column
+from sim.core.errors import ConfigError
+from workloads.gen.lengths import LengthDist, clip_to_context, load_csv_column
 
 N = 50_000
 Z = 4.0  # standard errors

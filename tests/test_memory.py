@@ -10,10 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli_plan import add_parser, run
-from sim.errors import ConfigError, MemoryPlanError, ServesimError
-from sim.hardware import get_gpu
-from sim.memory import (
+from sim.app.memory import (
     SEEDS_EXAMPLE,
     GiB,
     MiB,
@@ -22,12 +19,15 @@ from sim.memory import (
     seeds_example_plan,
     seeds_example_variants,
 )
-from sim.models import get_model
+from sim.cli.plan import add_parser, run
+from sim.core.errors import ConfigError, MemoryPlanError, ServesimError
+from sim.cost.hardware import get_gpu
+from sim.cost.models import get_model
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 META = SHARED / "data" / "e2e" / "rtx4090-llama-3.1-8b-vllm-0.19" / "meta.json"
 
-# Bound on the planner's miss against the real vLLM 0.19 run (sim/memory.py comment: 2579 vs 2588, 0.35 %).
+# Bound on the planner's miss against the real vLLM 0.19 run (sim/app/memory.py comment: 2579 vs 2588, 0.35 %).
 REAL_RUN_MAX_MISS = 0.01
 
 

@@ -9,8 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from sim.errors import ConfigError, UnknownNameError
-from sim.models import GiB, ModelSpec, get_model, kv_dtype_bytes, list_models, load_hf_config, normalize_dtype
+from sim.core.errors import ConfigError, UnknownNameError
+from sim.cost.models import (
+    GiB,
+    ModelSpec,
+    get_model,
+    kv_dtype_bytes,
+    list_models,
+    load_hf_config,
+    normalize_dtype,
+)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 

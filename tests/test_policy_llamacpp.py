@@ -8,9 +8,9 @@ from policies.base import make_policy
 from policies.llamacpp import LC_OPTIONS, TOO_LONG
 from policies.ollama import BUSY, OL_OPTIONS
 from policies.slots import common_prefix
-from sim.config import config_from_dict
-from sim.request import Status
-from sim.simulate import resolve
+from sim.app.config import config_from_dict
+from sim.app.simulate import resolve
+from sim.core.request import Status
 from tests.helpers import ids, limits, req, sched, step
 
 
@@ -250,8 +250,8 @@ def test_slot_presets_report_prefix_hits(preset):
                      "output": {"dist": "fixed", "value": 10},
                      "shared_prefix": {"num_groups": 1, "prefix_len": 500}},
     })  # fmt: skip
-    from sim.results import summarize
-    from sim.simulate import simulate
+    from sim.app.results import summarize
+    from sim.app.simulate import simulate
 
     s = summarize(simulate(cfg))
     assert s["num_finished"] == 20

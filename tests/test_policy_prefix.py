@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from policies.base import make_policy
-from sim.config import config_from_dict
-from sim.results import summarize
-from sim.simulate import simulate
+from sim.app.config import config_from_dict
+from sim.app.results import summarize
+from sim.app.simulate import simulate
 from tests.helpers import ids, limits, req, sched, step
-from workloads.traces import load_trace
+from workloads.tracefmt import load_trace
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 

@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies.base import policy_defaults, policy_names
-from sim.cli import main
-from sim.config import config_from_dict
-from sim.errors import ConfigError
-from sim.simulate import resolve, simulate
+from sim.app.config import config_from_dict
+from sim.app.simulate import resolve, simulate
+from sim.cli.main import main
+from sim.core.errors import ConfigError
 
 PRESETS = ["vllm", "vllm-v0", "trtllm", "llamacpp", "ollama", "hf-static", "static", "tgi", "orca", "sarathi"]
 
@@ -189,11 +189,11 @@ def test_conservation_across_presets(rows, preset, blocks, seqs, option):
     import simpy
 
     from policies.base import make_policy
-    from sim.costmodel import ConstantCostModel
-    from sim.engine import Engine
-    from sim.metrics import Recorder
-    from sim.request import RequestSpec, Status
-    from sim.sources import OpenSource
+    from sim.core.request import RequestSpec, Status
+    from sim.cost.costmodel import ConstantCostModel
+    from sim.engine.loop import Engine
+    from sim.engine.recorder import Recorder
+    from sim.engine.sources import OpenSource
     from tests.helpers import limits
 
     defaults = policy_defaults(preset)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from policies.base import make_policy
-from sim.request import Status
+from sim.core.request import Status
 from tests.helpers import add, ids, limits, req, sched, step
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from policies.base import make_policy
-from sim.errors import UnknownNameError
+from sim.core.errors import UnknownNameError
 from tests.helpers import limits, req, sched, step
 
 

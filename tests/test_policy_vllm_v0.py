@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from policies.base import StepPlan, make_policy
-from sim.config import config_from_dict
-from sim.errors import ConfigError
-from sim.request import Status
-from sim.simulate import resolve
+from sim.app.config import config_from_dict
+from sim.app.simulate import resolve
+from sim.core.errors import ConfigError
+from sim.core.request import Status
 from tests.helpers import ids, limits, req, sched, step
 
 GIB = 1024**3

@@ -9,9 +9,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from sim.config import config_from_dict
-from sim.errors import ConfigError
-from sim.replicate import (
+from sim.app.config import config_from_dict
+from sim.app.replicate import (
     interval_table,
     load_stability,
     paired_difference,
@@ -20,7 +19,8 @@ from sim.replicate import (
     seed_list,
     t_interval,
 )
-from sim.simulate import simulate
+from sim.app.simulate import simulate
+from sim.core.errors import ConfigError
 
 # Constant 20 ms steps, 4 slots, 100-token prompts (one prefill step) and 50-token outputs: a slot
 # serves one request per ~51 steps ≈ 1.02 s, so capacity ≈ 4 / 1.02 ≈ 3.9 req/s.

@@ -8,14 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.report import (
+from sim.app.report import (
     fig_compare,
     fig_latency_cdf,
     fig_timeline,
     write_comparison_report,
     write_report,
 )
-from sim.results import SimResult, summarize
+from sim.app.results import SimResult, summarize
 
 PLOTLY_BUNDLE = "* plotly.js v"  # header comment of the inlined bundle
 
@@ -106,8 +106,8 @@ def test_comparison_report(tmp_path):
 
 def test_timeline_shows_cached_and_swapped_kv():
     """Swap vs recompute and prefix caching are visible in the KV panel, not only in the summary."""
-    from sim.config import config_from_dict
-    from sim.simulate import simulate
+    from sim.app.config import config_from_dict
+    from sim.app.simulate import simulate
 
     raw = {
         "model": {"name": "seed-7b", "dtype": "fp16"},

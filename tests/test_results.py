@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.errors import ConfigError
-from sim.results import (
+from sim.app.results import (
     STEP_COLUMNS,
     TIMESERIES_COLUMNS,
     ResultsIntegrityError,
@@ -27,6 +26,7 @@ from sim.results import (
     weighted_percentiles,
     write_outputs,
 )
+from sim.core.errors import ConfigError
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 NAN = float("nan")

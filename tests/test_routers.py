@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from routers import ReplicaView, RouterContext, make_router, router_names
-from sim.cluster import Cluster
-from sim.cluster_config import cluster_from_dict
-from sim.cluster_metrics import summarize_cluster
-from sim.errors import ConfigError, UnknownNameError
-from sim.request import RequestSpec
+from sim.app.cluster import Cluster
+from sim.app.cluster_config import cluster_from_dict
+from sim.app.cluster_metrics import summarize_cluster
+from sim.core.errors import ConfigError, UnknownNameError
+from sim.core.request import RequestSpec
 
 
 def views(n: int, pools=None, **fields) -> list[ReplicaView]:

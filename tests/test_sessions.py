@@ -10,12 +10,12 @@ import pytest
 import simpy
 
 from policies.base import make_policy
-from sim.config import config_from_dict
-from sim.engine import Engine
-from sim.errors import ConfigError
-from sim.metrics import Recorder
-from sim.simulate import collect, resolve
-from workloads.sessions import SessionSource, build_session_workload, expected_cached_tokens
+from sim.app.config import config_from_dict
+from sim.app.simulate import collect, resolve
+from sim.core.errors import ConfigError
+from sim.engine.loop import Engine
+from sim.engine.recorder import Recorder
+from workloads.gen.sessions import SessionSource, build_session_workload, expected_cached_tokens
 
 WL = {
     "kind": "sessions",
@@ -41,7 +41,7 @@ def wl(**kw):
 
 
 def run(workload: dict, **engine):
-    """simulate() with the session source (the hook in sim.simulate may not be there yet)."""
+    """simulate() with the session source (the hook in sim.app.simulate may not be there yet)."""
     raw = copy.deepcopy(BASE)
     raw["engine"].update(engine)
     raw["workload"] = workload
@@ -195,8 +195,8 @@ def test_through_simulate_when_hooked():
         build_workload(wl(), seed=0)
     except ConfigError:
         pytest.skip("workload kind 'sessions' not wired into build_workload yet")
-    from sim.results import summarize
-    from sim.simulate import simulate
+    from sim.app.results import summarize
+    from sim.app.simulate import simulate
 
     raw = copy.deepcopy(BASE)
     raw["workload"] = wl()
@@ -208,7 +208,7 @@ def test_through_simulate_when_hooked():
 
 
 def test_sizing_open_sessions_in_conversations_per_second_when_hooked():
-    from sim.sizing import detect_knob
+    from sim.app.sizing import detect_knob
     from workloads.synthetic import build_workload
 
     try:

@@ -8,9 +8,9 @@ import math
 import pandas as pd
 import pytest
 
-from sim.config import config_from_dict
-from sim.errors import ConfigError
-from sim.sizing import LoadKnob, Search, candidate_grid, default_max_num_seqs, detect_knob, judge, size
+from sim.app.config import config_from_dict
+from sim.app.sizing import LoadKnob, Search, candidate_grid, default_max_num_seqs, detect_knob, judge, size
+from sim.core.errors import ConfigError
 from tests.test_sweep import run_cli
 
 # Constant 20 ms steps, 20-token outputs, 64-token prompts: a request holds a slot ~21 steps ≈ 0.42 s,
@@ -130,8 +130,8 @@ def test_closed_loop_is_sized_in_clients():
 
 
 def test_trace_is_sized_in_req_per_s_with_windows_as_replications(tmp_path):
-    from sim.request import RequestSpec
-    from workloads.jsonl import save_jsonl
+    from sim.core.request import RequestSpec
+    from workloads.tracefmt.jsonl import save_jsonl
 
     specs = [RequestSpec(f"r{i}", i * 0.5, 64, 20) for i in range(41)]  # 2 req/s over 20 s
     save_jsonl(specs, tmp_path / "t.jsonl")

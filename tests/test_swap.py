@@ -8,18 +8,18 @@ import pytest
 import simpy
 
 from policies.base import make_policy
-from sim.batch import BatchSummary
-from sim.config import config_from_dict
-from sim.costmodel import ConstantCostModel, make_cost_model
-from sim.engine import Engine
-from sim.hardware import get_gpu
+from sim.app.config import config_from_dict
+from sim.app.simulate import resolve
+from sim.core.batch import BatchSummary
+from sim.core.request import RequestSpec, Status
+from sim.cost.costmodel import ConstantCostModel, make_cost_model
+from sim.cost.hardware import get_gpu
+from sim.cost.models import get_model
+from sim.engine.loop import Engine
+from sim.engine.recorder import Recorder
+from sim.engine.sources import OpenSource
 from sim.kv import KVCacheManager
 from sim.kv.swap import CpuBlockPool, SwapSpaceError
-from sim.metrics import Recorder
-from sim.models import get_model
-from sim.request import RequestSpec, Status
-from sim.simulate import resolve
-from sim.sources import OpenSource
 from tests.helpers import limits, req
 
 
@@ -141,7 +141,7 @@ def test_swap_run_aborts_when_cpu_pool_is_too_small():
 
 
 def test_simulate_reports_swaps_in_meta():
-    from sim.simulate import simulate
+    from sim.app.simulate import simulate
 
     cfg = config_from_dict({
         "engine": {"preset": "vllm-v0", "preemption_mode": "swap", "num_gpu_blocks_override": 120,
@@ -153,8 +153,8 @@ def test_simulate_reports_swaps_in_meta():
     swap = res.meta["swap"]
     assert swap["num_swap_outs"] > 0 and swap["num_swap_outs"] == swap["num_swap_ins"]
     assert (res.requests["status"] == "finished").all()
-    from sim.results import summarize
-    from sim.simulate import format_summary
+    from sim.app.results import summarize
+    from sim.app.simulate import format_summary
 
     s = summarize(res)
     assert s["num_swap_outs"] == swap["num_swap_outs"] and s["num_swap_ins"] == swap["num_swap_ins"]
@@ -178,7 +178,7 @@ def test_step_rows_show_swapped_blocks():
 
 
 def test_cli_reports_exhausted_swap_space(tmp_path, capsys):
-    from sim.cli import main
+    from sim.cli.main import main
 
     cfg = tmp_path / "swap.toml"
     cfg.write_text(

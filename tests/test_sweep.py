@@ -10,9 +10,9 @@ import math
 import pandas as pd
 import pytest
 
-from sim.config import config_from_dict
-from sim.errors import ConfigError, ServesimError
-from sim.sweep import aggregate, expand_grid, parse_grid, run_sweep, split_values
+from sim.app.config import config_from_dict
+from sim.app.sweep import aggregate, expand_grid, parse_grid, run_sweep, split_values
+from sim.core.errors import ConfigError, ServesimError
 
 RAW = {
     "model": {"name": "seed-7b", "dtype": "fp16"},
@@ -31,13 +31,14 @@ def base():
 
 def run_cli(argv: list[str]) -> int:
     """The real `servesim` entry point when sweep/size are registered there, else the same wiring."""
-    from sim import cli
+    from sim.cli import main as cli
 
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     if argv[0] in sub.choices:
         return cli.main(argv)
-    from sim import cli_size, cli_sweep
+    from sim.cli import size as cli_size
+    from sim.cli import sweep as cli_sweep
 
     cli_size.add_parser(sub)
     cli_sweep.add_parser(sub)

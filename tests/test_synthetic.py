@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from sim.errors import ConfigError
-from sim.request import Request
-from workloads.jsonl import save_jsonl
+from sim.core.errors import ConfigError
+from sim.core.request import Request
 from workloads.synthetic import STREAMS, ClosedWorkload, OpenWorkload, build_workload, spawn_streams
+from workloads.tracefmt.jsonl import save_jsonl
 
 Z = 4.0
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.errors import ConfigError, TraceFormatError, UnknownNameError
-from sim.request import RequestSpec
-from workloads.traces import (
+from sim.core.errors import ConfigError, TraceFormatError, UnknownNameError
+from sim.core.request import RequestSpec
+from workloads.tracefmt import (
     LoadedTrace,
     load_azure,
     load_burstgpt,

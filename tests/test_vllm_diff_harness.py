@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.request import Request
+from sim.core.request import Request
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "data" / "vllm_oracle_tiny.jsonl"

@@ -1,11 +1,10 @@
 """Workloads: arrival processes, length distributions, the servesim JSONL trace, synthetic builders.
 
-Real-trace loaders (Azure, BurstGPT, Mooncake) live in ``workloads.traces``.
+Real-trace loaders (Azure, BurstGPT, Mooncake) live in ``workloads.tracefmt``.
 """
 
-from workloads.arrivals import ARRIVAL_KINDS, ArrivalConfig, constant, gamma, make_arrivals, poisson
-from workloads.jsonl import LoadedTrace, load_jsonl, save_jsonl, spec_to_row
-from workloads.lengths import LengthDist, clip_to_context, load_csv_column
+from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig, constant, gamma, make_arrivals, poisson
+from workloads.gen.lengths import LengthDist, clip_to_context, load_csv_column
 from workloads.synthetic import (
     STREAMS,
     ClosedWorkload,
@@ -15,6 +14,7 @@ from workloads.synthetic import (
     build_workload,
     spawn_streams,
 )
+from workloads.tracefmt.jsonl import LoadedTrace, load_jsonl, save_jsonl, spec_to_row
 
 __all__ = [
     "ARRIVAL_KINDS",

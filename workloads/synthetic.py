@@ -4,7 +4,7 @@ Open loop (``kind = "open"``, the default)::
 
     arrival = "poisson" | "gamma" | "constant"   rate = 4.0   burstiness = 1.0   rescale = true
     num_requests = 1000
-    prompt = {dist = "lognormal", mean = 1000, std = 400, max = 8192}     # see workloads.lengths
+    prompt = {dist = "lognormal", mean = 1000, std = 400, max = 8192}     # see workloads.gen.lengths
     output = {dist = "uniform", low = 16, high = 512}
     shared_prefix = {num_groups = 4, prefix_len = 512}                     # optional
     priority = {levels = [0, 1], weights = [0.8, 0.2]}                     # optional
@@ -28,7 +28,7 @@ switching open ↔ closed loop) leaves every other draw as it was: compared runs
 (common random numbers). New streams must be appended to ``STREAMS``, never inserted.
 
 Request ids are ``r0, r1, ...`` in arrival order (for a closed loop: in issue order). With
-``max_model_len`` every request is fitted into the context (workloads.lengths.clip_to_context) and the
+``max_model_len`` every request is fitted into the context (workloads.gen.lengths.clip_to_context) and the
 number of changed requests is reported as ``num_clipped``.
 """
 
@@ -41,10 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from sim.errors import ConfigError, TraceFormatError
-from sim.request import RequestSpec
-from workloads.arrivals import ARRIVAL_KINDS, ArrivalConfig
-from workloads.lengths import LengthDist, check_keys, clip_to_context, read_float, read_int
+from sim.core.errors import ConfigError, TraceFormatError
+from sim.core.request import RequestSpec
+from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig
+from workloads.gen.lengths import LengthDist, check_keys, clip_to_context, read_float, read_int
 
 STREAMS = ("arrivals", "prompt", "output", "prefix_group", "priority", "think")
 
@@ -285,13 +285,13 @@ TOO_LONG = ("error", "reject", "clip")
 
 
 def _build_trace(cfg, max_model_len, base_dir) -> OpenWorkload:
-    """A trace file in any format workloads.traces knows; loader options pass straight through.
+    """A trace file in any format workloads.tracefmt knows; loader options pass straight through.
 
     ``too_long`` says what a request longer than max_model_len does: "error" (default: the run stops
     with a line naming the request), "reject" (it is rejected with a reason, as vLLM answers HTTP 400),
     or "clip" (prompt and output are cut to fit).
     """
-    from workloads.traces import load_trace
+    from workloads.tracefmt import load_trace
 
     where = "workload"
     opts = {k: v for k, v in cfg.items() if k not in ("kind", "trace", "format", "num_requests", "too_long")}
@@ -345,7 +345,7 @@ def build_workload(
         check_keys(cfg, CLOSED_KEYS, "workload (closed loop)")
         return _build_closed(cfg, spawn_streams(seed), max_model_len, base_dir)
     if kind == "sessions":
-        from workloads.sessions import build_session_workload
+        from workloads.gen.sessions import build_session_workload
 
         return build_session_workload(cfg, seed, max_model_len, base_dir=base_dir)
     raise ConfigError(f"workload.kind: expected 'open', 'closed', 'trace' or 'sessions', got {kind!r}")

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.errors import ConfigError
+from sim.core.errors import ConfigError
+from sim.core.request import Request
 from sim.kv.block_pool import BlockPool, KVBlock
-from sim.request import Request
 
 
 class _ReqKV:

@@ -7,7 +7,7 @@ from CPU blocks except the copy itself), so the pool only counts blocks per requ
 
 from __future__ import annotations
 
-from sim.errors import ServesimError
+from sim.core.errors import ServesimError
 
 
 class SwapSpaceError(ServesimError):

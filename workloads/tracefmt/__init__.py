@@ -1,8 +1,157 @@
-"""Parsers for public request traces; the public entry point is :mod:`workloads.traces`.
+"""Real request traces → RequestSpecs: Azure LLM inference (2023/2024), BurstGPT, Mooncake, token-count
+CSVs, vLLM-bench JSONL / ShareGPT JSON, vLLM's "random" dataset, and servesim's own JSONL.
 
-``core``: the loaded-trace type and the options every format shares (window, scale, sample, clip, limit).
-``rows``: reading CSV/JSONL files with exact ``file:line: field`` error messages.
-``csvtraces``: Azure LLM inference (2023/2024), BurstGPT, token-count CSVs.
-``jsontraces``: Mooncake, vLLM-bench JSONL, ShareGPT JSON, vLLM's "random" dataset.
-``stats``: summary numbers of a loaded trace.
+Every loader returns a :class:`LoadedTrace` (specs sorted by arrival, plus counts of what loading did)
+and accepts the same shared options (``start``/``end``, ``time_scale`` or ``rate_scale``, ``sample``
+with ``seed``, ``max_prompt_len``/``max_output_len``/``max_model_len``, ``limit``), applied in one place
+(:mod:`workloads.tracefmt.core`). A malformed row raises TraceFormatError ``file:line: column: why``
+(header = line 1); ``skip_bad_rows=True`` drops such rows and counts them in ``num_skipped``.
+
+``load_trace(path)`` picks the format from the file name's extension and its header or first row.
+
+Modules: ``core`` (the loaded-trace type and the shared options), ``rows`` (CSV/JSONL reading with exact
+``file:line: field`` errors), ``csvtraces`` (Azure, BurstGPT, token-count CSVs), ``jsontraces`` (Mooncake,
+vLLM-bench JSONL, ShareGPT JSON, vLLM's "random" dataset), ``jsonl`` (servesim's own JSONL), ``stats``.
 """
+
+from __future__ import annotations
+
+import csv
+import importlib
+import inspect
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.core.errors import TraceFormatError, UnknownNameError
+from workloads.tracefmt.core import Arrivals, Columns, LoadedTrace, TraceOptions, finish
+from workloads.tracefmt.csvtraces import load_azure, load_burstgpt, load_token_counts
+from workloads.tracefmt.jsontraces import load_mooncake, load_vllm_bench, vllm_random
+from workloads.tracefmt.rows import check_file, norm_col, open_text
+from workloads.tracefmt.stats import trace_stats
+
+__all__ = [
+    "FORMATS",
+    "Arrivals",
+    "LoadedTrace",
+    "TraceOptions",
+    "load_azure",
+    "load_burstgpt",
+    "load_mooncake",
+    "load_servesim_jsonl",
+    "load_token_counts",
+    "load_trace",
+    "load_vllm_bench",
+    "sniff_format",
+    "trace_stats",
+    "vllm_random",
+]
+
+
+def load_servesim_jsonl(path: str | Path, *, skip_bad_rows: bool = False, **options: Any) -> LoadedTrace:
+    """servesim's own JSONL (``arrival_time``, ``prompt_len``, ...), read by workloads.tracefmt.jsonl.load_jsonl;
+    the shared options are applied on top, every other field (ids, priority, content) kept as is."""
+    path = Path(path)
+    opts = TraceOptions.from_kwargs(options, "jsonl", ("skip_bad_rows",))
+    check_file(path)
+    load_jsonl = importlib.import_module("workloads.tracefmt.jsonl").load_jsonl  # lazy: another module's format
+    kw = (
+        {"skip_bad_rows": skip_bad_rows}
+        if "skip_bad_rows" in inspect.signature(load_jsonl).parameters
+        else {}
+    )
+    loaded = load_jsonl(path, **kw)
+    specs = list(getattr(loaded, "specs", loaded))
+    num_skipped = int(getattr(loaded, "num_skipped", 0))
+    cols = Columns(
+        fmt="jsonl",
+        source=path,
+        num_rows=len(specs) + num_skipped,
+        prompt=np.array([s.prompt_len for s in specs], dtype=np.int64),
+        output=np.array([s.output_len for s in specs], dtype=np.int64),
+        times=np.array([s.arrival_time for s in specs], dtype=float),
+        templates=specs,
+        num_skipped=num_skipped,
+        errors=tuple(getattr(loaded, "errors", ())),
+    )
+    return finish(cols, opts)
+
+
+FORMATS: dict[str, Callable[..., LoadedTrace]] = {
+    "azure": load_azure,
+    "burstgpt": load_burstgpt,
+    "mooncake": load_mooncake,
+    "token-counts": load_token_counts,
+    "vllm-bench": load_vllm_bench,
+    "sharegpt": load_vllm_bench,  # the same loader reads the ShareGPT JSON list
+    "jsonl": load_servesim_jsonl,
+}
+_ALIASES = {
+    "servesim": "jsonl",
+    "sharegpt-stats": "token-counts",
+    "tokens": "token-counts",
+    "bench": "vllm-bench",
+}
+
+
+def _first_line(path: Path) -> str:
+    try:
+        with open_text(path) as f:
+            for line in f:
+                if line.strip():
+                    return line.strip()
+    except (UnicodeDecodeError, OSError, EOFError) as e:
+        raise TraceFormatError(f"{path}: cannot read: {e}") from None
+    raise TraceFormatError(f"{path}: empty file")
+
+
+def sniff_format(path: str | Path) -> str:
+    """The format name of a trace file, from its extension and its header (CSV) or first object (JSON)."""
+    path = Path(path)
+    check_file(path)
+    name = path.name.lower().removesuffix(".gz")
+    head = _first_line(path)
+    if head.startswith("["):  # a JSON list: ShareGPT conversations
+        return "sharegpt"
+    if head.startswith("{"):
+        try:
+            keys = set(json.loads(head))
+        except (json.JSONDecodeError, TypeError):
+            raise TraceFormatError(
+                f"{path}:1: first line is not a JSON object; give format= explicitly"
+            ) from None
+        if "hash_ids" in keys or {"timestamp", "input_length"} <= keys:
+            return "mooncake"
+        if "input_toks" in keys:
+            return "vllm-bench"
+        if "arrival_time" in keys and ("prompt_len" in keys or "token_ids" in keys):
+            return "jsonl"
+        raise TraceFormatError(f"{path}:1: unrecognised JSON trace; keys found: {', '.join(sorted(keys))}")
+    if name.endswith((".json", ".jsonl")):
+        raise TraceFormatError(f"{path}:1: does not start with a JSON object or list: {head[:80]!r}")
+    cols = {norm_col(c) for c in next(csv.reader([head]))}
+    if {"timestamp", "contexttokens", "generatedtokens"} <= cols:
+        return "azure"
+    if {"requesttokens", "responsetokens"} <= cols:
+        return "burstgpt"
+    if {"numprefilltokens", "numdecodetokens"} <= cols:
+        return "token-counts"
+    raise TraceFormatError(
+        f"{path}:1: unrecognised trace header {head[:200]!r}; give format= one of {', '.join(FORMATS)}"
+    )
+
+
+def load_trace(path: str | Path, format: str = "auto", **options: Any) -> LoadedTrace:
+    """Load ``path`` as ``format`` (a name in FORMATS, or "auto" to sniff it). ``options``: the shared
+    options plus the chosen loader's own (e.g. ``model`` for BurstGPT, ``rate`` for token counts); one
+    that does not apply to the format is a ConfigError."""
+    fmt = format.lower()
+    fmt = _ALIASES.get(fmt, fmt)
+    if fmt == "auto":
+        fmt = sniff_format(path)
+    if fmt not in FORMATS:
+        raise UnknownNameError(f"unknown trace format {format!r}; known: auto, {', '.join(FORMATS)}")
+    return FORMATS[fmt](path, **options)

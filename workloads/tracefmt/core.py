@@ -13,7 +13,7 @@ Every loader parses its file into :class:`Columns` (file order, lengths as array
    does not thin the requested rate; the window then applies to the drawn times;
 6. ``time_scale`` multiplies every time (0.5 = twice as fast); ``rate_scale`` k is ``time_scale`` 1/k;
 7. ``max_prompt_len``/``max_output_len`` cap each length; ``max_model_len`` fits prompt + output
-   into the context as :func:`workloads.lengths.clip_to_context` does (prompt ≤ L−1, then
+   into the context as :func:`workloads.gen.lengths.clip_to_context` does (prompt ≤ L−1, then
    output ≤ L−prompt). Literal token ids, hash ids and segments are cut to the new prompt length.
 
 ``num_clipped`` counts the kept requests whose lengths differ from the file's: the caps above, plus
@@ -30,15 +30,15 @@ from typing import Any
 
 import numpy as np
 
-from sim.errors import ConfigError, TraceFormatError
-from sim.request import RequestSpec, Segment
-from workloads.jsonl import LoadedTrace as _JsonlTrace
-from workloads.lengths import clip_to_context
+from sim.core.errors import ConfigError, TraceFormatError
+from sim.core.request import RequestSpec, Segment
+from workloads.gen.lengths import clip_to_context
+from workloads.tracefmt.jsonl import LoadedTrace as _JsonlTrace
 
 
 @dataclass(frozen=True)
 class LoadedTrace(_JsonlTrace):
-    """Specs sorted by arrival plus what loading did; a drop-in for ``workloads.jsonl.LoadedTrace``.
+    """Specs sorted by arrival plus what loading did; a drop-in for ``workloads.tracefmt.jsonl.LoadedTrace``.
 
     ``num_rows``: data rows in the file; ``num_skipped``: malformed rows dropped (``skip_bad_rows``);
     ``num_failed``: BurstGPT failures (0 response tokens) seen; ``num_clipped``: see module doc.
@@ -121,7 +121,7 @@ class TraceOptions:
 
 @dataclass(frozen=True)
 class Arrivals:
-    """An arrival process for traces without times; drawn by workloads.arrivals.make_arrivals."""
+    """An arrival process for traces without times; drawn by workloads.gen.arrivals.make_arrivals."""
 
     kind: str = "poisson"
     rate: float | None = None
@@ -133,7 +133,7 @@ class Arrivals:
                 f"format {fmt!r} has no arrival times: give rate= (requests/s; inf = all at t=0) "
                 f"and optionally arrival= (poisson, gamma, constant)"
             )
-        from workloads.arrivals import make_arrivals  # lazy: only formats without times need it
+        from workloads.gen.arrivals import make_arrivals  # lazy: only formats without times need it
 
         times = np.asarray(make_arrivals(self.kind, self.rate, n, rng, self.burstiness), dtype=float)
         if times.shape != (n,):

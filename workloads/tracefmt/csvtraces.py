@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.errors import ConfigError
+from sim.core.errors import ConfigError
 from workloads.tracefmt.core import Arrivals, Columns, LoadedTrace, TraceOptions, finish
 from workloads.tracefmt.rows import CsvTable, check_file
 
@@ -148,7 +148,7 @@ def load_token_counts(
     """(prompt, output) token counts without times, ``num_prefill_tokens, num_decode_tokens`` (the
     ShareGPT / arXiv / BWB "stats" CSVs of sarathi-serve and etalon), replayed with an arrival process.
 
-    Arrivals come from ``workloads.arrivals.make_arrivals(arrival, rate, n, rng, burstiness)`` (vLLM
+    Arrivals come from ``workloads.gen.arrivals.make_arrivals(arrival, rate, n, rng, burstiness)`` (vLLM
     bench semantics) with the ``seed`` option's "arrivals" stream, drawn after ``sample``/``limit`` so the
     kept requests arrive at ``rate``. Zero counts are raised to 1 (counted as clipped).
     """

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.errors import ConfigError, TraceFormatError
+from sim.core.errors import ConfigError, TraceFormatError
 from workloads.tracefmt.core import Arrivals, Columns, LoadedTrace, TraceOptions, finish, streams
 from workloads.tracefmt.rows import (
     FieldError,

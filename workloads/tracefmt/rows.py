@@ -20,9 +20,9 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
-from sim.errors import TraceFormatError
+from sim.core.errors import TraceFormatError
 
-MAX_REPORTED = 20  # skip reasons kept in LoadedTrace.errors (same cap as workloads.jsonl)
+MAX_REPORTED = 20  # skip reasons kept in LoadedTrace.errors (same cap as workloads.tracefmt.jsonl)
 _EXTRA_COLS = 8  # spare columns so a row with a few too many fields is reported, not a parser crash
 
 

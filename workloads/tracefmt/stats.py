@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from sim.errors import ConfigError
-from sim.request import NONE_HASH, Request
-from workloads.jsonl import LoadedTrace  # the base class: servesim JSONL traces work too
+from sim.core.errors import ConfigError
+from sim.core.request import NONE_HASH, Request
+from workloads.tracefmt.jsonl import LoadedTrace  # the base class: servesim JSONL traces work too
 
 PERCENTILES = (50, 90, 99)
 

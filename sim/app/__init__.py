@@ -1,0 +1,1 @@
+"""App: wiring above the plug-ins: config, simulate, cluster, sizing, sweeps, results and reports."""

@@ -1,0 +1,455 @@
+"""Results: a finished run's raw records → vLLM-named summary, DataFrames, time series and files.
+
+Key names follow ``vllm bench serve --save-result`` (``vllm/benchmarks/serve.py``: ``duration``,
+``completed``, ``request_goodput``, ``mean_<m>_ms``, ``p<q>_<m>_ms`` ...) so a simulated summary and a real
+result JSON can be diffed key by key; the time series follows vLLM's 1-second stats log (the columns of
+``data/e2e/*/timeseries.csv``). Semantics follow engines.md §1.7. Pure pandas/numpy: no SimPy here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.app.stats import (  # noqa: F401  (weighted_percentiles is re-exported)
+    clean_weighted,
+    p_word,
+    stats_ms,
+    time_weighted,
+    weighted_percentiles,
+)
+from sim.core.errors import ConfigError, ResultsIntegrityError
+
+REQUEST_COLUMNS = (
+    "request_id", "replica", "arrival_time", "queued_time", "scheduled_time", "first_token_time",
+    "finish_time", "prompt_len", "output_len", "num_output_tokens", "num_cached_tokens", "num_preemptions",
+    "priority", "status", "finish_reason",
+)  # fmt: skip
+STEP_COLUMNS = (
+    "step", "replica", "start", "duration", "num_prefill_tokens", "num_decode_tokens", "num_scheduled_tokens",
+    "num_running", "num_waiting", "num_preempted", "num_finished", "kv_usage", "num_free_blocks",
+)  # fmt: skip
+STATUSES = ("finished", "rejected", "in_flight", "not_arrived")
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+TIMESERIES_COLUMNS = ("t", "prompt_throughput", "gen_throughput", "running", "waiting", "kv_cache_pct")
+_PCT_SLO = re.compile(r"^(ttft|tpot|itl|e2el|queue_time)_p(\d+(?:\.\d+)?)$")
+
+
+@dataclass
+class SimResult:
+    """Everything a finished (or horizon-cut) simulation hands to the results layer."""
+
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    itl_values: np.ndarray
+    itl_weights: np.ndarray
+    step_trace: list[dict] | None = None
+    config: dict = field(default_factory=dict)
+    horizon: float | None = None
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, frame, cols in (
+            ("requests", self.requests, REQUEST_COLUMNS),
+            ("steps", self.steps, STEP_COLUMNS),
+        ):
+            missing = [c for c in cols if c not in frame.columns]
+            if missing:
+                raise ResultsIntegrityError(f"SimResult.{name} lacks columns {missing}")
+        self.itl_values = np.asarray(self.itl_values, dtype=np.float64).ravel()
+        self.itl_weights = np.asarray(self.itl_weights).ravel()
+        if self.itl_values.shape != self.itl_weights.shape:
+            raise ResultsIntegrityError(
+                f"itl_values has {self.itl_values.size} entries but itl_weights {self.itl_weights.size}"
+            )
+
+
+def empty_requests_frame() -> pd.DataFrame:
+    """A zero-row requests frame with the right columns (for runs with no workload)."""
+    return pd.DataFrame({c: pd.Series(dtype=object if c in ("request_id", "status", "finish_reason") else float)
+                         for c in REQUEST_COLUMNS})  # fmt: skip
+
+
+def empty_steps_frame() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=float) for c in STEP_COLUMNS})
+
+
+# ---- statistics -----------------------------------------------------------------------------------------
+# ---- per-request metrics --------------------------------------------------------------------------------
+def request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
+    """Copy of ``requests`` with ttft, tpot, e2el, queue_time (seconds; NaN where not reached).
+
+    tpot = (finish − first token)/(num_output_tokens − 1), only for finished requests with more than one
+    output token (engines.md §1.7, vllm bench semantics).
+    """
+    df = requests.copy()
+    arrival = df["arrival_time"].astype(float)
+    first = df["first_token_time"].astype(float)
+    finish = df["finish_time"].astype(float)
+    n_out = df["num_output_tokens"].astype(float)
+    finished = df["status"] == "finished"
+    df["ttft"] = first - arrival
+    df["e2el"] = finish.where(finished) - arrival
+    df["tpot"] = ((finish - first) / (n_out - 1)).where(finished & (n_out > 1))
+    df["queue_time"] = df["scheduled_time"].astype(float) - arrival
+    return df
+
+
+def _check_counts(df: pd.DataFrame, meta: Mapping[str, Any]) -> dict[str, int]:
+    """Every request is in exactly one of the four states; anything else means the engine lost one."""
+    status = df["status"]
+    counts = {s: int((status == s).sum()) for s in STATUSES}
+    n = len(df)
+    if sum(counts.values()) != n:
+        bad = sorted({str(s) for s in status.unique()} - set(STATUSES))
+        raise ResultsIntegrityError(f"request states {counts} add up to {sum(counts.values())}, not {n}: "
+                                    f"unknown status values {bad}")  # fmt: skip
+    dup = df["request_id"][df["request_id"].duplicated()]
+    if len(dup):
+        raise ResultsIntegrityError(f"request_id recorded twice: {list(dup.head(5))}")
+    expected = meta.get("num_requests")
+    if expected is not None and int(expected) != n:
+        raise ResultsIntegrityError(f"workload had {expected} requests but {n} were recorded")
+    fin = df[status == "finished"]
+    bad_rows = fin["request_id"][~np.isfinite(fin["finish_time"].astype(float))
+                                 | ~np.isfinite(fin["first_token_time"].astype(float))]  # fmt: skip
+    if len(bad_rows):
+        raise ResultsIntegrityError(f"finished requests without timestamps: {list(bad_rows.head(5))}")
+    return counts
+
+
+# ---- SLOs -----------------------------------------------------------------------------------------------
+def parse_slo(
+    slo: Mapping[str, float] | None,
+) -> tuple[dict[str, float], dict[str, tuple[str, float, float]]]:
+    """Split an SLO dict into per-request limits (seconds) and percentile targets.
+
+    ``ttft_ms``/``tpot_ms``/``e2el_ms``/``itl_ms``: per request, in ms, as ``vllm bench --goodput ttft:1000``.
+    ``<metric>_p<q>`` (e.g. ``ttft_p99: 1.0``): "the q-th percentile of the metric ≤ value seconds", met or
+    not over the whole run. A request's ITL limit applies to its mean gap, which is its TPOT.
+    """
+    per_request: dict[str, float] = {}
+    pct: dict[str, tuple[str, float, float]] = {}
+    for key, raw in (slo or {}).items():
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            raise ConfigError(f"slo.{key}: expected a number, got {raw!r}") from None
+        if not (math.isfinite(value) and value >= 0):
+            raise ConfigError(f"slo.{key}: must be a finite value >= 0, got {raw!r}")
+        m = _PCT_SLO.match(key)
+        if key.endswith("_ms") and key[:-3] in LATENCY_METRICS:
+            per_request[key[:-3]] = value / 1000.0
+        elif m and 0 <= float(m.group(2)) <= 100:
+            pct[key] = (m.group(1), float(m.group(2)), value)
+        else:
+            raise ConfigError(
+                f"unknown SLO key {key!r}: use ttft_ms, tpot_ms, itl_ms, e2el_ms (per request, ms) or "
+                "<ttft|tpot|itl|e2el|queue_time>_p<q> (percentile, seconds), e.g. ttft_p99"
+            )
+    return per_request, pct
+
+
+def slo_from_goodput_args(pairs: Sequence[str]) -> dict[str, float]:
+    """``["ttft:1000", "tpot:50"]`` (vllm bench ``--goodput``, ms) → ``{"ttft_ms": 1000.0, ...}``."""
+    out: dict[str, float] = {}
+    for pair in pairs:
+        name, sep, val = pair.partition(":")
+        if not sep or name not in LATENCY_METRICS:
+            raise ConfigError(f"--goodput {pair!r}: expected KEY:MS with KEY in {', '.join(LATENCY_METRICS)}")
+        try:
+            out[f"{name}_ms"] = float(val)
+        except ValueError:
+            raise ConfigError(f"--goodput {pair!r}: {val!r} is not a number of milliseconds") from None
+    return out
+
+
+def _good_mask(fin: pd.DataFrame, limits: Mapping[str, float]) -> np.ndarray:
+    # serve.py: a request is good iff metric <= slo for every given SLO; tpot counts as 0 for <= 1 token
+    tpot = fin["tpot"].fillna(0.0).to_numpy()
+    per = {"ttft": fin["ttft"].to_numpy(), "tpot": tpot, "itl": tpot, "e2el": fin["e2el"].to_numpy()}
+    good = np.ones(len(fin), dtype=bool)
+    for metric, limit in limits.items():
+        good &= per[metric] <= limit
+    return good
+
+
+# ---- summary --------------------------------------------------------------------------------------------
+def _duration(df: pd.DataFrame, steps: pd.DataFrame, horizon: float | None, remaining: int) -> float:
+    """First arrival → last finish; the horizon instead when the run was cut with requests left."""
+    arrived = df.loc[df["status"] != "not_arrived", "arrival_time"].astype(float)
+    if arrived.empty:
+        return 0.0
+    t0 = float(arrived.min())
+    if horizon is not None and remaining:
+        end = float(horizon)
+    else:
+        ends = [float(df["finish_time"].astype(float).max(skipna=True) if len(df) else np.nan)]
+        if len(steps):
+            ends.append(float((steps["start"] + steps["duration"]).max()))
+        ends = [e for e in ends if math.isfinite(e)]
+        end = max(ends) if ends else t0
+    return max(end - t0, 0.0)
+
+
+def _peaks(fin: pd.DataFrame, steps: pd.DataFrame) -> tuple[float, int]:
+    """vllm bench's peak output tokens/s and peak concurrency over 1-s buckets from the first send.
+
+    Token times come from the steps (decode tokens at each step's end) plus each first token.
+    """
+    if fin.empty:
+        return 0.0, 0
+    t0 = float(fin["arrival_time"].min())
+    n = int(math.ceil(float(fin["finish_time"].max()) - t0)) + 1
+    tokens = np.zeros(n)
+    if len(steps):
+        b = np.floor((steps["start"] + steps["duration"]).to_numpy(float) - t0).astype(np.int64)
+        ok = (b >= 0) & (b < n)
+        np.add.at(tokens, b[ok], steps["num_decode_tokens"].to_numpy(float)[ok])
+    fb = np.floor(fin["first_token_time"].to_numpy(float) - t0).astype(np.int64)
+    np.add.at(tokens, fb[(fb >= 0) & (fb < n)], 1.0)
+    conc = np.zeros(n + 1)
+    s = np.floor(fin["arrival_time"].to_numpy(float) - t0).astype(np.int64)
+    e = np.floor(fin["finish_time"].to_numpy(float) - t0).astype(np.int64)
+    np.add.at(conc, s, 1)
+    np.add.at(conc, e + 1, -1)
+    return float(tokens.max()), int(np.cumsum(conc)[:n].max())
+
+
+def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
+              percentiles: Sequence[float] = (50, 90, 95, 99)) -> dict[str, Any]:  # fmt: skip
+    """The run's summary: vllm bench result keys first, then servesim's own (counts, KV, queue, SLOs)."""
+    for q in percentiles:
+        if not 0 <= float(q) <= 100:
+            raise ConfigError(f"percentiles: {q} is outside [0, 100]")
+    limits, pct_slos = parse_slo(slo)
+    df = request_metrics(result.requests)
+    counts = _check_counts(df, result.meta)
+    fin = df[df["status"] == "finished"]
+    steps = result.steps
+    remaining = counts["in_flight"] + counts["not_arrived"]
+    duration = _duration(df, steps, result.horizon, remaining)
+    completed = len(fin)
+    total_in = int(fin["prompt_len"].sum())
+    total_out = int(fin["num_output_tokens"].sum())
+
+    def rate(x: float) -> float:
+        return x / duration if duration > 0 else 0.0
+
+    good = _good_mask(fin, limits) if limits else None
+    peak_tok, peak_conc = _peaks(fin, steps)
+    s: dict[str, Any] = {
+        "num_prompts": len(df),
+        "duration": duration,
+        "completed": completed,
+        "failed": counts["rejected"],
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": rate(completed),
+        "request_goodput": rate(int(good.sum())) if good is not None else None,
+        "output_throughput": rate(total_out),
+        "total_token_throughput": rate(total_in + total_out),
+        "max_output_tokens_per_s": peak_tok,
+        "max_concurrent_requests": peak_conc,
+    }
+    qs = [float(q) for q in percentiles]
+    for m in ("ttft", "tpot", "e2el"):
+        s.update(stats_ms(m, fin[m].to_numpy(float), qs))
+    s.update(stats_ms("itl", result.itl_values, qs, result.itl_weights))
+    # reorder to vllm's print order: ttft, tpot, itl, e2el
+    for m in LATENCY_METRICS:
+        for k in [k for k in s if k.endswith(f"_{m}_ms")]:
+            s[k] = s.pop(k)
+
+    s.update({f"num_{k}": v for k, v in counts.items()})
+    s["num_requests"] = len(df)
+    rej = df.loc[df["status"] == "rejected", "finish_reason"].fillna("unknown").astype(str)
+    s["rejection_reasons"] = {str(k): int(v) for k, v in rej.value_counts().items()}
+    s["num_preemptions"] = int(df["num_preemptions"].fillna(0).sum())
+    swap = result.meta.get("swap") or {}  # swap preemption (vLLM V0): requests copied out / back in
+    s["num_swap_outs"] = int(swap.get("num_swap_outs", 0))
+    s["num_swap_ins"] = int(swap.get("num_swap_ins", 0))
+    s["prefix_cache_hit_rate"] = _prefix_hit_rate(df, result.meta)
+    dur = steps["duration"]
+    s["mean_kv_cache_usage"] = time_weighted(steps["kv_usage"], dur)
+    s["max_kv_cache_usage"] = float(steps["kv_usage"].max()) if len(steps) else None
+    s["mean_num_running"] = time_weighted(steps["num_running"], dur)
+    s["mean_num_waiting"] = time_weighted(steps["num_waiting"], dur)
+    s["max_num_waiting"] = int(steps["num_waiting"].max()) if len(steps) else None
+    s.update(stats_ms("queue_time", df["queue_time"].to_numpy(float), qs))
+
+    s["slo"] = dict(slo) if slo else None
+    s["slo_attainment"] = float(good.mean()) if good is not None and completed else None
+    s["goodput"] = s["request_goodput"]
+    s["slo_checks"] = _percentile_checks(pct_slos, fin, df, result) if pct_slos else None
+    s["horizon"] = result.horizon
+    s["config"] = result.config
+    s["meta"] = result.meta
+    return to_jsonable(s)
+
+
+def _prefix_hit_rate(df: pd.DataFrame, meta: Mapping[str, Any]) -> float | None:
+    """Token hit rate from the engine's counters (vLLM's queries/hits); else from first admissions."""
+    pc = meta.get("prefix_cache")
+    if isinstance(pc, Mapping) and pc.get("queries"):
+        return float(pc["hits"]) / float(pc["queries"])
+    admitted = df[df["num_cached_tokens"] >= 0]
+    total = float(admitted["prompt_len"].sum())
+    return float(admitted["num_cached_tokens"].sum()) / total if total > 0 else None
+
+
+def _percentile_checks(pct_slos: Mapping[str, tuple[str, float, float]], fin: pd.DataFrame,
+                       df: pd.DataFrame, result: SimResult) -> dict[str, dict[str, Any]]:  # fmt: skip
+    out: dict[str, dict[str, Any]] = {}
+    for key, (metric, q, target) in pct_slos.items():
+        if metric == "itl":
+            v, w = clean_weighted(result.itl_values, result.itl_weights)
+            value = float(weighted_percentiles(v, w, [q])[0]) if v.size else None
+        else:
+            col = (df if metric == "queue_time" else fin)[metric].to_numpy(float)
+            col = col[np.isfinite(col)]
+            value = float(np.percentile(col, q)) if col.size else None
+        out[key] = {"target": target, "value": value, "met": value is not None and value <= target}
+    return out
+
+
+# ---- time series ----------------------------------------------------------------------------------------
+def time_series(result: SimResult, interval: float = 1.0, by_replica: bool = False) -> pd.DataFrame:
+    """Steps resampled onto ticks t = interval, 2·interval, ... like vLLM's periodic stats log.
+
+    Throughputs count tokens of steps that *ended* in (t − interval, t] (vLLM records iteration stats
+    at step end). As in vLLM V1's IterationStats, a request's prompt counts once, when its first token
+    comes (recomputation after a preemption is not prompt throughput); generated tokens are decode tokens
+    plus each request's first token. running, waiting
+    and kv_cache_pct are the latest scheduler snapshot at t; after the last step of an idle period the
+    requests that step finished are no longer running. Replicas are summed (kv: averaged) unless
+    ``by_replica``. Columns match ``data/e2e/*/timeseries.csv``.
+    """
+    if not interval > 0:
+        raise ConfigError(f"time_series interval must be > 0, got {interval}")
+    cols = list(TIMESERIES_COLUMNS) + (["replica"] if by_replica else [])
+    steps = result.steps
+    if steps.empty:
+        return pd.DataFrame({c: pd.Series(dtype=float) for c in cols})
+    req = result.requests
+    ends_all = (steps["start"] + steps["duration"]).to_numpy(float)
+    t_end = max(float(ends_all.max()), float(np.nanmax(req["finish_time"].to_numpy(float), initial=0.0)))
+    n = max(1, int(math.ceil(t_end / interval - 1e-9)))
+    grid = interval * np.arange(1, n + 1)
+    frames = []
+    for rep, s in steps.groupby("replica", sort=True):
+        s = s.sort_values("start", kind="stable")
+        start = s["start"].to_numpy(float)
+        end = start + s["duration"].to_numpy(float)
+        k = np.clip(np.ceil(end / interval - 1e-9).astype(np.int64) - 1, 0, n - 1)
+        gen = np.bincount(k, weights=s["num_decode_tokens"].to_numpy(float), minlength=n)
+        mine = req["replica"] == rep
+        ft = req.loc[mine, "first_token_time"].to_numpy(float)
+        plen = req.loc[mine, "prompt_len"].to_numpy(float)
+        ok = np.isfinite(ft)
+        tick = np.clip(np.ceil(ft[ok] / interval - 1e-9).astype(np.int64) - 1, 0, n - 1)
+        prompt = np.bincount(tick, weights=plen[ok], minlength=n)
+        gen += np.bincount(tick, minlength=n)
+        idx = np.searchsorted(start, grid, side="right") - 1
+        has = idx >= 0
+        j = np.where(has, idx, 0)
+        running = np.where(has, s["num_running"].to_numpy(float)[j], 0.0)
+        waiting = np.where(has, s["num_waiting"].to_numpy(float)[j], 0.0)
+        kv = np.where(has, s["kv_usage"].to_numpy(float)[j], 0.0)
+        idle = has & (end[j] <= grid)
+        running = np.where(idle, np.maximum(running - s["num_finished"].to_numpy(float)[j], 0.0), running)
+        kv = np.where(idle & (running == 0), 0.0, kv)
+        frames.append(pd.DataFrame({
+            "t": grid, "prompt_throughput": prompt / interval, "gen_throughput": gen / interval,
+            "running": running, "waiting": waiting, "kv_cache_pct": kv * 100.0, "replica": rep,
+        }))  # fmt: skip
+    ts = pd.concat(frames, ignore_index=True)
+    if not by_replica:
+        ts = ts.groupby("t", as_index=False, sort=True).agg(
+            prompt_throughput=("prompt_throughput", "sum"), gen_throughput=("gen_throughput", "sum"),
+            running=("running", "sum"), waiting=("waiting", "sum"), kv_cache_pct=("kv_cache_pct", "mean"),
+        )  # fmt: skip
+    ts["running"] = ts["running"].astype(np.int64)
+    ts["waiting"] = ts["waiting"].astype(np.int64)
+    return ts[cols].reset_index(drop=True)
+
+
+# ---- files ----------------------------------------------------------------------------------------------
+def to_jsonable(obj: Any) -> Any:
+    """Plain JSON types: numpy scalars → Python, NaN/inf → None, dataclasses → dicts, paths → str."""
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset | np.ndarray):
+        return [to_jsonable(v) for v in obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable(dataclasses.asdict(obj))
+    if isinstance(obj, bool | np.bool_):
+        return bool(obj)
+    if isinstance(obj, int | np.integer):
+        return int(obj)
+    if isinstance(obj, float | np.floating):
+        return float(obj) if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, str):
+        return obj
+    if obj is pd.NA or obj is pd.NaT:
+        return None
+    return str(obj)
+
+
+_TRACE_FIELDS = {  # steps column -> steps.jsonl field
+    "step": "step", "replica": "replica", "start": "time", "duration": "duration",
+    "num_scheduled_tokens": "scheduled", "num_preempted": "preempted", "num_finished": "finished",
+    "num_running": "num_running", "num_waiting": "num_waiting", "num_free_blocks": "num_free_blocks",
+    "kv_usage": "kv_usage",
+}  # fmt: skip
+
+
+def _write_step_trace(result: SimResult, path: Path) -> None:
+    """The engine's own step records when it kept them, else one line per row of the steps frame."""
+    if result.step_trace is None:
+        frame = result.steps[list(_TRACE_FIELDS)].rename(columns=_TRACE_FIELDS)
+        ints = [c for c in frame.columns if c not in ("time", "duration", "kv_usage")]
+        frame = frame.astype(dict.fromkeys(ints, np.int64))
+        text = frame.to_json(orient="records", lines=True, double_precision=15) if len(frame) else ""
+        path.write_text(text if not text or text.endswith("\n") else text + "\n", encoding="utf-8")
+        return
+    with path.open("w", encoding="utf-8") as fh:
+        for rec in result.step_trace:
+            fh.write(json.dumps(to_jsonable(rec), allow_nan=False) + "\n")
+
+
+def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, float] | None = None, *,
+                  summary: dict | None = None, title: str = "servesim run") -> dict[str, Path]:  # fmt: skip
+    """Write requests.parquet, steps.parquet, steps.jsonl, summary.json, timeseries.csv, report.html."""
+    from sim.app.report import write_report  # report imports this module
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if summary is None:
+        summary = summarize(result, slo)
+    paths = {
+        "requests": out / "requests.parquet",
+        "steps": out / "steps.parquet",
+        "step_trace": out / "steps.jsonl",
+        "summary": out / "summary.json",
+        "timeseries": out / "timeseries.csv",
+        "report": out / "report.html",
+    }
+    request_metrics(result.requests).to_parquet(paths["requests"], index=False)
+    result.steps.to_parquet(paths["steps"], index=False)
+    _write_step_trace(result, paths["step_trace"])
+    paths["summary"].write_text(
+        json.dumps(to_jsonable(summary), indent=2, allow_nan=False) + "\n", encoding="utf-8"
+    )
+    time_series(result).to_csv(paths["timeseries"], index=False)
+    write_report(result, paths["report"], summary, title=title)
+    return paths

@@ -1,0 +1,247 @@
+"""Wiring: a RunConfig becomes model + GPU + memory plan + cost model + policy + workload + engine,
+and the run becomes a SimResult. The only place that knows every part."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import simpy
+
+from policies.admission import with_admission
+from policies.base import Policy, PolicyLimits, make_policy, policy_defaults, policy_names
+from policies.presets import VLLM_BUDGET_RULE, derive_from_memory, preset_knobs
+from sim.app.config import RunConfig
+from sim.app.memory import plan_memory
+from sim.app.results import SimResult
+from sim.core.errors import ConfigError
+from sim.core.request import Request, Status
+from sim.cost.costmodel import make_cost_model
+from sim.cost.hardware import get_gpu
+from sim.cost.models import get_model
+from sim.cost.profiles import get_profile
+from sim.engine.loop import Engine
+from sim.engine.recorder import Recorder, requests_frame
+from sim.engine.sources import ClosedSource, OpenSource
+from workloads.synthetic import ClosedWorkload, build_workload
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything resolved before the clock starts (also what `servesim plan` shows)."""
+
+    limits: PolicyLimits
+    memory: Any  # sim.app.memory.MemoryPlan
+    cost_model: Any
+    meta: dict[str, Any]
+    policy: str = "vllm"
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)  # the preset's own knobs
+    max_waiting: int | None = None  # admission control (policies/admission.py)
+    queue_timeout_s: float | None = None
+
+    def make_policy(self) -> Policy:
+        """A fresh policy for one replica: the preset with its options, behind admission control."""
+        pol = make_policy(self.policy, self.limits, self.options)
+        return with_admission(pol, self.max_waiting, self.queue_timeout_s)
+
+
+def _plan(cfg: RunConfig, model: Any, gpu: Any, block_size: int, mnbt: int, max_num_seqs: int) -> Any:
+    e = cfg.engine
+    return plan_memory(
+        model,
+        gpu,
+        dtype=cfg.model.dtype,
+        kv_cache_dtype=e.kv_cache_dtype,
+        gpu_memory_utilization=e.gpu_memory_utilization,
+        block_size=block_size,
+        max_model_len=e.max_model_len,
+        max_num_batched_tokens=mnbt,
+        max_num_seqs=max_num_seqs,
+        tensor_parallel_size=cfg.hardware.tensor_parallel_size,
+        num_gpu_blocks_override=e.num_gpu_blocks_override,
+        **(
+            {"activation_bytes": int(e.overhead_gib * GIB), "non_torch_bytes": 0}
+            if e.overhead_gib is not None
+            else {}
+        ),
+    )
+
+
+def resolve(cfg: RunConfig) -> Setup:
+    e = cfg.engine
+    preset = policy_defaults(e.policy)
+    knobs = preset_knobs(e.policy, e, preset, {n: policy_defaults(n) for n in policy_names()})
+
+    def pick(key: str, fallback: Any) -> Any:
+        v = knobs.explicit[key]
+        return v if v is not None else preset.get(key, fallback)
+
+    block_size = pick("block_size", 16)
+    model = get_model(cfg.model.name)
+    gpu = get_gpu(cfg.hardware.gpu)
+    max_num_seqs = pick("max_num_seqs", 256)
+    chunked = pick("enable_chunked_prefill", True)
+    mnbt_explicit = knobs.explicit["max_num_batched_tokens"]
+    mnbt = mnbt_explicit or preset.get("max_num_batched_tokens", 2048)
+    plan = _plan(cfg, model, gpu, block_size, mnbt, max_num_seqs)
+    if e.policy == "vllm-v0" and knobs.explicit["enable_chunked_prefill"] is None:
+        # engines.md §1.5: V0 turns chunked prefill on by itself when max_model_len > 32768.
+        chunked = chunked or plan.max_model_len > 32768
+    max_model_len = plan.max_model_len
+    if e.policy in VLLM_BUDGET_RULE:
+        if not chunked and mnbt_explicit is None:
+            mnbt = max(max_model_len, 2048)  # engines.md §1.1: without chunked prefill
+        if not chunked and mnbt < max_model_len:
+            raise ConfigError(
+                f"[engine] max_num_batched_tokens ({mnbt}) < max_model_len ({max_model_len}) without chunked "
+                "prefill: long prompts could never be scheduled (vLLM refuses this too)"
+            )
+    limit_kw: dict[str, Any] = dict(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=mnbt,
+        max_model_len=max_model_len,
+        block_size=block_size,
+        num_gpu_blocks=plan.num_gpu_blocks,
+        enable_prefix_caching=pick("enable_prefix_caching", True),
+        enable_chunked_prefill=chunked,
+        long_prefill_token_threshold=e.long_prefill_token_threshold,
+        scheduler_reserve_full_isl=e.scheduler_reserve_full_isl,
+        scheduling_policy=e.scheduling_policy,
+        max_new_tokens=e.max_new_tokens,
+    )
+    derive_from_memory(e.policy, knobs.options, plan, limit_kw)
+    limits = PolicyLimits(**limit_kw)
+    if e.cost_model == "constant":
+        cost = make_cost_model("constant", step_s=e.constant_step_s)
+        profile_meta = {"cost_model": "constant", "step_s": e.constant_step_s}
+    else:
+        profile = get_profile(gpu, None if cfg.hardware.profile == "auto" else cfg.hardware.profile)
+        cost = make_cost_model(
+            e.cost_model,
+            model=model,
+            gpu=gpu,
+            dtype=cfg.model.dtype,
+            kv_cache_dtype=e.kv_cache_dtype,
+            tensor_parallel_size=cfg.hardware.tensor_parallel_size,
+            profile=profile,
+            block_size=limits.block_size,  # swap copies are priced per block
+        )
+        profile_meta = {"cost_model": e.cost_model, "profile": profile.gpu, "profile_source": profile.source}
+    meta = {"model": model.name, "gpu": gpu.name, "memory_plan": plan.to_dict(), **profile_meta}
+    return Setup(
+        limits=limits,
+        memory=plan,
+        cost_model=cost,
+        meta=meta,
+        policy=e.policy,
+        options=knobs.options,
+        max_waiting=e.max_waiting,
+        queue_timeout_s=e.queue_timeout_s,
+    )
+
+
+def simulate(cfg: RunConfig, *, fast_forward: bool = True) -> SimResult:
+    t0 = time.perf_counter()
+    setup = resolve(cfg)
+    wl_cfg = dict(cfg.workload)
+    if cfg.simulation.num_requests is not None:
+        wl_cfg["num_requests"] = cfg.simulation.num_requests
+    workload = build_workload(wl_cfg, seed=cfg.simulation.seed, max_model_len=setup.limits.max_model_len)
+    if hasattr(workload, "make_source"):  # sessions bring their own (turns wait for their answers)
+        source = workload.make_source()
+    elif isinstance(workload, ClosedWorkload):
+        source = ClosedSource(workload)
+    else:
+        source = OpenSource(workload.specs)
+    env = simpy.Environment()
+    policy = setup.make_policy()
+    recorder = Recorder(trace=cfg.simulation.record_step_trace)
+    engine = Engine(env, policy, setup.cost_model, source, recorder, cfg.simulation.horizon, fast_forward)
+    env.run()
+    return collect(cfg, setup, engine, source, recorder, time.perf_counter() - t0)
+
+
+def collect(
+    cfg: RunConfig, setup: Setup, engine: Engine, source, recorder: Recorder, wall: float
+) -> SimResult:
+    rows: list[tuple[Request, int, str]] = []
+    for req in engine.requests:
+        if req.status is Status.FINISHED:
+            status = "finished"
+        elif req.status is Status.REJECTED:
+            status = "rejected"
+        else:
+            status = "in_flight"
+        rows.append((req, 0, status))
+    for spec in source.remaining():
+        rows.append((Request(spec), 0, "not_arrived"))
+    values, weights = recorder.itl()
+    kv = engine.policy.kv
+    stats = kv.prefix_cache_stats()
+    meta = dict(setup.meta)
+    meta.update(
+        seed=cfg.simulation.seed,
+        wall_time_s=wall,
+        num_gpu_blocks=setup.limits.num_gpu_blocks,
+        limits=dataclasses.asdict(setup.limits),
+        prefix_cache=stats,
+        num_preemptions=recorder.num_preemptions,
+        swap=kv.swap_stats() if hasattr(kv, "swap_stats") else None,
+        policy_options=setup.options,
+        end_time=engine.env.now,
+    )
+    return SimResult(
+        requests=requests_frame(rows),
+        steps=recorder.steps_frame(),
+        itl_values=values,
+        itl_weights=weights,
+        step_trace=recorder.trace,
+        config=cfg.to_dict(),
+        horizon=cfg.simulation.horizon,
+        meta=meta,
+    )
+
+
+def _fmt(v: Any, scale: float = 1.0, digits: int = 1) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v * scale:.{digits}f}"
+
+
+def format_summary(summary: dict[str, Any], result: SimResult) -> str:
+    """A short human-readable digest of the summary (the JSON has everything)."""
+    m = result.meta
+    lines = [
+        f"model {m.get('model')} on {m.get('gpu')}  ({m.get('cost_model')}"
+        + (f", profile {m.get('profile')} [{m.get('profile_source')}]" if m.get("profile") else "")
+        + f"), {m.get('num_gpu_blocks')} KV blocks",
+        f"requests: {summary.get('num_requests')} total, {summary.get('num_finished')} finished, "
+        f"{summary.get('num_rejected')} rejected, {summary.get('num_in_flight')} in flight, "
+        f"{summary.get('num_not_arrived')} not arrived",
+        f"throughput: {_fmt(summary.get('request_throughput'), 1, 2)} req/s, "
+        f"{_fmt(summary.get('output_throughput'), 1, 0)} output tok/s",
+    ]
+    for metric in ("ttft", "tpot", "itl", "e2el"):
+        lines.append(
+            f"{metric.upper():5s} ms: mean {_fmt(summary.get(f'mean_{metric}_ms'))}  "
+            f"p50 {_fmt(summary.get(f'median_{metric}_ms'))}  p90 {_fmt(summary.get(f'p90_{metric}_ms'))}  "
+            f"p99 {_fmt(summary.get(f'p99_{metric}_ms'))}"
+        )
+    lines.append(
+        f"KV usage mean {_fmt(summary.get('mean_kv_cache_usage'), 100)}% max "
+        f"{_fmt(summary.get('max_kv_cache_usage'), 100)}%, preemptions {summary.get('num_preemptions')}"
+        + (
+            f" (swap-outs {summary.get('num_swap_outs')}, swap-ins {summary.get('num_swap_ins')})"
+            if summary.get("num_swap_outs")
+            else ""
+        )
+        + ", "
+        + f"prefix hit rate {_fmt(summary.get('prefix_cache_hit_rate'), 100)}%, "
+        f"mean waiting {_fmt(summary.get('mean_num_waiting'), 1, 1)}"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""The ``servesim`` command line: one module per sub-command, dispatched from ``main``."""

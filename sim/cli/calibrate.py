@@ -1,0 +1,222 @@
+"""``servesim calibrate`` (run the microbenchmark suite, fit a profile) and ``servesim fit`` (fit a profile from
+microbenchmark CSVs, public formats included). Wire with ``cli_calibrate.add_parsers(sub)``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from sim.cost.calibrate.samples import OPS
+
+DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "microbench"
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    c = sub.add_parser(
+        "calibrate",
+        help="run the PyTorch microbenchmark suite and fit a calibration profile (needs servesim[calibrate])",
+        description="Times GEMMs, attention, elementwise kernels, sampler, copy, all-reduce and a minimal "
+        "scheduling loop with PyTorch, writes samples.csv + meta.json, fits a profile and writes <gpu>.json "
+        "and fit_report.md into --out. On a GPU: `servesim calibrate --out profiles/`; copy the JSON to "
+        "sim/cost/data/profiles/ to ship it. --smoke runs tiny shapes on the CPU (CI); its profile is marked as "
+        "not a GPU profile.",
+    )
+    c.add_argument("--out", required=True, help="output directory (created)")
+    c.add_argument("--model", default="Llama-3.1-8B", help="model whose layer shapes are timed")
+    c.add_argument("--tp", type=int, default=1, help="tensor-parallel degree of the timed shapes")
+    c.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+    c.add_argument("--gpu", help="catalogue GPU to fit against (default: the detected device)")
+    c.add_argument("--smoke", action="store_true", help="tiny shapes, a few seconds on a CPU (CI smoke test)")
+    c.add_argument("--max-tokens", type=int, default=16384, help="largest GEMM token count")
+    c.add_argument("--iters", type=int, default=20, help="timed repetitions per point")
+    c.set_defaults(func=run_calibrate)
+
+    f = sub.add_parser(
+        "fit",
+        help="fit a calibration profile to microbenchmark CSVs",
+        description="Inputs are files or folders in any supported format (servesim samples.csv, LLMServingSim "
+        "dense/attention/per_sequence.csv and v0 layers.csv, BLIS/InferSim attention CSVs, Vidur mlp/attention.csv)"
+        "; append :op1,op2 to take only those operators from an input. --recipe SLUG rebuilds a shipped profile.",
+    )
+    f.add_argument("inputs", nargs="*", metavar="PATH[:OPS]")
+    f.add_argument("--recipe", help="a shipped profile's recipe (sim/cost/calibrate/recipes.py), e.g. rtx-4090")
+    f.add_argument("--data", default=str(DEFAULT_DATA), help="microbenchmark root for --recipe")
+    f.add_argument("--gpu", help="catalogue GPU the data was measured on (default: what the data says)")
+    f.add_argument("--model", help="model of the timed layers, when the files do not say")
+    f.add_argument("--base", default="prior", help="'prior' or a profile JSON whose values unfitted groups keep")
+    f.add_argument("--freeze", default="", help="comma-separated profile fields to keep at --base")
+    f.add_argument("--out", help="write the fitted profile JSON here")
+    f.add_argument("--holdout", type=float, default=0.0,
+                   help="also fit without the largest FRAC of each file's shapes and report held-out errors")
+    f.add_argument("--report", help="write the error tables as Markdown here")
+    f.add_argument("--json", action="store_true", help="print the profile JSON")
+    f.add_argument("--list", action="store_true",
+                   help="list every catalogue GPU with the profile a run uses for it (fitted file or prior)")
+    f.set_defaults(func=run_fit)
+
+
+def _split_input(text: str) -> tuple[str, tuple[str, ...] | None]:
+    if ":" in text:
+        head, tail = text.rsplit(":", 1)
+        ops = tuple(o for o in tail.split(",") if o)
+        if ops and all(o in OPS for o in ops):
+            return head, ops
+    return text, None
+
+
+def _table(df, cols: list[str]) -> str:
+    """A small Markdown table (percentages for error columns)."""
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in df.itertuples(index=False):
+        d = r._asdict()
+        cells = []
+        for c in cols:
+            v = d[c]
+            if isinstance(v, float) and c not in ("n", "n_train", "n_test"):
+                cells.append("-" if v != v else f"{100 * v:.1f} %")
+            else:
+                cells.append(str(v))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def fit_report_markdown(title: str, profile, errors, holdout=None, notes: list[str] | None = None) -> str:
+    out = [f"# {title}", "", f"Profile `{profile.gpu}` ({profile.source}). {profile.description}", "",
+           "## Fit error (all samples)", "", _table(errors, ["file", "op", "n", "mape", "p90", "bias"])]
+    if holdout is not None and len(holdout):
+        out += ["", "## Held out by shape range (largest shapes of each file not fitted)", "",
+                _table(holdout, ["file", "op", "n_train", "mape_train", "n_test", "mape_test"])]
+    if notes:
+        out += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    return "\n".join(out) + "\n"
+
+
+def profiles_table() -> str:
+    """Every catalogue GPU, the profile ``hardware.profile = "auto"`` gives it, fitted or prior, and why."""
+    from sim.cost.hardware import get_gpu, list_gpus
+    from sim.cost.profiles import get_profile, gpu_family
+
+    lines = []
+    for name in list_gpus():
+        gpu = get_gpu(name)
+        p = get_profile(gpu)
+        kind = p.source if p.source == "fitted" else f"prior ({gpu_family(gpu)})"
+        lines.append(f"{name:24s} {kind:18s} eta_c {p.eta_compute:.3f} eta_b {p.eta_bandwidth:.3f} "
+                     f"eta_kv {p.eta_kv:.3f}  {p.description[:90]}")
+    return "\n".join(lines)
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    from sim.core.errors import ConfigError
+    from sim.cost.calibrate.fit import fit_profile, holdout_errors, with_metadata
+    from sim.cost.calibrate.importers import load_path
+    from sim.cost.calibrate.recipes import fit_recipe, get_recipe
+    from sim.cost.calibrate.samples import merge
+    from sim.cost.hardware import get_gpu
+    from sim.cost.profiles import CalibrationProfile, prior_profile
+
+    if args.list:
+        print(profiles_table())
+        return 0
+    freeze = frozenset(x.strip() for x in args.freeze.split(",") if x.strip())
+    if args.recipe:
+        if args.inputs:
+            raise ConfigError("give --recipe or input paths, not both")
+        recipe = get_recipe(args.recipe)
+        profile, res, bench = fit_recipe(args.recipe, args.data)
+        gpu = get_gpu(recipe.gpu)
+        freeze = freeze | recipe.freeze
+        base = prior_profile(gpu)
+        title = f"Fit of `{args.recipe}`"
+    else:
+        if not args.inputs:
+            raise ConfigError("servesim fit: give input paths or --recipe")
+        benches = []
+        for text in args.inputs:
+            path, ops = _split_input(text)
+            for mb in load_path(path, model=args.model, gpu=args.gpu):
+                benches.append(mb.select(ops))
+        bench = merge(benches)
+        gpu = get_gpu(args.gpu or bench.gpu)
+        base = prior_profile(gpu) if args.base == "prior" else CalibrationProfile.load(args.base)
+        res = fit_profile(bench, gpu, base, freeze=freeze)
+        cmd = "servesim fit " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "servesim fit"
+        profile = with_metadata(res, bench, command=cmd, extra={"gpu_profile": True})
+        title = f"Fit for {gpu.name}"
+    hold = holdout_errors(bench, gpu, base, frac=args.holdout, freeze=freeze) if args.holdout else None
+    print(f"fitted {profile.gpu} on {len(bench.samples)} samples")
+    for r in res.errors.itertuples():
+        print(f"  {r.op:18s} n={r.n:6d}  MAPE {100 * r.mape:5.1f} %  P90 {100 * r.p90:5.1f} %  {r.file}")
+    if hold is not None:
+        for r in hold.itertuples():
+            print(f"  held-out {r.op:18s} n={r.n_test:5d}  MAPE {100 * r.mape_test:5.1f} %  {r.file}")
+    for n in res.notes:
+        print(f"  note: {n}")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        profile.save(args.out)
+        print(f"wrote {args.out}")
+    if args.report:
+        Path(args.report).write_text(fit_report_markdown(title, profile, res.errors, hold, res.notes))
+        print(f"wrote {args.report}")
+    if args.json:
+        print(json.dumps(profile.to_dict(), indent=2))
+    return 0
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from sim.core.errors import ServesimError
+    from sim.cost.calibrate.fit import fit_profile, holdout_errors, with_metadata
+    from sim.cost.calibrate.suite import SuiteConfig, measured_spec, run_suite
+    from sim.cost.hardware import get_gpu
+    from sim.cost.profiles import gpu_slug, prior_profile
+
+    out = Path(args.out)
+    cfg = SuiteConfig(model=args.model, tp=args.tp, device=args.device, smoke=args.smoke,
+                      max_tokens=args.max_tokens, iters=args.iters)
+    bench = run_suite(cfg, log=lambda m: print(f"  {m}", flush=True))
+    bench.save(out)
+    print(f"wrote {out / 'samples.csv'} ({len(bench.samples)} samples) and {out / 'meta.json'}")
+    try:
+        gpu = get_gpu(args.gpu or bench.gpu)
+        base = prior_profile(gpu)
+    except ServesimError:
+        gpu = measured_spec(bench, bench.gpu)  # CPU or an unknown device: peaks = what it reached here
+        base = None
+    res = fit_profile(bench, gpu, base)
+    gpu_profile = bool(bench.meta.get("gpu_profile"))
+    desc = (f"servesim calibrate on {bench.meta.get('device_name')} ({bench.meta.get('model')}, TP {cfg.tp})"
+            if gpu_profile else "CPU smoke test of the calibration suite: NOT a GPU profile, never ship it")
+    res.profile = replace(res.profile, description=desc)
+    keys = ("device_name", "driver_version", "torch_version", "cuda_version", "cudnn_version", "sm_count",
+            "l2_cache_bytes", "capability", "attention_backend", "smoke", "host")
+    extra = {"gpu_profile": gpu_profile, **{k: bench.meta.get(k) for k in keys}}
+    cmd = "servesim calibrate " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "servesim calibrate"
+    profile = with_metadata(res, bench, command=cmd, extra=extra)
+    path = out / f"{gpu_slug(gpu.name)}.json"
+    profile.save(path)
+    hold = holdout_errors(bench, gpu, base, frac=0.2)
+    (out / "fit_report.md").write_text(
+        fit_report_markdown(f"servesim calibrate: {gpu.name}", profile, res.errors, hold, res.notes))
+    for r in res.errors.itertuples():
+        print(f"  {r.op:18s} n={r.n:4d}  MAPE {100 * r.mape:5.1f} %")
+    print(f"wrote {path} and {out / 'fit_report.md'}" + ("" if gpu_profile else "  [not a GPU profile]"))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry (``python -m sim.cli.calibrate fit ...``) with the same error handling as ``servesim``."""
+    from sim.core.errors import run_command
+
+    parser = argparse.ArgumentParser(prog="servesim")
+    add_parsers(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return run_command(args.func, args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""``servesim cluster CONFIG``: run a cluster config, or every variant of a comparison config.
+
+``servesim run`` hands cluster configs here too (``is_cluster_file``), so one command runs both kinds.
+Also runnable as ``python -m sim.cli.cluster CONFIG``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from sim.app.config import add_override_option
+from sim.core.errors import ServesimError, run_command
+
+
+def is_cluster_file(path: str | Path) -> bool:
+    """True when ``path`` is a TOML config with [cluster], [[replica]], [[stream]] or [variants]."""
+    from sim.app.cluster_config import is_cluster_config, read_toml
+
+    try:
+        return is_cluster_config(read_toml(path))
+    except ServesimError:
+        return False  # let the single-engine path report the problem
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("cluster", help="simulate replicas behind a gateway (or compare deployments)")
+    p.add_argument("config", help="path to a cluster TOML config (examples/cluster_*.toml)")
+    add_override_option(p, "override a config value (repeatable), e.g. --set cluster.router=least-kv")
+    p.add_argument("--variant", action="append", default=[], help="run only this variant (repeatable)")
+    p.add_argument("--out", help="directory for tables, reports and (with variants) comparison.html")
+    p.add_argument("--json", action="store_true", help="print the summary (or summaries) as JSON")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Also the hook for ``servesim run``: uses ``config``, ``overrides``, ``out``, ``json`` (and
+    ``variant`` when present)."""
+    from sim.app.cluster import Cluster
+    from sim.app.cluster_config import load_cluster, replace_base
+    from sim.app.cluster_metrics import (
+        compare_table,
+        format_cluster_summary,
+        summarize_cluster,
+        write_cluster_outputs,
+        write_comparison,
+    )
+
+    cfgs = load_cluster(args.config, list(getattr(args, "overrides", []) or []))
+    wanted = list(getattr(args, "variant", []) or [])
+    if wanted:
+        missing = [v for v in wanted if v not in cfgs]
+        if missing:
+            from sim.core.errors import ConfigError
+
+            raise ConfigError(f"no variant(s) {missing} in {args.config}; it has {list(cfgs)}")
+        cfgs = {k: cfgs[k] for k in wanted}
+    runs = {}
+    for name, cfg in cfgs.items():
+        if args.out and not cfg.base.simulation.record_step_trace:
+            from dataclasses import replace
+
+            cfg = replace_base(cfg, simulation=replace(cfg.base.simulation, record_step_trace=True))
+        result = Cluster(cfg).run()
+        runs[name] = (result, summarize_cluster(result, slo=cfg.base.slo or None))
+    title = f"servesim cluster: {Path(args.config).name}"
+    if args.out:
+        if list(runs) == [""]:
+            res, summ = runs[""]
+            files = write_cluster_outputs(res, Path(args.out), summ, title=title)
+        else:
+            files = write_comparison(runs, Path(args.out), title)
+        if not args.json:
+            print(f"wrote {', '.join(str(f) for f in files.values())}")
+    if args.json:
+        payload = runs[""][1] if list(runs) == [""] else {n: s for n, (_, s) in runs.items()}
+        print(json.dumps(payload, indent=2, default=str))
+        return 0
+    for name, (_, summ) in runs.items():
+        if name:
+            print(f"== {name}")
+        print(format_cluster_summary(summ))
+    if len(runs) > 1 or list(runs) != [""]:
+        table = compare_table({n: s for n, (_, s) in runs.items()})
+        print("== comparison")
+        print(table.to_string(float_format=lambda x: f"{x:.3g}"))
+    _print_classes(cfgs, runs)
+    return 0
+
+
+def _print_classes(cfgs: dict, runs: dict) -> None:
+    """Per-class latencies when classes matter: by priority (latency / throughput queues) and by length
+    (long / short pools, split at the length-pools router's threshold)."""
+    import pandas as pd
+
+    from sim.app.cluster_metrics import class_rows
+
+    cols = ["completed", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "p99_e2el_ms"]
+    thresholds = {
+        int(c.router.options.get("threshold", 8192)) for c in cfgs.values() if c.router.name == "length-pools"
+    }
+    if any(res.requests["priority"].nunique() > 1 for res, _ in runs.values()):
+        t = pd.concat(
+            {n or "run": class_rows(res).set_index("priority")[cols] for n, (res, _) in runs.items()}
+        )
+        print("== by priority")
+        print(t.to_string(float_format=lambda x: f"{x:.3g}"))
+    for thr in sorted(thresholds):
+        t = pd.concat(
+            {
+                n or "run": class_rows(res, threshold=thr).set_index("length_class")[cols]
+                for n, (res, _) in runs.items()
+            }
+        )
+        print(f"== by length (prompt + output over {thr} tokens = long)")
+        print(t.to_string(float_format=lambda x: f"{x:.3g}"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="servesim cluster", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] != "cluster":
+        argv = ["cluster", *argv]
+    args = parser.parse_args(argv)
+    return run_command(args.func, args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The ``servesim`` command line. Every ServesimError becomes one clear line and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from sim.app.config import add_override_option
+from sim.core.errors import run_command
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="simulate one configuration (TOML)")
+    p.add_argument("config", help="path to a TOML config")
+    add_override_option(p, "override a config value (repeatable), e.g. --set engine.max_num_seqs=64")
+    p.add_argument(
+        "--out", help="directory for requests.parquet, steps.parquet, steps.jsonl, summary.json, report.html"
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from sim.app.config import load_config
+    from sim.app.results import summarize, write_outputs
+    from sim.app.simulate import simulate
+    from sim.cli import cluster as cli_cluster
+
+    if cli_cluster.is_cluster_file(args.config):  # [cluster] / [[replica]] configs: several engines
+        return cli_cluster.run(args)
+    cfg = load_config(args.config, args.overrides)
+    if args.out and not cfg.simulation.record_step_trace:
+        cfg = replace(cfg, simulation=replace(cfg.simulation, record_step_trace=True))
+    result = simulate(cfg)
+    summary = summarize(result, slo=cfg.slo or None)
+    if args.out:
+        files = write_outputs(result, Path(args.out), slo=cfg.slo or None)
+        if not args.json:
+            print(f"wrote {', '.join(str(f) for f in files.values())}")
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        from sim.app.simulate import format_summary
+
+        print(format_summary(summary, result))
+    return 0
+
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="the seed scenario: a 7B model on a 24 GB card, concurrency 4 to 32")
+    p.add_argument("--out", default="out/demo", help="directory for the HTML report and tables")
+    p.add_argument("--quick", action="store_true", help="fewer requests (for tests)")
+    p.set_defaults(func=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from sim.app.demo import run_demo
+
+    run_demo(Path(args.out), quick=args.quick)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="servesim", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_run(sub)
+    _add_demo(sub)
+    from sim.cli import calibrate as cli_calibrate
+    from sim.cli import cluster as cli_cluster
+    from sim.cli import plan as cli_plan
+    from sim.cli import size as cli_size
+    from sim.cli import sweep as cli_sweep
+
+    cli_cluster.add_parser(sub)
+    cli_calibrate.add_parsers(sub)
+
+    cli_size.add_parser(sub)
+    cli_sweep.add_parser(sub)
+
+    cli_plan.add_parser(sub)
+    sub.choices["plan"].set_defaults(func=cli_plan.run)
+    try:
+        from sim.cli import trace as cli_trace
+    except ImportError:  # pragma: no cover - optional until the trace loaders land
+        cli_trace = None
+    if cli_trace is not None:
+        cli_trace.add_parser(sub)
+        sub.choices["trace"].set_defaults(func=cli_trace.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:  # subcommands registered by other modules dispatch through `run`
+        raise SystemExit(parser.print_help() or 2)
+    try:
+        return run_command(func, args)
+    except KeyboardInterrupt:  # pragma: no cover
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""`servesim plan`: how many KV blocks and concurrent requests a model gets on a GPU (vLLM's arithmetic).
+
+With no --model and no --gpu (or with --seeds-example) it prints the seeds' worked example; options given
+on top of --seeds-example change that example (e.g. `--kv-cache-dtype fp8` -> 22 requests of 4K).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from sim.app.memory import SEEDS_EXAMPLE, GiB, format_seeds_variants, plan_memory
+from sim.core.errors import ConfigError
+
+# argparse dest -> plan_memory keyword, for options that map one-to-one.
+_PASSTHROUGH = (
+    "dtype",
+    "kv_cache_dtype",
+    "gpu_memory_utilization",
+    "block_size",
+    "max_model_len",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "tensor_parallel_size",
+    "num_gpu_blocks_override",
+)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the "plan" subcommand on an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "plan",
+        help="plan GPU memory: weights, activation, KV blocks, concurrency (vLLM semantics)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", help="catalogue name (e.g. llama-3.1-8b) or path to a HF config.json")
+    p.add_argument("--gpu", help="catalogue GPU (e.g. 4090, h100, a100-80gb)")
+    p.add_argument("--dtype", help="weight dtype: auto (bf16), float16, bfloat16, fp8, int8, awq, gptq, int4")
+    p.add_argument("--kv-cache-dtype", help="auto (= model dtype), fp8, fp8_e4m3, fp8_e5m2")
+    p.add_argument("--gpu-memory-utilization", type=float, help="fraction of total GPU memory (default 0.9)")
+    p.add_argument("--block-size", type=int, help="tokens per KV block (default 16)")
+    p.add_argument("--max-model-len", type=int, help="default: the model's max_position_embeddings")
+    p.add_argument(
+        "--max-num-batched-tokens", type=int, help="token budget of the profile run (default 2048)"
+    )
+    p.add_argument("--max-num-seqs", type=int, help="sequence budget of the profile run (default 256)")
+    p.add_argument("--tensor-parallel-size", "-tp", type=int, help="GPUs per replica (default 1)")
+    p.add_argument("--num-gpu-blocks-override", type=int, help="use this many KV blocks instead")
+    p.add_argument(
+        "--overhead-gib", type=float, help="activation peak + non-torch memory in GiB, replacing the estimate"
+    )
+    p.add_argument("--usable-gib", type=float, help="GPU memory in GiB, replacing the catalogue capacity")
+    p.add_argument(
+        "--context-length",
+        type=int,
+        action="append",
+        dest="context_lengths",
+        help="context length for the concurrency table (repeatable)",
+    )
+    p.add_argument("--seeds-example", action="store_true", help="the seeds' worked example (24 GB card, 7B)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(func=run)
+
+
+def _kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    kw: dict[str, Any] = {k: getattr(args, k) for k in _PASSTHROUGH if getattr(args, k, None) is not None}
+    if getattr(args, "overhead_gib", None) is not None:
+        if args.overhead_gib < 0:
+            raise ConfigError(f"--overhead-gib must be >= 0, got {args.overhead_gib}")
+        kw["activation_bytes"] = int(round(args.overhead_gib * GiB))
+        kw["non_torch_bytes"] = 0
+    if getattr(args, "usable_gib", None) is not None:
+        if args.usable_gib <= 0:
+            raise ConfigError(f"--usable-gib must be > 0, got {args.usable_gib}")
+        kw["usable_memory_bytes"] = int(round(args.usable_gib * GiB))
+    if getattr(args, "context_lengths", None):
+        kw["context_lengths"] = tuple(args.context_lengths)
+    return kw
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the plan (text or JSON); ServesimError propagates for the main CLI to report."""
+    model, gpu = getattr(args, "model", None), getattr(args, "gpu", None)
+    seeds = bool(getattr(args, "seeds_example", False)) or (model is None and gpu is None)
+    overrides = _kwargs(args)
+    if seeds:
+        kw = {**SEEDS_EXAMPLE, **overrides}
+        if model is not None:
+            kw["model"] = model
+        if gpu is not None:
+            kw["gpu"] = gpu
+        untouched = kw == SEEDS_EXAMPLE
+    else:
+        if model is None or gpu is None:
+            missing = "--gpu" if gpu is None else "--model"
+            raise ConfigError(
+                f"plan: {missing} is required when the other of --model/--gpu is given "
+                "(or use --seeds-example)"
+            )
+        kw = {"model": model, "gpu": gpu, **overrides}
+        untouched = False
+    plan = plan_memory(kw.pop("model"), kw.pop("gpu"), **kw)
+    if getattr(args, "json", False):
+        print(json.dumps(plan.to_dict(), indent=2))
+        return 0
+    if seeds:
+        print("The seeds' worked example (a 24 GB card with 22.5 GiB usable, a 7B model, 1.5 GiB overhead):")
+    print(plan.format())
+    if seeds and untouched:
+        print()
+        print(format_seeds_variants())
+    return 0

@@ -1,0 +1,136 @@
+"""`servesim size`: the max_num_seqs (and other engine settings) that sustain the most load under SLOs.
+
+    servesim size CONFIG.toml --slo ttft_p99=1.0 --slo tpot_p99=0.05 [--max-num-seqs 8,16,32,64]
+                  [--vary engine.kv_cache_dtype=auto,fp8] [--replications 3] [--jobs N] [--json] [--out DIR]
+
+Percentile SLOs (``ttft_p99``, ``tpot_p99``, ``itl_p99``, ``e2el_p99``, ``queue_time_p99``; any q) are in
+seconds; per-request SLOs (``ttft_ms``, ``tpot_ms``, ...) in ms, judged by the fraction of requests that
+meet them (``--min-attainment``). ``--goal throughput`` ranks the settings by offline (all-at-once)
+throughput instead: the offline-batch question. See sim/app/sizing.py for the search.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from sim.app.config import add_override_option
+from sim.core.errors import ConfigError
+
+
+def parse_slo_args(items: list[str]) -> dict[str, float]:
+    """``["ttft_p99=1.0", "tpot_p99=0.05"]`` → a dict, validated by sim.app.results.parse_slo."""
+    from sim.app.results import parse_slo
+
+    out: dict[str, float] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not text.strip():
+            raise ConfigError(
+                f"--slo {item!r}: expected KEY=VALUE, e.g. ttft_p99=1.0 (seconds) or ttft_ms=1000"
+            )
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(f"--slo {item!r}: {text.strip()!r} is not a number") from None
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"--slo {item!r}: the target must be a positive number, got {text.strip()}")
+        out[key] = value
+    parse_slo(out)
+    return out
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    return vals
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``size`` on the main CLI's subparsers (sets ``func``)."""
+    p = subparsers.add_parser(
+        "size",
+        help="find the max_num_seqs / engine settings with the most capacity under latency SLOs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("config", help="path to a TOML config (its [slo] is used when no --slo is given)")
+    p.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an SLO (repeatable): ttft_p99=1.0 (s), tpot_p99=0.05 (s), ttft_ms=1000 (per request)",
+    )
+    add_override_option(p, "override a config value (repeatable)")
+    p.add_argument(
+        "--max-num-seqs",
+        type=_int_list,
+        metavar="N,N,...",
+        help="candidates (default: powers of two up to twice the KV concurrency)",
+    )
+    p.add_argument(
+        "--vary",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=V1,V2",
+        help="also search an engine setting (repeatable), e.g. engine.max_num_batched_tokens=512,2048",
+    )
+    p.add_argument(
+        "--goal",
+        choices=("slo", "throughput"),
+        default="slo",
+        help="slo: most load meeting the SLOs; throughput: most offline throughput",
+    )
+    p.add_argument("--replications", type=int, default=3, help="seeds per load level (default 3)")
+    p.add_argument("--level", type=float, default=0.95, help="confidence level of the t-intervals")
+    p.add_argument("--tol", type=float, default=0.05, help="relative width at which bisection stops")
+    p.add_argument(
+        "--min-attainment",
+        type=float,
+        default=0.99,
+        help="per-request SLOs: fraction of requests that must meet them (lower CI bound)",
+    )
+    p.add_argument("--jobs", type=int, default=None, help="parallel processes (default: every CPU)")
+    p.add_argument("--progress", action="store_true", help="a progress line per search round on stderr")
+    p.add_argument("--json", action="store_true", help="print the whole answer as JSON")
+    p.add_argument("--out", help="directory for size.json, candidates.csv, curve.csv and size.html")
+    p.set_defaults(func=run)  # fmt: skip
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from sim.app.config import load_config
+    from sim.app.sizing import size
+    from sim.app.sweep import parse_grid
+
+    slo = parse_slo_args(args.slo) if args.slo else None
+    vary = parse_grid(args.vary) if args.vary else None
+    if args.jobs is not None and args.jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    cfg = load_config(args.config, args.overrides)
+    res = size(cfg, slo, max_num_seqs=args.max_num_seqs, vary=vary, goal=args.goal,
+               replications=args.replications, level=args.level, rel_tol=args.tol,
+               min_attainment=args.min_attainment, jobs=args.jobs, progress=args.progress)  # fmt: skip
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "size.json").write_text(json.dumps(res.to_dict(), indent=2) + "\n", encoding="utf-8")
+        res.table().to_csv(out / "candidates.csv", index=False)
+        res.curve().to_csv(out / "curve.csv", index=False)
+        res.figure().write_html(out / "size.html", include_plotlyjs=True)
+        print(f"wrote {out}/size.json, candidates.csv, curve.csv, size.html", file=sys.stderr)
+    if args.json:
+        print(json.dumps(res.to_dict(), indent=2))
+    else:
+        print(res.format())
+    return 0 if res.recommended is not None else 1

@@ -1,0 +1,1 @@
+"""Core: the leaves every layer shares: requests, batch summaries, step plans, protocols, errors."""

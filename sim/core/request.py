@@ -1,0 +1,180 @@
+"""Requests: an immutable spec from the workload, plus the engine's mutable progress.
+
+Prefix identity. Content is described by *segments*: ``(key, length)`` pairs where equal keys mean
+equal tokens. A shared system prompt is one segment every user repeats; a multi-turn prompt is the
+previous prompt's segments + the previous output's segment + a new message. Literal ``token_ids`` and
+Mooncake-style ``hash_ids`` are two other ways of saying the same thing. A KV block's identity is the
+content of the tokens it covers, chained with its parent's hash as vLLM does (engines.md KV-4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from sim.core.errors import ConfigError
+
+Segment = tuple[Hashable, int]
+NONE_HASH = 0x5EED  # parent of block 0; fixed so runs are reproducible (vLLM seeds it from PYTHONHASHSEED)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """What the workload says about a request; never mutated, so one list can drive many policies."""
+
+    request_id: str
+    arrival_time: float
+    prompt_len: int
+    output_len: int
+    priority: int = 0
+    session_id: str | None = None
+    # Prefix identity: at most one of these three is used, in this order.
+    token_ids: tuple[int, ...] | None = None
+    hash_ids: tuple[int, ...] | None = None
+    hash_block_size: int = 512
+    segments: tuple[Segment, ...] | None = None
+    # Content of the generated tokens, so a later turn that repeats them can hit the cache.
+    output_key: Hashable | None = None
+
+    def __post_init__(self) -> None:
+        if self.prompt_len < 1:
+            raise ConfigError(f"request {self.request_id}: prompt_len must be >= 1, got {self.prompt_len}")
+        if self.output_len < 1:
+            raise ConfigError(f"request {self.request_id}: output_len must be >= 1, got {self.output_len}")
+        if not self.arrival_time >= 0:
+            raise ConfigError(
+                f"request {self.request_id}: arrival_time must be >= 0, got {self.arrival_time}"
+            )
+        if self.token_ids is not None and len(self.token_ids) != self.prompt_len:
+            raise ConfigError(
+                f"request {self.request_id}: {len(self.token_ids)} token_ids for prompt_len {self.prompt_len}"
+            )
+        if self.segments is not None and sum(n for _, n in self.segments) != self.prompt_len:
+            raise ConfigError(f"request {self.request_id}: segment lengths do not add up to prompt_len")
+
+    @property
+    def shares_content(self) -> bool:
+        """False when no other request can ever hold the same tokens (no hashing needed but for resumes)."""
+        return self.token_ids is not None or self.hash_ids is not None or self.segments is not None
+
+    def prompt_segments(self) -> tuple[Segment, ...]:
+        if self.segments is not None:
+            return self.segments
+        if self.hash_ids is not None:
+            hb = self.hash_block_size
+            segs: list[Segment] = []
+            left = self.prompt_len
+            for h in self.hash_ids:
+                if left <= 0:
+                    break
+                segs.append((("h", h), min(hb, left)))
+                left -= hb
+            if left > 0:  # trace gives fewer ids than the prompt needs: the rest is unique
+                segs.append((("u", self.request_id), left))
+            return tuple(segs)
+        return ((("u", self.request_id), self.prompt_len),)
+
+
+class Status(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    SWAPPED = "swapped"
+    FINISHED = "finished"
+    REJECTED = "rejected"
+
+
+@dataclass(eq=False, slots=True)
+class Request:
+    """Engine-side state. Hot fields are plain attributes; latencies derive from the timestamps."""
+
+    spec: RequestSpec
+    request_id: str = ""
+    prompt_len: int = 0
+    output_len: int = 0
+    priority: int = 0
+    arrival_time: float = 0.0
+    status: Status = Status.WAITING
+    num_computed_tokens: int = 0
+    num_output_tokens: int = 0
+    num_tokens: int = 0  # prompt + generated (vLLM's num_tokens); a plain field because it is read hot
+    num_cached_tokens: int = -1  # prefix-hit tokens at first admission; -1 until admitted
+    num_preemptions: int = 0
+    num_discarded_tokens: int = 0  # computed tokens thrown away by recompute preemption
+    num_swaps: int = 0
+    queued_time: float | None = None
+    scheduled_time: float | None = None
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    finish_time: float | None = None
+    finish_reason: str | None = None
+    seq: int = 0  # admission order tiebreak
+    _hashes: list[int] = field(default_factory=list)
+    _hash_bs: int = 0
+
+    def __post_init__(self) -> None:
+        s = self.spec
+        self.request_id = s.request_id
+        self.prompt_len = s.prompt_len
+        self.output_len = s.output_len
+        self.priority = s.priority
+        self.arrival_time = s.arrival_time
+        self.num_tokens = s.prompt_len + self.num_output_tokens
+
+    def add_output_tokens(self, k: int = 1) -> None:
+        """The one way to count generated tokens: keeps ``num_tokens`` in step (hot loops inline it)."""
+        self.num_output_tokens += k
+        self.num_tokens += k
+
+    @property
+    def remaining_prefill(self) -> int:
+        return max(self.num_tokens - self.num_computed_tokens, 0)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (Status.FINISHED, Status.REJECTED)
+
+    # ---- prefix identity -------------------------------------------------------------------------
+    def block_hashes(self, block_size: int, num_tokens: int) -> list[int]:
+        """Chained hashes of the full blocks among the first ``num_tokens`` tokens (cached, grown lazily)."""
+        if self._hash_bs != block_size:
+            self._hashes = []
+            self._hash_bs = block_size
+        want = num_tokens // block_size
+        hashes = self._hashes
+        if len(hashes) >= want:
+            return hashes
+        parent = hashes[-1] if hashes else NONE_HASH
+        token_ids = self.spec.token_ids
+        for i in range(len(hashes), want):
+            lo, hi = i * block_size, (i + 1) * block_size
+            if token_ids is not None and hi <= self.prompt_len:
+                ident: Hashable = token_ids[lo:hi]
+            else:
+                ident = self._content(lo, hi)
+            parent = hash((parent, ident))
+            hashes.append(parent)
+        return hashes
+
+    def _content(self, lo: int, hi: int) -> tuple:
+        """Identity of tokens [lo, hi) as (segment key, start, end) triples."""
+        parts: list[tuple] = []
+        pos = 0
+        segs = self.spec.prompt_segments() if self.spec.token_ids is None else ()
+        if self.spec.token_ids is not None and lo < self.prompt_len:
+            parts.append(("t", self.spec.token_ids[lo : min(hi, self.prompt_len)]))
+            pos = self.prompt_len
+        out_key = self.spec.output_key if self.spec.output_key is not None else ("o", self.request_id)
+        for key, n in (*segs, (out_key, self.output_len)):
+            a, b = max(lo, pos), min(hi, pos + n)
+            if a < b:
+                parts.append((key, a - pos, b - pos))
+            pos += n
+            if pos >= hi:
+                break
+        return tuple(parts)
+
+
+def make_requests(specs: Sequence[RequestSpec]) -> list[Request]:
+    return [Request(s) for s in specs]

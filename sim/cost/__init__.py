@@ -1,0 +1,1 @@
+"""Cost models (a plug-in layer): the GPU and model catalogues, calibration profiles, step pricing."""

@@ -1,0 +1,128 @@
+"""How each shipped profile (sim/cost/data/profiles/<slug>.json) is fitted: which files, which operators.
+
+``servesim fit --recipe <slug> --data ../shared/data/microbench`` re-runs one of these; the shipped JSON is
+exactly its output. Choices, with the reason for each:
+
+* RTX 4090: LLMServingSim vLLM 0.19 Llama-3.1-8B TP1 tables, every operator (the same stack as the real
+  vLLM run in shared/data/e2e, so the fidelity report compares like with like).
+* RTX PRO 6000 Blackwell: the dense models (Llama-3.1-8B and Qwen3-32B, TP1 and TP2 rank shapes). The
+  Qwen3-30B-A3B tables are left out: MoE (moe.csv is not a cost-model term yet) and their small dense layers
+  fit in the 128 MB L2, which a one-layer profile serves from cache.
+* H100 SXM: GEMMs from the LLMServingSim v0 layer tables (Llama-3.1-8B TP1, Llama-3.1-70B TP4, Mixtral-8x7B
+  TP2 attention projections and LM head), attention from the BLIS FlashInfer microbenchmarks. The v0 norm,
+  RoPE and attention timings are left out: 17-20 µs for an RMSNorm of one token (and 286 µs for 2048 tokens of
+  the 70B) is host-timed eager PyTorch, not a kernel vLLM runs; its prefill attention is an older kernel
+  (2048 tokens: 177 µs against 100 µs for FlashInfer). Elementwise, sampler and mixed-batch terms keep the
+  Hopper prior. The BLIS prefill files hold causal prefills without cached context, which cannot identify the
+  occupancy floor for short chunks after long contexts, so that floor keeps its prior.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sim.core.errors import ConfigError, UnknownNameError
+from sim.cost.calibrate.fit import FitResult, fit_profile, with_metadata
+from sim.cost.calibrate.importers import load_path
+from sim.cost.calibrate.samples import Microbench, merge
+from sim.cost.hardware import get_gpu
+from sim.cost.profiles import CalibrationProfile
+
+
+@dataclass(frozen=True)
+class Source:
+    path: str  # relative to the microbenchmark root (shared/data/microbench)
+    ops: tuple[str, ...] | None = None  # None: every operator the file has
+
+
+@dataclass(frozen=True)
+class Recipe:
+    slug: str
+    gpu: str
+    sources: tuple[Source, ...]
+    freeze: frozenset[str] = field(default_factory=frozenset)
+    note: str = ""
+
+
+_LSS = "llmservingsim"
+_V0 = "llmservingsim-v0/H100"
+
+RECIPES: dict[str, Recipe] = {
+    "rtx-4090": Recipe(
+        "rtx-4090",
+        "RTX 4090",
+        (Source(f"{_LSS}/RTX4090/meta-llama/Llama-3.1-8B/bf16/tp1"),),
+        note="LLMServingSim vLLM 0.19.0 (CUDA 12.8, eager, one layer) Llama-3.1-8B bf16 TP1 tables",
+    ),
+    "rtx-pro-6000-blackwell": Recipe(
+        "rtx-pro-6000-blackwell",
+        "RTX PRO 6000 Blackwell",
+        tuple(
+            Source(f"{_LSS}/RTXPRO6000/{m}/bf16/tp{t}")
+            for m in ("meta-llama/Llama-3.1-8B", "Qwen/Qwen3-32B")
+            for t in (1, 2)
+        ),
+        note="LLMServingSim vLLM 0.19.0 (CUDA 13.0, eager, one layer) Llama-3.1-8B and Qwen3-32B bf16 TP1/TP2 tables",
+    ),
+    "h100-sxm": Recipe(
+        "h100-sxm",
+        "H100 SXM",
+        (
+            Source(f"{_V0}/meta-llama/Llama-3.1-8B/tp1/layers.csv", ("gemm",)),
+            Source(f"{_V0}/meta-llama/Llama-3.1-70B/tp4/layers.csv", ("gemm",)),
+            Source(f"{_V0}/mistralai/Mixtral-8x7B-v0.1/tp2/layers.csv", ("gemm",)),
+            Source("blis-h100-attention/decode/h100"),
+            Source("blis-h100-attention/prefill/h100"),
+        ),
+        freeze=frozenset({"prefill_kv_floor", "prefill_kv_sat_tokens"}),
+        note="LLMServingSim v0 H100 layer GEMMs + BLIS/InferSim FlashInfer attention (bf16)",
+    ),
+}
+
+
+def get_recipe(slug: str) -> Recipe:
+    if slug not in RECIPES:
+        raise UnknownNameError(f"unknown fit recipe {slug!r}; known: {', '.join(RECIPES)}")
+    return RECIPES[slug]
+
+
+def load_recipe_data(recipe: Recipe, root: str | Path) -> Microbench:
+    """The samples a recipe fits on, read from ``root`` (the microbenchmark folder)."""
+    base = Path(root)
+    if not base.is_dir():
+        raise ConfigError(f"microbenchmark folder not found: {base}")
+    benches: list[Microbench] = []
+    for src in recipe.sources:
+        for mb in load_path(base / src.path, gpu=recipe.gpu):
+            mb = mb.select(src.ops)
+            # label rows by their path under the root, so reports and profiles do not depend on where it lives
+            rel = Path(str(mb.meta.get("path", ""))).resolve()
+            try:
+                rel = rel.relative_to(base.resolve())
+            except ValueError:
+                pass
+            mb.meta = {**mb.meta, "path": str(rel)}
+            if rel.suffix != ".csv":  # an LLMServingSim directory: keep each table's own name
+                mb.samples["file"] = [str(rel / Path(f).name) for f in mb.samples["file"]]
+            else:
+                mb.samples["file"] = str(rel)
+            benches.append(mb)
+    return merge(benches)
+
+
+def recipe_command(slug: str) -> str:
+    return f"servesim fit --recipe {slug} --data ../shared/data/microbench --out sim/cost/data/profiles/{slug}.json"
+
+
+def fit_recipe(slug: str, root: str | Path) -> tuple[CalibrationProfile, FitResult, Microbench]:
+    """Fit one shipped profile from its recipe; the profile carries its provenance in ``metadata``."""
+    recipe = get_recipe(slug)
+    gpu = get_gpu(recipe.gpu)
+    bench = load_recipe_data(recipe, root)
+    res = fit_profile(bench, gpu, freeze=recipe.freeze, description=(
+        f"Fitted on {recipe.note} by `{recipe_command(slug)}` (sim/cost/calibrate/recipes.py); groups without "
+        "samples keep the spec-sheet prior (metadata.groups). Engine overheads are the BLIS prior, not measured."
+    ))
+    extra = {"gpu_profile": True, "recipe": slug, "frozen": sorted(recipe.freeze)}
+    return with_metadata(res, bench, command=recipe_command(slug), extra=extra), res, bench

@@ -1,0 +1,1 @@
+"""Engine: one replica's SimPy loop, its arrival sources, the recorder and the decode fast-forward."""

@@ -1,0 +1,1 @@
+"""Generators: arrival processes, length distributions and multi-turn sessions (no trace formats)."""

@@ -1,0 +1,129 @@
+"""Open-loop arrival times, with the semantics of ``vllm bench serve`` so simulated and real runs line up.
+
+What vLLM's benchmark client does (engines.md §1.7; ``vllm/benchmarks/serve.py::get_request``):
+
+* ``request_rate == inf`` (its default): every delay is 0, all requests are sent at t = 0.
+* otherwise each request ``i`` draws a gap ``Δ_i ~ Gamma(shape=b, scale=1/(rate·b))`` (mean ``1/rate``,
+  CV ``1/√b``; ``b = 1`` is exponential, i.e. Poisson; ``b = inf`` is a constant gap ``1/rate``);
+* the send times are the cumulative sums ``t_i = Σ_{j≤i} Δ_j`` measured from the benchmark start, so the
+  *first request also waits* ``Δ_0`` (it is not sent at t = 0);
+* without ramp-up the times are then rescaled so that the last one is exactly ``N / rate``; vLLM does it to
+  make throughput comparable across seeds. After rescaling the mean gap (counting ``t_0 − 0``) is exactly
+  ``1/rate`` and the gaps are a scaled Dirichlet, whose CV is ``sqrt((N−1)/(N·b+1)) ≈ 1/√b``.
+
+``rescale=False`` gives the plain renewal process (same draws, no rescaling). All times are seconds from
+the start of the run (t = 0). The gap draws are ``standard_gamma(b) / (rate·b)``, so with a fixed seed a
+different rate scales every time by the same factor: common random numbers across a rate sweep.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.core.errors import ConfigError
+
+ARRIVAL_KINDS = ("poisson", "gamma", "constant")
+
+
+def _check_rate(rate: float) -> float:
+    if isinstance(rate, bool) or not isinstance(rate, int | float | np.integer | np.floating):
+        raise ConfigError(f"arrival rate must be a number (requests/s), got {rate!r}")
+    rate = float(rate)
+    if not rate > 0:  # also rejects NaN
+        raise ConfigError(f"arrival rate must be > 0 requests/s (inf = all at t=0), got {rate}")
+    return rate
+
+
+def _check_n(n: int) -> int:
+    if isinstance(n, bool) or not isinstance(n, int | np.integer):
+        raise ConfigError(f"arrival n (number of requests) must be an integer, got {n!r}")
+    if n < 0:
+        raise ConfigError(f"arrival n (number of requests) must be >= 0, got {n}")
+    return int(n)
+
+
+def _check_burstiness(b: float) -> float:
+    if isinstance(b, bool) or not isinstance(b, int | float | np.integer | np.floating):
+        raise ConfigError(f"arrival burstiness must be a number, got {b!r}")
+    b = float(b)
+    if not b > 0:  # vLLM asserts burstiness > 0; NaN is rejected too
+        raise ConfigError(f"arrival burstiness must be > 0 (1 = Poisson, inf = constant), got {b}")
+    return b
+
+
+def _finish(gaps: np.ndarray, rate: float, rescale: bool) -> np.ndarray:
+    times = np.cumsum(gaps)
+    if rescale and len(times) and times[-1] > 0:
+        # vLLM: target_total_delay_s = N / rate; multiply every time by target / t_last.
+        times *= (len(times) / rate) / times[-1]
+        times[-1] = len(times) / rate  # exact, not off by one ulp
+    return times
+
+
+def constant(rate: float, n: int) -> np.ndarray:
+    """Evenly spaced: ``t_i = (i+1)/rate`` (vLLM's burstiness = inf); the last arrival is at ``n/rate``."""
+    rate, n = _check_rate(rate), _check_n(n)
+    if math.isinf(rate):
+        return np.zeros(n)
+    return np.arange(1, n + 1, dtype=float) / rate
+
+
+def gamma(
+    rate: float, n: int, rng: np.random.Generator, burstiness: float = 1.0, *, rescale: bool = True
+) -> np.ndarray:
+    """Gamma-renewal arrivals as ``vllm bench serve`` draws them (see module doc); sorted, float64 seconds."""
+    rate, n, b = _check_rate(rate), _check_n(n), _check_burstiness(burstiness)
+    if math.isinf(rate):
+        return np.zeros(n)
+    if math.isinf(b):
+        return constant(rate, n)
+    gaps = rng.standard_gamma(b, n) / (rate * b)
+    return _finish(gaps, rate, rescale)
+
+
+def poisson(rate: float, n: int, rng: np.random.Generator, *, rescale: bool = True) -> np.ndarray:
+    """Exponential gaps (gamma with burstiness 1), including vLLM's rescale of the last arrival to n/rate."""
+    return gamma(rate, n, rng, 1.0, rescale=rescale)
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalConfig:
+    """An arrival process as configured; ``sample`` draws ``n`` times from a given generator."""
+
+    kind: str = "poisson"
+    rate: float = math.inf
+    burstiness: float = 1.0
+    rescale: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in ARRIVAL_KINDS:
+            raise ConfigError(f"arrival kind {self.kind!r} is not one of {', '.join(ARRIVAL_KINDS)}")
+        _check_rate(self.rate)
+        b = _check_burstiness(self.burstiness)
+        if self.kind != "gamma" and b != 1.0:
+            raise ConfigError(
+                f"arrival burstiness={self.burstiness} only applies to kind 'gamma', not {self.kind!r}"
+            )
+        if not isinstance(self.rescale, bool):
+            raise ConfigError(f"arrival rescale must be true or false, got {self.rescale!r}")
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        if self.kind == "constant":
+            return constant(self.rate, n)
+        return gamma(self.rate, n, rng, self.burstiness, rescale=self.rescale)
+
+
+def make_arrivals(
+    kind: str,
+    rate: float,
+    n: int,
+    rng: np.random.Generator,
+    burstiness: float = 1.0,
+    *,
+    rescale: bool = True,
+) -> np.ndarray:
+    """``n`` arrival times (seconds from t = 0) for ``kind`` in poisson | gamma | constant."""
+    return ArrivalConfig(kind, rate, burstiness, rescale).sample(n, rng)

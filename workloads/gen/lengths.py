@@ -1,0 +1,306 @@
+"""Token-length distributions for prompts and outputs, plus the small config-reading helpers they share.
+
+A config is a dict (a TOML table) such as ``{"dist": "lognormal", "mean": 1000, "std": 400, "max": 8192}``;
+a bare integer means a fixed length. Every distribution is rounded to integers and clipped to
+``[min, max]`` (``min`` defaults to 1, since a request needs at least one token).
+
+* ``fixed``: ``value``.
+* ``uniform``: ``low``..``high``, both inclusive.
+* ``normal``: ``mean``, ``std``; rounded to the nearest integer, then clipped.
+* ``lognormal``: either the mean and std *of the length* (``mean``, ``std``; converted with
+  ``σ² = ln(1 + std²/mean²)``, ``μ = ln(mean) − σ²/2``) or the parameters of the underlying normal
+  (``mu``, ``sigma``), never both.
+* ``empirical``: resample with replacement from ``values`` (a list), or from column ``column`` of the
+  CSV file ``csv`` (relative paths resolve against ``base_dir``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.core.errors import ConfigError
+
+# ---- config-reading helpers (shared with synthetic.py) -----------------------------------------------
+
+
+def check_keys(cfg: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
+    """Reject unknown keys, naming the key and listing the allowed ones (catches typos in TOML)."""
+    allowed = sorted(allowed)
+    for key in cfg:
+        if key not in allowed:
+            raise ConfigError(f"{where}: unknown key {key!r}; allowed keys: {', '.join(allowed)}")
+
+
+def read_float(
+    cfg: Mapping[str, Any],
+    key: str,
+    where: str,
+    *,
+    default: float | None = None,
+    lo: float | None = None,
+    lo_open: bool = False,
+    allow_inf: bool = False,
+) -> float:
+    """A number from ``cfg[key]`` (ints accepted, bools and NaN not), checked against a lower bound."""
+    if key not in cfg:
+        if default is None:
+            raise ConfigError(f"{where}.{key}: required")
+        return default
+    v = cfg[key]
+    if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
+        raise ConfigError(f"{where}.{key}: expected a number, got {v!r}")
+    v = float(v)
+    if math.isnan(v) or (math.isinf(v) and not allow_inf):
+        raise ConfigError(f"{where}.{key}: expected a finite number, got {v}")
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        raise ConfigError(f"{where}.{key}: must be {'>' if lo_open else '>='} {lo}, got {v}")
+    return v
+
+
+def read_int(
+    cfg: Mapping[str, Any], key: str, where: str, *, default: int | None = None, lo: int | None = None
+) -> int:
+    """An integer from ``cfg[key]``; integral floats (``4.0``) are accepted, ``4.5`` and bools are not."""
+    if key not in cfg:
+        if default is None:
+            raise ConfigError(f"{where}.{key}: required")
+        return default
+    v = cfg[key]
+    if isinstance(v, float | np.floating) and float(v).is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int | np.integer):
+        raise ConfigError(f"{where}.{key}: expected an integer, got {v!r}")
+    v = int(v)
+    if lo is not None and v < lo:
+        raise ConfigError(f"{where}.{key}: must be >= {lo}, got {v}")
+    return v
+
+
+# ---- distributions -----------------------------------------------------------------------------------
+
+DISTS: dict[str, tuple[str, ...]] = {
+    "fixed": ("value",),
+    "uniform": ("low", "high"),
+    "normal": ("mean", "std"),
+    "lognormal": ("mean", "std", "mu", "sigma"),
+    "empirical": ("values", "csv", "column"),
+}
+_COMMON = ("dist", "min", "max")
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """A validated length distribution; ``sample(n, rng)`` returns int64 lengths in ``[min_len, max_len]``.
+
+    Empirical ``values`` is an ndarray kept out of ``==``/``hash`` (``source`` says where it came from).
+    """
+
+    dist: str
+    value: int | None = None
+    low: int | None = None
+    high: int | None = None
+    mean: float | None = None
+    std: float | None = None
+    mu: float | None = None
+    sigma: float | None = None
+    values: np.ndarray | None = field(default=None, compare=False, repr=False)
+    source: str | None = None
+    min_len: int = 1
+    max_len: int | None = None
+
+    def __post_init__(self) -> None:
+        d = self.dist
+        if d not in DISTS:
+            raise ConfigError(f"length dist {d!r} is not one of {', '.join(DISTS)}")
+        if self.min_len < 1:
+            raise ConfigError(f"length {d}: min must be >= 1, got {self.min_len}")
+        if self.max_len is not None and self.max_len < self.min_len:
+            raise ConfigError(f"length {d}: max ({self.max_len}) must be >= min ({self.min_len})")
+        if d == "fixed":
+            if self.value is None or self.value < 1:
+                raise ConfigError(f"length fixed: value must be an integer >= 1, got {self.value}")
+        elif d == "uniform":
+            if self.low is None or self.high is None:
+                raise ConfigError("length uniform: low and high are required")
+            if not 1 <= self.low <= self.high:
+                raise ConfigError(
+                    f"length uniform: need 1 <= low <= high, got low={self.low} high={self.high}"
+                )
+        elif d == "normal":
+            if self.mean is None or self.std is None:
+                raise ConfigError("length normal: mean and std are required")
+            if self.std < 0:
+                raise ConfigError(f"length normal: std must be >= 0, got {self.std}")
+        elif d == "lognormal":
+            by_moments = self.mean is not None or self.std is not None
+            by_params = self.mu is not None or self.sigma is not None
+            if by_moments == by_params:
+                raise ConfigError("length lognormal: give either mean and std, or mu and sigma (not both)")
+            if by_moments:
+                if self.mean is None or self.std is None:
+                    raise ConfigError("length lognormal: mean and std must be given together")
+                if self.mean <= 0 or self.std < 0:
+                    raise ConfigError(
+                        f"length lognormal: need mean > 0 and std >= 0, got mean={self.mean} std={self.std}"
+                    )
+            else:
+                if self.mu is None or self.sigma is None:
+                    raise ConfigError("length lognormal: mu and sigma must be given together")
+                if self.sigma < 0:
+                    raise ConfigError(f"length lognormal: sigma must be >= 0, got {self.sigma}")
+        elif d == "empirical":
+            if self.values is None or len(self.values) == 0:
+                raise ConfigError(f"length empirical: no values ({self.source or 'values'})")
+            arr = np.asarray(self.values)
+            if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)):
+                raise ConfigError(
+                    f"length empirical: values must be finite numbers ({self.source or 'values'})"
+                )
+            # Freeze a private copy so a caller's later edit cannot change a "frozen" config.
+            arr = np.array(np.rint(arr), dtype=np.int64)
+            arr.setflags(write=False)
+            object.__setattr__(self, "values", arr)
+
+    def lognormal_params(self) -> tuple[float, float]:
+        """(mu, sigma) of the underlying normal."""
+        if self.mu is not None and self.sigma is not None:
+            return self.mu, self.sigma
+        assert self.mean is not None and self.std is not None
+        s2 = math.log1p((self.std / self.mean) ** 2)
+        return math.log(self.mean) - s2 / 2, math.sqrt(s2)
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` lengths (int64), rounded and clipped to ``[min_len, max_len]``."""
+        d = self.dist
+        if d == "fixed":
+            x = np.full(n, self.value, dtype=np.int64)
+        elif d == "uniform":
+            x = rng.integers(self.low, self.high, size=n, endpoint=True, dtype=np.int64)
+        elif d == "normal":
+            x = np.rint(rng.normal(self.mean, self.std, size=n))
+        elif d == "lognormal":
+            mu, sigma = self.lognormal_params()
+            x = np.rint(rng.lognormal(mu, sigma, size=n))
+        else:
+            assert self.values is not None
+            x = self.values[rng.integers(0, len(self.values), size=n)]
+        hi = np.inf if self.max_len is None else self.max_len
+        return np.clip(x, self.min_len, hi).astype(np.int64)
+
+    # ---- parsing -------------------------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, cfg: Any, where: str = "length", base_dir: str | Path | None = None) -> LengthDist:
+        """Parse ``{"dist": ..., ...}`` or a bare integer (fixed); errors name ``where.key``."""
+        if isinstance(cfg, int | np.integer) and not isinstance(cfg, bool):
+            cfg = {"dist": "fixed", "value": int(cfg)}
+        if not isinstance(cfg, Mapping):
+            raise ConfigError(f'{where}: expected a table like {{dist = "fixed", value = 128}}, got {cfg!r}')
+        dist = cfg.get("dist")
+        if dist not in DISTS:
+            raise ConfigError(f"{where}.dist: expected one of {', '.join(DISTS)}, got {dist!r}")
+        check_keys(cfg, (*_COMMON, *DISTS[dist]), where)
+        kw: dict[str, Any] = {"dist": dist, "min_len": read_int(cfg, "min", where, default=1, lo=1)}
+        if "max" in cfg:
+            kw["max_len"] = read_int(cfg, "max", where, lo=kw["min_len"])
+        if dist == "fixed":
+            kw["value"] = read_int(cfg, "value", where, lo=1)
+        elif dist == "uniform":
+            kw["low"] = read_int(cfg, "low", where, lo=1)
+            kw["high"] = read_int(cfg, "high", where, lo=kw["low"])
+        elif dist == "normal":
+            kw["mean"] = read_float(cfg, "mean", where)
+            kw["std"] = read_float(cfg, "std", where, lo=0.0)
+        elif dist == "lognormal":
+            if "mean" in cfg or "std" in cfg:
+                if "mu" in cfg or "sigma" in cfg:
+                    raise ConfigError(f"{where}: lognormal takes mean/std or mu/sigma, not both")
+                kw["mean"] = read_float(cfg, "mean", where, lo=0.0, lo_open=True)
+                kw["std"] = read_float(cfg, "std", where, lo=0.0)
+            else:
+                kw["mu"] = read_float(cfg, "mu", where)
+                kw["sigma"] = read_float(cfg, "sigma", where, lo=0.0)
+        else:
+            kw["values"], kw["source"] = _empirical_values(cfg, where, base_dir)
+        try:
+            return cls(**kw)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+
+
+def _empirical_values(
+    cfg: Mapping[str, Any], where: str, base_dir: str | Path | None
+) -> tuple[np.ndarray, str]:
+    if ("values" in cfg) == ("csv" in cfg):
+        raise ConfigError(f"{where}: empirical needs exactly one of 'values' (a list) or 'csv' (+ 'column')")
+    if "values" in cfg:
+        if "column" in cfg:
+            raise ConfigError(f"{where}.column: only used with 'csv'")
+        vals = cfg["values"]
+        if isinstance(vals, str | bytes | Mapping) or not isinstance(vals, Iterable):
+            raise ConfigError(f"{where}.values: expected a list of numbers, got {vals!r}")
+        vals = list(vals)
+        for i, v in enumerate(vals):
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, int | float | np.integer | np.floating)
+                or not math.isfinite(v)
+            ):
+                raise ConfigError(f"{where}.values[{i}]: expected a finite number, got {v!r}")
+        return np.asarray(vals, dtype=float), "values"
+    if "column" not in cfg:
+        raise ConfigError(f"{where}.column: required with 'csv'")
+    path = Path(str(cfg["csv"]))
+    if base_dir is not None and not path.is_absolute():
+        path = Path(base_dir) / path
+    column = str(cfg["column"])
+    return load_csv_column(path, column, where), f"{path}:{column}"
+
+
+def load_csv_column(path: str | Path, column: str, where: str = "length") -> np.ndarray:
+    """One numeric column of a CSV file as floats; a missing file/column or a non-number is a ConfigError."""
+    import pandas as pd  # lazy: pandas is slow to import and only this path needs it
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{where}.csv: no such file {path}")
+    try:
+        header = pd.read_csv(path, nrows=0).columns
+    except (ValueError, OSError) as e:
+        raise ConfigError(f"{where}.csv: cannot read {path}: {e}") from None
+    if column not in header:
+        raise ConfigError(
+            f"{where}.column: {column!r} not in {path} (columns: {', '.join(map(str, header))})"
+        )
+    col = pd.read_csv(path, usecols=[column])[column]
+    num = pd.to_numeric(col, errors="coerce")
+    bad = np.flatnonzero(~np.isfinite(num.to_numpy(dtype=float)))
+    if len(bad):
+        row = int(bad[0])
+        raise ConfigError(
+            f"{where}: {path} row {row + 2} column {column!r}: not a finite number: {col.iloc[row]!r}"
+        )
+    return num.to_numpy(dtype=float)
+
+
+def clip_to_context(
+    prompt_len: np.ndarray, output_len: np.ndarray, max_model_len: int, min_prompt: int = 1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fit each request into ``max_model_len`` tokens: prompt ≤ max_model_len − 1 (room for one output
+    token, and never below ``min_prompt``), then output ≤ max_model_len − prompt. Returns the clipped
+    prompt and output lengths and a boolean mask of the rows that changed. An engine would reject such a
+    prompt or stop generating at the context limit; clipping keeps the request in the workload instead.
+    """
+    if max_model_len < min_prompt + 1:
+        raise ConfigError(
+            f"max_model_len {max_model_len} leaves no room for a {min_prompt}-token prompt and output"
+        )
+    p = np.minimum(prompt_len, max_model_len - 1)
+    o = np.minimum(output_len, max_model_len - p)
+    changed = (p != prompt_len) | (o != output_len)
+    return p.astype(np.int64), o.astype(np.int64), changed

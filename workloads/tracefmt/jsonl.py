@@ -1,0 +1,329 @@
+"""servesim's own request trace: JSON Lines, one request per line (``.gz`` is read and written gzipped).
+
+Fields of a row (anything else is an error unless ``extra="ignore"``):
+
+=================  ========  ==================================================================
+``arrival_time``   required  seconds from the start of the run, finite, >= 0
+``output_len``     required  integer >= 1
+``prompt_len``     see note  integer >= 1; may be omitted when ``token_ids`` is given, else must
+                             equal ``len(token_ids)``
+``request_id``     optional  string; missing ids become ``r<i>`` (i = position in arrival order)
+``priority``       optional  integer (default 0; lower is served first, as in vLLM)
+``session_id``     optional  string or null
+``token_ids``      optional  list of ints: the literal prompt
+``hash_ids``       optional  list of ints, one per ``hash_block_size`` tokens (Mooncake style);
+``hash_block_size``          required with ``hash_ids``, integer >= 1
+``segments``       optional  list of ``[key, length]``; equal keys mean equal tokens (JSON lists
+                             in keys come back as tuples, so ``["sys", 3]`` is ``("sys", 3)``)
+``output_key``     optional  content key of the generated tokens (same list→tuple rule)
+=================  ========  ==================================================================
+
+At most one of ``token_ids``, ``hash_ids``, ``segments``. Integral floats (``12.0``) are accepted for
+integers. ``load_jsonl`` returns a :class:`LoadedTrace`: the specs sorted by arrival time (stable, so
+equal times keep file order) plus how many rows were skipped (``skip_bad_rows=True``) or clipped to
+``max_model_len`` (see :func:`workloads.gen.lengths.clip_to_context`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+from collections.abc import Hashable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from sim.core.errors import ConfigError, TraceFormatError
+from sim.core.request import RequestSpec
+from workloads.gen.lengths import clip_to_context
+
+FIELDS = (
+    "arrival_time",
+    "prompt_len",
+    "output_len",
+    "request_id",
+    "priority",
+    "session_id",
+    "token_ids",
+    "hash_ids",
+    "hash_block_size",
+    "segments",
+    "output_key",
+)
+MAX_REPORTED = 20  # skipped-row messages kept in LoadedTrace.errors
+
+
+@dataclass(frozen=True)
+class LoadedTrace(Sequence[RequestSpec]):
+    """Specs in arrival order plus what loading did to the file; indexes and iterates like the spec list."""
+
+    specs: list[RequestSpec]
+    num_skipped: int = 0
+    num_clipped: int = 0
+    errors: tuple[str, ...] = field(default=(), repr=False)  # first MAX_REPORTED skip reasons
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self.specs[i]
+
+    def __iter__(self) -> Iterator[RequestSpec]:
+        return iter(self.specs)
+
+
+class _RowError(Exception):
+    def __init__(self, fld: str, msg: str) -> None:
+        super().__init__(msg)
+        self.field = fld
+
+
+def _open(path: Path, mode: str) -> IO[str]:
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="utf-8")
+    return open(path, mode, encoding="utf-8")
+
+
+def _int(row: dict, key: str, lo: int | None) -> int:
+    v = row[key]
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _RowError(key, f"expected an integer, got {v!r}")
+    if lo is not None and v < lo:
+        raise _RowError(key, f"must be >= {lo}, got {v}")
+    return v
+
+
+def _int_list(row: dict, key: str) -> tuple[int, ...]:
+    v = row[key]
+    if not isinstance(v, list):
+        raise _RowError(key, f"expected a list of integers, got {type(v).__name__}")
+    out = []
+    for i, x in enumerate(v):
+        if isinstance(x, float) and x.is_integer():
+            x = int(x)
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise _RowError(key, f"element {i}: expected an integer, got {x!r}")
+        out.append(x)
+    return tuple(out)
+
+
+def _key(v: Any, fld: str) -> Hashable:
+    """JSON value → hashable content key (lists become tuples, recursively)."""
+    if isinstance(v, list):
+        return tuple(_key(x, fld) for x in v)
+    if isinstance(v, dict):
+        raise _RowError(fld, "keys must be strings, numbers or lists, not objects")
+    return v
+
+
+def _parse_row(row: Any, extra: str) -> RequestSpec:
+    if not isinstance(row, dict):
+        raise _RowError("(row)", f"expected a JSON object, got {type(row).__name__}")
+    if extra == "error":
+        for k in row:
+            if k not in FIELDS:
+                raise _RowError(k, f"unknown field; allowed: {', '.join(FIELDS)}")
+    for k in ("arrival_time", "output_len"):
+        if k not in row:
+            raise _RowError(k, "missing")
+    t = row["arrival_time"]
+    if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:
+        raise _RowError("arrival_time", f"expected a finite number >= 0 (seconds), got {t!r}")
+    kw: dict[str, Any] = {"arrival_time": float(t), "output_len": _int(row, "output_len", 1)}
+    rid = row.get("request_id")
+    if rid is not None and not isinstance(rid, str):
+        raise _RowError("request_id", f"expected a string, got {rid!r}")
+    kw["request_id"] = rid or ""
+    if row.get("priority") is not None:
+        kw["priority"] = _int(row, "priority", None)
+    sid = row.get("session_id")
+    if sid is not None and not isinstance(sid, str):
+        raise _RowError("session_id", f"expected a string or null, got {sid!r}")
+    kw["session_id"] = sid
+    content = [k for k in ("token_ids", "hash_ids", "segments") if row.get(k) is not None]
+    if len(content) > 1:
+        raise _RowError(
+            content[1], f"give at most one of token_ids, hash_ids, segments (got {', '.join(content)})"
+        )
+    if row.get("prompt_len") is not None:
+        kw["prompt_len"] = _int(row, "prompt_len", 1)
+    if row.get("token_ids") is not None:
+        toks = _int_list(row, "token_ids")
+        if not toks:
+            raise _RowError("token_ids", "empty")
+        if "prompt_len" in kw and kw["prompt_len"] != len(toks):
+            raise _RowError("prompt_len", f"{kw['prompt_len']} does not match {len(toks)} token_ids")
+        kw["token_ids"], kw["prompt_len"] = toks, len(toks)
+    if "prompt_len" not in kw:
+        raise _RowError("prompt_len", "missing (required unless token_ids is given)")
+    if row.get("hash_ids") is not None:
+        kw["hash_ids"] = _int_list(row, "hash_ids")
+        if row.get("hash_block_size") is None:
+            raise _RowError("hash_block_size", "missing (required with hash_ids)")
+        kw["hash_block_size"] = _int(row, "hash_block_size", 1)
+    elif row.get("hash_block_size") is not None:
+        raise _RowError("hash_block_size", "only meaningful with hash_ids")
+    if row.get("segments") is not None:
+        segs = row["segments"]
+        if not isinstance(segs, list) or not segs:
+            raise _RowError("segments", "expected a non-empty list of [key, length] pairs")
+        out = []
+        for i, s in enumerate(segs):
+            if not (
+                isinstance(s, list) and len(s) == 2 and isinstance(s[1], int) and not isinstance(s[1], bool)
+            ):
+                raise _RowError("segments", f"element {i}: expected [key, length], got {s!r}")
+            if s[1] < 1:
+                raise _RowError("segments", f"element {i}: length must be >= 1, got {s[1]}")
+            out.append((_key(s[0], "segments"), s[1]))
+        total = sum(n for _, n in out)
+        if total != kw["prompt_len"]:
+            raise _RowError("segments", f"lengths add up to {total}, not prompt_len {kw['prompt_len']}")
+        kw["segments"] = tuple(out)
+    if row.get("output_key") is not None:
+        kw["output_key"] = _key(row["output_key"], "output_key")
+    return RequestSpec(**kw)
+
+
+def _clip(spec: RequestSpec, max_model_len: int) -> RequestSpec | None:
+    """The spec fitted into ``max_model_len`` tokens, or None when it already fits."""
+    p, o, changed = clip_to_context(np.array([spec.prompt_len]), np.array([spec.output_len]), max_model_len)
+    if not changed[0]:
+        return None
+    p_new, o_new = int(p[0]), int(o[0])
+    kw: dict[str, Any] = {"prompt_len": p_new, "output_len": o_new}
+    if spec.token_ids is not None:
+        kw["token_ids"] = spec.token_ids[:p_new]
+    if spec.hash_ids is not None:
+        kw["hash_ids"] = spec.hash_ids[: -(-p_new // spec.hash_block_size)]
+    if spec.segments is not None:
+        segs, left = [], p_new
+        for key, n in spec.segments:
+            if left <= 0:
+                break
+            segs.append((key, min(n, left)))
+            left -= n
+        kw["segments"] = tuple(segs)
+    return replace(spec, **kw)
+
+
+def load_jsonl(
+    path: str | Path,
+    *,
+    skip_bad_rows: bool = False,
+    max_model_len: int | None = None,
+    extra: str = "error",
+) -> LoadedTrace:
+    """Read a servesim JSONL trace. A bad row raises TraceFormatError ``file:line: field 'x': why``;
+    with ``skip_bad_rows`` it is dropped and counted instead (blank lines are always skipped silently).
+    ``max_model_len`` clips over-long requests and counts them; ``extra="ignore"`` tolerates unknown fields.
+    """
+    if extra not in ("error", "ignore"):
+        raise ConfigError(f"load_jsonl: extra must be 'error' or 'ignore', got {extra!r}")
+    path = Path(path)
+    if not path.is_file():
+        raise TraceFormatError(f"{path}: no such trace file")
+    rows: list[tuple[RequestSpec, int]] = []
+    errors: list[str] = []
+    num_skipped = num_clipped = 0
+
+    def bad(msg: str) -> None:
+        nonlocal num_skipped
+        if not skip_bad_rows:
+            raise TraceFormatError(msg)
+        num_skipped += 1
+        if len(errors) < MAX_REPORTED:
+            errors.append(msg)
+
+    with _open(path, "r") as f:
+        try:
+            lines = list(enumerate(f, start=1))
+        except (UnicodeDecodeError, OSError, EOFError) as e:
+            raise TraceFormatError(f"{path}: cannot read: {e}") from None
+    for lineno, line in lines:
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            bad(f"{path}:{lineno}: field '(json)': invalid JSON: {e.msg} at column {e.colno}")
+            continue
+        try:
+            spec = _parse_row(obj, extra)
+        except _RowError as e:
+            bad(f"{path}:{lineno}: field '{e.field}': {e}")
+            continue
+        except ConfigError as e:  # RequestSpec's own checks
+            bad(f"{path}:{lineno}: {e}")
+            continue
+        if max_model_len is not None:
+            clipped = _clip(spec, max_model_len)
+            if clipped is not None:
+                spec, num_clipped = clipped, num_clipped + 1
+        rows.append((spec, lineno))
+
+    rows.sort(key=lambda r: r[0].arrival_time)  # stable: ties keep file order
+    specs: list[RequestSpec] = []
+    seen: dict[str, int] = {}
+    for i, (spec, lineno) in enumerate(rows):
+        if not spec.request_id:
+            spec = replace(spec, request_id=f"r{i}")
+        if spec.request_id in seen:
+            bad(
+                f"{path}:{lineno}: field 'request_id': duplicate {spec.request_id!r} (first on line {seen[spec.request_id]})"
+            )
+            continue
+        seen[spec.request_id] = lineno
+        specs.append(spec)
+    return LoadedTrace(specs, num_skipped, num_clipped, tuple(errors))
+
+
+def _jsonable_key(key: Hashable, rid: str) -> Any:
+    if isinstance(key, tuple):
+        return [_jsonable_key(k, rid) for k in key]
+    if key is None or isinstance(key, str | int | float | bool):
+        return key
+    if isinstance(key, np.integer | np.floating):
+        return key.item()
+    raise TraceFormatError(f"request {rid}: content key {key!r} cannot be written as JSON")
+
+
+def spec_to_row(spec: RequestSpec) -> dict[str, Any]:
+    """The JSON object for one spec; defaults (priority 0, no session, no content) are left out."""
+    row: dict[str, Any] = {
+        "request_id": spec.request_id,
+        "arrival_time": spec.arrival_time,
+        "prompt_len": spec.prompt_len,
+        "output_len": spec.output_len,
+    }
+    if spec.priority != 0:
+        row["priority"] = spec.priority
+    if spec.session_id is not None:
+        row["session_id"] = spec.session_id
+    if spec.token_ids is not None:
+        row["token_ids"] = [int(t) for t in spec.token_ids]
+    elif spec.hash_ids is not None:
+        row["hash_ids"] = [int(h) for h in spec.hash_ids]
+        row["hash_block_size"] = spec.hash_block_size
+    elif spec.segments is not None:
+        row["segments"] = [[_jsonable_key(k, spec.request_id), int(n)] for k, n in spec.segments]
+    if spec.output_key is not None:
+        row["output_key"] = _jsonable_key(spec.output_key, spec.request_id)
+    return row
+
+
+def save_jsonl(specs: Iterable[RequestSpec], path: str | Path) -> int:
+    """Write specs (in the given order) as JSONL; returns the number of rows written."""
+    path = Path(path)
+    n = 0
+    with _open(path, "w") as f:
+        for spec in specs:
+            f.write(json.dumps(spec_to_row(spec), separators=(",", ":")) + "\n")
+            n += 1
+    return n
