@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from policies.base import DecodeRun, Policy, StepPlan
+from policies.base import Policy, Quiet, StepPlan
 from sim.core.request import Request
 
 QUEUE_FULL = "queue full"
@@ -74,14 +74,14 @@ class AdmissionControl:
     def update(self, plan: StepPlan, now: float) -> list[Request]:
         return self.inner.update(plan, now)
 
-    def decode_run(self, finishes_ok: bool = False) -> DecodeRun | None:
-        # A fast-forwarded run could jump over a timeout: only allow it when nobody can time out.
+    def quiet(self) -> Quiet | None:
+        # Skipped steps could jump over a timeout: quiet only when nobody can time out.
         if self.queue_timeout_s is not None and self._pending_timeouts():
             return None
-        return self.inner.decode_run(finishes_ok)
+        return self.inner.quiet()
 
-    def apply_decode_run(self, run: DecodeRun, end_times):
-        return self.inner.apply_decode_run(run, end_times)
+    def on_skipped_steps(self, k: int) -> None:
+        self.inner.on_skipped_steps(k)
 
     # ---- timeouts -------------------------------------------------------------------------------------
     def _waiting_unscheduled(self, req: Request) -> bool:

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from sim.core.errors import UnknownNameError
-from sim.core.policy import DecodeRun, Policy, PolicyLimits, StepPlan
+from sim.core.policy import Policy, PolicyLimits, Quiet, StepPlan
 
-__all__ = ["DecodeRun", "Policy", "PolicyLimits", "StepPlan", "make_policy", "policy_defaults", "policy_names", "register"]
+__all__ = ["Policy", "PolicyLimits", "Quiet", "StepPlan", "make_policy", "policy_defaults", "policy_names", "register"]
 
 
 PolicyFactory = Callable[[PolicyLimits, dict[str, Any]], Policy]

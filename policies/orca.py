@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.base import PolicyLimits, StepPlan, register
+from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
 from sim.core.errors import ConfigError
 from sim.core.request import Status
@@ -69,10 +69,10 @@ class OrcaPolicy(QueuedPolicy):
             plan.admitted.append(req)
         return self.finalize_plan(plan)
 
-    def decode_run(self, finishes_ok: bool = False):
+    def quiet(self) -> Quiet | None:
         # Nothing can be admitted while the head's reservation does not fit or the batch is full; both
         # stay true until a request finishes, since running requests grow inside their reservations.
-        return self.quiet_decode_run(waiting_blocked=True)
+        return Quiet(waiting_blocked=True)
 
 
 @register("orca", defaults=ORCA_DEFAULTS)

@@ -169,10 +169,11 @@ class SlotPolicy:
     def has_unfinished(self) -> bool:
         return bool(self.waiting) or any(s.req is not None for s in self.slots)
 
-    def decode_run(self, finishes_ok: bool = False):
+    def quiet(self) -> None:
+        """Slot engines are stepped one by one (their cache is not the paged pool the fast path reads)."""
         return None
 
-    def apply_decode_run(self, run, end_times):  # pragma: no cover - decode_run is always None
+    def on_skipped_steps(self, k: int) -> None:  # pragma: no cover - quiet() is always None
         raise NotImplementedError
 
     # ---- launching -------------------------------------------------------------------------------------

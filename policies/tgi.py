@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from policies.base import PolicyLimits, StepPlan, register
+from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
 from sim.core.errors import ConfigError
 from sim.core.request import Request, Status
@@ -182,16 +182,14 @@ class TgiPolicy(QueuedPolicy):
         self.waiting_tokens += 1
         return self.finalize_plan(plan)
 
-    # ---- fast-forward: with nobody waiting, the loop is a run of decode steps ------------------------
-    def decode_run(self, finishes_ok: bool = False):
-        if self.waiting:
-            return None
-        return self.quiet_decode_run(waiting_blocked=False)
+    # ---- quiet stretches: with nobody waiting, the loop is a run of decode steps ---------------------
+    def quiet(self) -> Quiet | None:
+        return None if self.waiting else Quiet(waiting_blocked=False)
 
-    def apply_decode_run(self, run, end_times):
-        self.waiting_tokens += len(end_times)
+    def on_skipped_steps(self, k: int) -> None:
+        # What k decode-only passes through schedule() would have left behind.
+        self.waiting_tokens += k
         self._decode_due = False
-        return super().apply_decode_run(run, end_times)
 
 
 @register("tgi", defaults=TGI_DEFAULTS)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.base import DecodeRun, PolicyLimits, StepPlan, register
+from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
 from policies.preemption import preempt_recompute
 from sim.core.errors import ConfigError
@@ -305,12 +305,12 @@ class TrtllmPolicy(QueuedPolicy):
                 plan.scheduled.append((req, 1))
         return self.finalize_plan(plan)
 
-    def decode_run(self, finishes_ok: bool = False) -> DecodeRun | None:
+    def quiet(self) -> Quiet | None:
         if self.waiting or any(not self._generating(r) for r in self.running):
             return None
         if len(self.running) > self.limits.max_num_batched_tokens:
             return None
-        return self.quiet_decode_run(waiting_blocked=False)
+        return Quiet(waiting_blocked=False)
 
 
 @register("trtllm", defaults=TRT_DEFAULTS)

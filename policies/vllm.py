@@ -11,7 +11,7 @@ import heapq
 from itertools import repeat
 from typing import Any
 
-from policies.base import DecodeRun, PolicyLimits, StepPlan, register
+from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
 from sim.core.errors import ConfigError
 from sim.core.request import Request, Status
@@ -53,8 +53,6 @@ class _PriorityQueue:
 
 class VllmPolicy(QueuedPolicy):
     name = "vllm"
-    finishes_in_runs = True  # with nothing waiting, a finish only shortens the running list
-
     def __init__(self, limits: PolicyLimits, options: dict[str, Any]) -> None:
         if options:
             raise ConfigError(f"vllm policy: unknown options {sorted(options)}")
@@ -175,13 +173,14 @@ class VllmPolicy(QueuedPolicy):
                 budget -= n
         return self.finalize_plan(plan)
 
-    def decode_run(self, finishes_ok: bool = False) -> DecodeRun | None:
-        # A head blocked by KV stays blocked while decodes only consume blocks; lookups that do not
-        # admit are not counted in the prefix-cache stats (vLLM 0.33), so skipping them is exact.
-        blocked = len(self.running) >= self.limits.max_num_seqs or self._head_blocked_by_kv
+    def quiet(self) -> Quiet | None:
         if self.limits.max_num_batched_tokens < len(self.running):
             return None  # the budget, not the batch, limits a decode step
-        return self.quiet_decode_run(waiting_blocked=blocked, finishes_ok=finishes_ok)
+        # A head blocked by KV stays blocked while decodes only consume blocks; lookups that do not
+        # admit are not counted in the prefix-cache stats (vLLM 0.33), so skipping them is exact.
+        # With nothing waiting, a finish only shortens the running list.
+        blocked = len(self.running) >= self.limits.max_num_seqs or self._head_blocked_by_kv
+        return Quiet(waiting_blocked=blocked, finishes_matter=False)
 
 
 @register("vllm", defaults=VLLM_DEFAULTS)

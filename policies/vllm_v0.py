@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from policies.base import DecodeRun, PolicyLimits, StepPlan, register
+from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
 from policies.preemption import preempt_recompute, preempt_swap, swap_in
 from sim.core.errors import ConfigError
@@ -278,8 +278,8 @@ class VllmV0Policy(QueuedPolicy):
             out.append(req)
         return out
 
-    # ---- fast-forward --------------------------------------------------------------------------------
-    def decode_run(self, finishes_ok: bool = False) -> DecodeRun | None:
+    # ---- quiet stretches -----------------------------------------------------------------------------
+    def quiet(self) -> Quiet | None:
         if self.swapped or self.delay_factor > 0:
             return None
         if self.waiting and not self._head_blocked:
@@ -288,7 +288,7 @@ class VllmV0Policy(QueuedPolicy):
             return None
         # A head blocked by KV (LATER, decided before any prefix lookup) stays blocked while decodes
         # only take blocks (V0 gives no cache credit).
-        return self.quiet_decode_run(waiting_blocked=True)
+        return Quiet(waiting_blocked=True)
 
 
 class _Budget:

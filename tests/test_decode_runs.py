@@ -9,6 +9,7 @@ stops at the first finish, since the finish brings the next arrival).
 
 from __future__ import annotations
 
+import contextlib
 import random
 
 import numpy as np
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from policies.base import make_policy
 from sim.core.request import Request, RequestSpec
 from sim.cost.costmodel import ConstantCostModel
+from sim.engine import fastforward
 from sim.engine.loop import Engine
 from sim.engine.recorder import Recorder
 from sim.engine.sources import ClosedSource, OpenSource
@@ -188,7 +190,7 @@ def drive(
                 k = int(np.searchsorted(cum, kv.num_free_blocks, side="right")) - 1
             if k >= 1:
                 free0 = kv.num_free_blocks
-                for req in running:  # as QueuedPolicy.apply_decode_run: tokens first, then the slots
+                for req in running:  # as fastforward.apply_run: tokens first, then the slots
                     sample(req, k - 1)
                 if mode == "ref":
                     for req in running:
@@ -325,22 +327,34 @@ class _Counting:
     """Counts policy.schedule calls and records each decode run applied (steps, earliest finish step)."""
 
     def __init__(self, policy) -> None:
+        self.policy = policy
         self.schedules = 0
         self.runs: list[tuple[int, int]] = []
         self.waiting: list[int] = []  # requests waiting while each run was applied
-        schedule, apply = policy.schedule, policy.apply_decode_run
+        schedule = policy.schedule
 
         def counted_schedule(now):
             self.schedules += 1
             return schedule(now)
 
-        def recorded_apply(run, end_times):
-            self.runs.append((len(end_times), int(run.finish_step.min())))
-            self.waiting.append(policy.num_waiting)
-            return apply(run, end_times)
-
         policy.schedule = counted_schedule
-        policy.apply_decode_run = recorded_apply
+
+    @contextlib.contextmanager
+    def recording_runs(self):
+        """Record the runs the fast-forward applies to this policy (sim.engine.fastforward.apply_run)."""
+        orig = fastforward.apply_run
+
+        def recorded_apply(policy, run, end_times):
+            if policy is self.policy:
+                self.runs.append((len(end_times), int(run.finish_step.min())))
+                self.waiting.append(policy.num_waiting)
+            return orig(policy, run, end_times)
+
+        fastforward.apply_run = recorded_apply
+        try:
+            yield
+        finally:
+            fastforward.apply_run = orig
 
 
 def _engine_run(source, fast_forward: bool, cost=None, horizon=None, policy="vllm", **lim):
@@ -350,7 +364,8 @@ def _engine_run(source, fast_forward: bool, cost=None, horizon=None, policy="vll
     rec = Recorder(trace=True)
     cost = cost or ConstantCostModel(step_s=0.05, per_token_s=2e-4)  # step time grows with the rows
     eng = Engine(env, pol, cost, source, rec, horizon, fast_forward)
-    env.run()
+    with counter.recording_runs():
+        env.run()
     return eng, rec, counter
 
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
-
 from sim.core.batch import BatchSummary
 from sim.core.request import Request
 
@@ -33,28 +31,18 @@ class StepPlan:
         return not self.scheduled and self.batch.is_empty and not self.rejected
 
 
-@dataclass(slots=True)
-class DecodeRun:
-    """Up to ``max_steps`` decode-only steps the engine may take in one go.
+@dataclass(frozen=True, slots=True)
+class Quiet:
+    """A policy's answer when its next steps may be plain decodes (``Policy.quiet``).
 
-    Every row decodes one token per step and row i leaves after step ``finish_step[i]`` (1-based, the
-    step of its last token); nothing else can change in between (no admission, no preemption). Rows
-    finish inside a run only when the engine allows it (``decode_run(finishes_ok=True)``) and a finish
-    cannot change what the policy schedules next (``QueuedPolicy.finishes_in_runs``, nothing waiting);
-    otherwise ``max_steps <= min(finish_step)``.
+    ``waiting_blocked``: nobody waiting can be admitted while the running rows only decode (e.g. the
+    batch is full, or the queue head waits for blocks that decodes only consume); with it False the
+    steps are quiet only when nothing waits. ``finishes_matter``: a finish may change the policy's next
+    decision even with nothing waiting (a policy that counts steps or re-forms batches says True).
     """
 
-    requests: list[Request]
-    max_steps: int
-    computed: np.ndarray  # each row's computed tokens before the run
-    finish_step: np.ndarray  # step whose token finishes each row
-    new_blocks: np.ndarray  # new_blocks[s]: blocks allocated by steps 1..s (new_blocks[0] == 0)
-    # Cached-free blocks when the run was planned: a disaggregated decode replica's pool can gain
-    # cached blocks mid-run (a KV transfer lands), which must not show in the steps before it.
-    cached_free_start: int = 0
-    # Set by apply_decode_run for the recorder: free and cached-free blocks after each step's allocation.
-    free_blocks: np.ndarray | None = None
-    cached_free: np.ndarray | None = None
+    waiting_blocked: bool
+    finishes_matter: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +74,14 @@ class Policy(Protocol):
     def update(self, plan: StepPlan, now: float) -> list[Request]:
         """Apply a finished step: emit tokens, finish requests, free their blocks. Returns the finished."""
 
-    def decode_run(self, finishes_ok: bool = False) -> DecodeRun | None:
-        """If the next steps are a quiet stretch of decodes, describe it (else None). ``finishes_ok``:
-        the engine's arrivals do not depend on finishes, so rows may finish inside the run when the
-        policy's rules allow it; otherwise the run ends at the first finish."""
+    def quiet(self) -> Quiet | None:
+        """May the next steps be plain decodes: every running row computes one token, nobody joins,
+        nobody is preempted, no timer fires? None when not (or when the policy does not say). A policy
+        that answers also offers ``running``, ``limits`` and ``finish(requests, now)`` (QueuedPolicy)."""
 
-    def apply_decode_run(self, run: DecodeRun, end_times: np.ndarray) -> list[Request]: ...
+    def on_skipped_steps(self, k: int) -> None:
+        """The engine advanced k plain decode steps without calling schedule/update: do the
+        bookkeeping ``schedule`` would have done in them (step counters, due flags)."""
 
     def has_unfinished(self) -> bool: ...
 

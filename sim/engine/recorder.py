@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.core.policy import DecodeRun, StepPlan
+from sim.core.policy import StepPlan
 from sim.core.request import Request
+from sim.engine.fastforward import DecodeRun
 
 STEP_COLUMNS = (
     "start",
@@ -123,7 +124,7 @@ class Recorder:
 
         The free-block columns come from ``run`` (set when the run was applied)."""
         if run.free_blocks is None or run.cached_free is None:
-            raise RuntimeError("on_decode_run: the policy's apply_decode_run did not set run.free_blocks/cached_free")
+            raise RuntimeError("on_decode_run: the run was not applied (run.free_blocks/cached_free unset)")
         k = len(starts)
         n = len(run.requests)
         c = self.cols

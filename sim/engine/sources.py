@@ -24,7 +24,7 @@ class ClosedWorkloadLike(Protocol):
 
 class OpenSource:
     """Requests at fixed arrival times. Since no arrival depends on a finish, the engine lets rows
-    finish inside a fast-forwarded decode run (``Engine._decode_run``); a subclass whose ``on_done``
+    finish inside a fast-forwarded decode run (sim/engine/fastforward.py); a subclass whose ``on_done``
     brings arrivals must set ``arrivals_ignore_finishes = False``."""
 
     arrivals_ignore_finishes = True

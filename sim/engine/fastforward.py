@@ -1,0 +1,257 @@
+"""The decode fast-forward: quiet stretches of decode-only steps built, priced and applied in one go.
+
+The only module that knows about decode runs. A policy answers one question, ``quiet()``: may the
+next steps be plain decodes (every running row computes one token, nobody is admitted), and would a
+finish change its next decision? It gets one hook, ``on_skipped_steps(k)``, for the bookkeeping its
+``schedule`` would have done in the k steps the engine skipped. Everything else (which rows, how many
+steps, how many blocks each step takes, step durations, the end state) is derived here from the
+running rows and the KV manager, so a run ends in exactly the state k schedule+update calls would
+(checked by tests/test_decode_runs.py and the fast-forward invariant, fast-forward on vs off).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sim.core.request import Request
+
+if TYPE_CHECKING:
+    from sim.engine.loop import Engine
+
+
+@dataclass(slots=True)
+class DecodeRun:
+    """Up to ``max_steps`` decode-only steps taken in one go.
+
+    Every row decodes one token per step and row i leaves after step ``finish_step[i]`` (1-based, the
+    step of its last token); nothing else changes in between (no admission, no preemption). Rows
+    finish inside a run only when the engine's arrivals ignore finishes, the policy says finishes do
+    not matter and nothing waits; otherwise ``max_steps <= min(finish_step)``.
+    """
+
+    requests: list[Request]
+    max_steps: int
+    computed: np.ndarray  # each row's computed tokens before the run
+    finish_step: np.ndarray  # step whose token finishes each row
+    new_blocks: np.ndarray  # new_blocks[s]: blocks allocated by steps 1..s (new_blocks[0] == 0)
+    # Cached-free blocks when the run was planned: a disaggregated decode replica's pool can gain
+    # cached blocks mid-run (a KV transfer lands), which must not show in the steps before it.
+    cached_free_start: int = 0
+    # Set when the run is applied, for the recorder: free and cached-free blocks after each step's
+    # allocation.
+    free_blocks: np.ndarray | None = None
+    cached_free: np.ndarray | None = None
+
+
+def plan_run(policy: Any, finishes_ok: bool) -> DecodeRun | None:
+    """The decode run the policy's next steps are, if they are a quiet stretch (else None).
+
+    Quiet: the policy says so, every running row is decoding, nothing can be admitted, and the free
+    blocks cover every row's growth (finished rows' frees not counted). ``finishes_ok``: the engine's
+    arrivals do not depend on finishes, so the run may go on past them when the policy allows it.
+    """
+    quiet = policy.quiet()
+    if quiet is None:
+        return None
+    running: list[Request] = policy.running
+    waiting = policy.num_waiting
+    if not running or (waiting and not quiet.waiting_blocked):
+        return None
+    max_len = policy.limits.max_model_len
+    n = len(running)
+    computed = [0] * n
+    left = [0] * n
+    for i, req in enumerate(running):
+        c = req.num_computed_tokens
+        t = req.num_tokens
+        if t - c != 1 or t == req.prompt_len:
+            return None
+        computed[i] = c
+        rest = req.output_len - req.num_output_tokens
+        left[i] = rest if rest < max_len - t else max_len - t
+    through = finishes_ok and not quiet.finishes_matter and not waiting
+    k = max(left) if through else min(left)
+    if k < 2:
+        return None
+    kv = policy.kv
+    c = np.array(computed, dtype=np.int64)
+    fin = np.array(left, dtype=np.int64)
+    held = kv.num_blocks_held_array(running)
+    cum = kv.decode_run_blocks(c, held, fin, k)
+    free = kv.num_free_blocks
+    if cum[k] > free:
+        k = int(np.searchsorted(cum, free, side="right")) - 1  # cum is non-decreasing
+        if k < 2:
+            return None
+    return DecodeRun(requests=list(running), max_steps=k, computed=c, finish_step=fin,
+                     new_blocks=cum[:k + 1], cached_free_start=kv.num_cached_free_blocks)
+
+
+def apply_run(policy: Any, run: DecodeRun, end_times: np.ndarray) -> list[Request]:
+    """Apply k decode steps at once: the same end state as k calls to schedule+update.
+
+    Rows that finish inside the run split it into segments: each segment grows the rows still
+    running, then frees the finished ones, so blocks return to the free queue in the same order and
+    at the same step as step by step (later growth may pop them, or evict cached blocks instead).
+    """
+    k = len(end_times)
+    kv = policy.kv
+    fin = run.finish_step
+    cum = run.new_blocks
+    free_out = np.empty(k, dtype=np.int64)
+    cached_out = np.empty(k, dtype=np.int64)
+    bounds = np.unique(fin[fin < k]).tolist()  # steps after which rows finish, then the last
+    bounds.append(k)
+    # Rows whose blocks get hashed need their token counts current at every allocation; the others
+    # are advanced once, when they finish or when the run ends (the manager is given their counts).
+    reqs = run.requests
+    lazy = not kv.enable_caching or not any(r.spec.shares_content for r in reqs)
+    fin_l = fin.tolist()
+    base = run.computed.tolist()
+    max_len = policy.limits.max_model_len
+    finished: list[Request] = []
+    alive = list(range(len(reqs)))
+    a = 0
+    for b in bounds:
+        m = b - a
+        rows = [reqs[i] for i in alive]
+        free0 = kv.num_free_blocks
+        free_out[a:b] = free0 - (cum[a + 1:b + 1] - cum[a])
+        cached0 = run.cached_free_start if a == 0 else kv.num_cached_free_blocks
+        np.minimum(free_out[a:b], cached0, out=cached_out[a:b])  # uncached free blocks go first
+        if lazy:
+            kv.grow_decodes(rows, m, computed=[base[i] + a for i in alive])
+        else:
+            # Hashed content registers each block when it completes, step by step and row by row
+            # as vLLM does: two rows completing blocks of the same content in one run must register
+            # them in that order (the first registered is the one a later lookup returns).
+            for _ in range(m):
+                kv.grow_decodes(rows, 1)
+                for req in rows:
+                    req.num_computed_tokens += 1
+                    req.num_output_tokens += 1  # inlined add_output_tokens
+                    req.num_tokens += 1
+        if kv.num_free_blocks != free_out[b - 1]:
+            raise RuntimeError(f"decode run: {free0 - kv.num_free_blocks} blocks taken, "
+                               f"{free0 - free_out[b - 1]} predicted")
+        done = [reqs[i] for i in alive if fin_l[i] == b]
+        if done:
+            for req in done:
+                if lazy:
+                    req.num_computed_tokens += b
+                    req.num_output_tokens += b
+                    req.num_tokens += b
+                if req.num_output_tokens < req.output_len and req.num_tokens < max_len:
+                    raise RuntimeError(f"decode run: request {req.request_id} was to finish at step {b}")
+            policy.finish(done, float(end_times[b - 1]))
+            finished.extend(done)
+            alive = [i for i in alive if fin_l[i] != b]
+        a = b
+    if lazy:
+        for i in alive:
+            req = reqs[i]
+            req.num_computed_tokens += k
+            req.num_output_tokens += k
+            req.num_tokens += k
+    run.free_blocks, run.cached_free = free_out, cached_out
+    policy.on_skipped_steps(k)
+    return finished
+
+
+class FastForward:
+    """One engine's decode fast-forward: after each step, take the quiet stretch that follows, if any.
+
+    ``runs`` counts the runs taken and ``steps`` the steps they covered (tests and benchmarks read them).
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        # Rows may finish inside a decode run only when no arrival depends on a finish (an open
+        # source: not a closed loop, not a cluster inbox that routes on replica state).
+        self.finishes_ok = bool(getattr(engine.source, "arrivals_ignore_finishes", False))
+        self.runs = 0
+        self.steps = 0
+
+    def after_step(self, end: float, dt: float, finished: list[Request]) -> Generator[Any, Any, None]:
+        """Called by the engine after each scheduled step that ended at ``end`` and took ``dt``."""
+        eng = self.engine
+        # A finish frees blocks and a slot: whatever blocked the waiting queue may be gone.
+        if finished and eng.policy.num_waiting:
+            return
+        nxt = eng.source.peek_time()
+        # Cheap pre-check: a run needs room for at least two steps before the next arrival.
+        if nxt is None or nxt > end + 1.5 * dt:
+            yield from self._run(end)
+
+    def _price_until(self, rows: np.ndarray, ctx_sums: np.ndarray, start: float, limit: float) -> np.ndarray:
+        """Durations of the run's first steps, enough of them to pass ``limit`` (or all): priced in
+        growing windows, since a run is usually cut by an arrival long before its last finish."""
+        k = len(rows)
+        out: list[np.ndarray] = []
+        a, t, window = 0, start, 32
+        price = self.engine.cost.decode_step_times
+        while a < k:
+            b = min(k, a + window)
+            d = price(rows[a:b], ctx_sums[a:b])
+            out.append(d)
+            t += float(d.sum())
+            if t >= limit:
+                break
+            a, window = b, window * 2
+        return np.concatenate(out) if len(out) > 1 else out[0]
+
+    def _run(self, start: float) -> Generator[Any, Any, None]:
+        eng = self.engine
+        policy, source, env = eng.policy, eng.source, eng.env
+        run = plan_run(policy, self.finishes_ok)
+        if run is None:
+            return
+        fin = run.finish_step
+        k = run.max_steps
+        wake = getattr(source, "wake_event", None)
+        if not self.finishes_ok and k > int(fin.min()):
+            raise RuntimeError(f"policy {policy.name}: decode run past a finish that may bring an arrival")
+        # Rows running in each step 1..k, and their total context (each row adds a token per step).
+        last = np.minimum(fin, k)
+        rows = np.bincount(last, minlength=k + 1)[::-1].cumsum()[::-1][1:]
+        ctx0 = np.bincount(last, weights=run.computed, minlength=k + 1)[::-1].cumsum()[::-1][1:]
+        ctx_sums = ctx0 + rows * np.arange(1, k + 1, dtype=np.int64)
+        # A step may start only before the next arrival (it would join at that boundary) and the horizon.
+        limit = min(source.peek_time() or math.inf, eng.horizon)
+        durations = self._price_until(rows, ctx_sums, start, limit)
+        ends = start + np.cumsum(durations)
+        starts = ends - durations
+        k = int(np.searchsorted(starts, limit, side="left"))
+        if k < 2:
+            return
+        starts, durations, ends, rows = starts[:k], durations[:k], ends[:k], rows[:k]
+        kv = policy.kv
+        last_tok = np.fromiter((r.last_token_time for r in run.requests), np.float64, len(run.requests))
+        num_waiting = policy.num_waiting
+        if wake is None:
+            yield env.timeout(float(ends[-1]) - start)
+        else:
+            # A pushed source (sim/app/cluster.py) cannot say when the next request comes, so a push
+            # ends the run early: the steps that started by then still run (the push comes after every
+            # step boundary at its instant), and the request joins at the next boundary, as without the
+            # jump. No row finishes inside such a run, so the free blocks are known before it is applied.
+            eng.run_view = (starts, kv.num_free_blocks - run.new_blocks[1:k + 1])
+            timeout = env.timeout(float(ends[-1]) - start)
+            fired = yield wake() | timeout
+            if timeout not in fired:
+                t = env.now
+                k = max(int(np.searchsorted(starts, t, side="right")), 1)
+                starts, durations, ends, rows = starts[:k], durations[:k], ends[:k], rows[:k]
+                yield env.timeout(max(float(ends[-1]) - t, 0.0))
+            eng.run_view = None
+        finished = apply_run(policy, run, ends)
+        self.runs += 1
+        self.steps += k
+        eng.rec.on_decode_run(run, starts, durations, rows, num_waiting, kv.usable_blocks, finished, last_tok)
+        for req in finished:
+            source.on_done(req.spec, req.finish_time)
