@@ -48,7 +48,7 @@ class OrcaPolicy(QueuedPolicy):
         kv = self.kv
         plan = StepPlan()
         for req in self.running:  # INCREMENT requests: their slots are reserved already
-            ok = kv.allocate_decode_slot(req)
+            ok = kv.allocate_slots(req, 1) is not None
             assert ok, "reserved at admission"
             plan.scheduled.append((req, 1))
         max_bs = self.limits.max_num_seqs

@@ -72,7 +72,7 @@ class SarathiPolicy(QueuedPolicy):
                 if victim is req:
                     break
             else:
-                ok = kv.allocate_decode_slot(req)
+                ok = kv.allocate_slots(req, 1) is not None
                 assert ok, "a free block exists"
                 plan.scheduled.append((req, 1))
                 running.append(req)

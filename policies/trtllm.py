@@ -301,7 +301,7 @@ class TrtllmPolicy(QueuedPolicy):
                 plan.admitted.append(req)
             plan.scheduled.append((req, n))
         for req, _ in gens:
-            if kv.allocate_decode_slot(req):
+            if kv.allocate_slots(req, 1) is not None:
                 plan.scheduled.append((req, 1))
         return self.finalize_plan(plan)
 

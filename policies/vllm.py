@@ -8,7 +8,6 @@ blocking of the waiting queue; whole-sequence admission gate (``scheduler_reserv
 from __future__ import annotations
 
 import heapq
-from itertools import repeat
 from typing import Any
 
 from policies.base import PolicyLimits, Quiet, StepPlan, register
@@ -92,18 +91,6 @@ class VllmPolicy(QueuedPolicy):
         # V1-2 / V1-3: running requests first, in list order.
         i = 0
         while i < len(running) and budget > 0:
-            # A stretch of decode rows (one token each) gets its slots in one call; a row that cannot
-            # is handled below like any other.
-            j, end = i, min(len(running), i + budget)
-            while j < end and running[j].num_tokens - running[j].num_computed_tokens == 1:
-                j += 1
-            if j > i:
-                got = kv.allocate_decode_slots(running, i, j)
-                scheduled.extend(zip(running[i:got], repeat(1)))
-                budget -= got - i
-                i = got
-                if got == j:
-                    continue
             req = running[i]
             n = req.num_tokens - req.num_computed_tokens
             if 0 < thr < n:
@@ -112,7 +99,7 @@ class VllmPolicy(QueuedPolicy):
             if n <= 0:
                 i += 1
                 continue
-            while not (kv.allocate_decode_slot(req) if n == 1 else kv.allocate_slots(req, n) is not None):
+            while kv.allocate_slots(req, n) is None:
                 victim = self._victim()
                 if self.priority:
                     if running.index(victim) < i:

@@ -223,7 +223,7 @@ class VllmV0Policy(QueuedPolicy):
             if n <= 0:
                 break  # budget exhausted (chunked mode)
             queue.popleft()
-            while not (kv.allocate_decode_slot(req) if n == 1 else kv.allocate_slots(req, n) is not None):
+            while kv.allocate_slots(req, n) is None:
                 victim = queue.pop() if queue else req
                 if not chunked:
                     budget.seqs -= 1  # V0 counted every running group up front in default mode
@@ -271,7 +271,7 @@ class VllmV0Policy(QueuedPolicy):
             copied = swap_in(kv, req)
             assert copied is not None, "free blocks checked above"
             self._swap_in += copied
-            ok = kv.allocate_decode_slot(req) if n == 1 else kv.allocate_slots(req, n) is not None
+            ok = kv.allocate_slots(req, n) is not None
             assert ok, "swap-in reserved the slot of the next token"
             plan.scheduled.append((req, n))
             budget.add(n, 1)

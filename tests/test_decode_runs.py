@@ -1,7 +1,7 @@
 """Decode runs: the block count of a run, bulk slot allocation, and engine runs that go on past finishes.
 
 ``KVCacheManager.decode_run_blocks`` predicts the blocks a run takes; ``grow_decodes`` and
-``allocate_decode_slots`` must leave exactly the state that row-by-row ``allocate_slots`` leaves; and an
+``allocate_slots``'s O(1) decode path must leave exactly the state its general path leaves; and an
 engine with fast-forward must produce the same timestamps and step rows as one without it, while
 calling the scheduler far less often (open arrivals: runs continue past finishes; closed loop: a run
 stops at the first finish, since the finish brings the next arrival).
@@ -75,7 +75,7 @@ def test_decode_run_blocks_small_cases():
     )
 
 
-# ---- b. grow_decodes / allocate_decode_slot(s) against allocate_slots ----------------------------------
+# ---- b. grow_decodes / allocate_slots' O(1) path against the general path -----------------------------
 def _spec(rng: random.Random, i: int, bs: int) -> RequestSpec:
     """Unique, shared-prefix, or wholly duplicated content (prompt and output: decode blocks are shared)."""
     kind = rng.choice(["unique", "unique", "prefix", "dup"])
@@ -109,9 +109,8 @@ def drive(
     """A random life of a KV manager: admissions (with prefix hits), decode steps, decode runs, finishes,
     preemptions (which register unique content) and resumes. Decode slots come from:
 
-    - ``ref``: ``allocate_slots(req, 1)`` per row, and ``allocate_slots(req, k)`` per row for a run;
-    - ``bulk``: ``allocate_decode_slots`` over a stretch, and ``grow_decodes`` for a run;
-    - ``single``: ``allocate_decode_slot`` per row, and ``grow_decodes`` for a run.
+    - ``ref``: the manager's general path (``_allocate``) per row, for a step and for a run;
+    - ``fast``: ``allocate_slots(req, 1)`` per row (its O(1) path), and ``grow_decodes`` for a run.
 
     Every mode draws the same random numbers, so the states must agree after every operation.
     """
@@ -158,19 +157,12 @@ def drive(
             n = len(running)
             start = rng.choice([0, 0, rng.randint(0, n)])
             stop = rng.choice([n, n, rng.randint(start, n)])
-            if mode == "bulk":
-                got = kv.allocate_decode_slots(running, start, stop)
-            else:
-                got = stop
-                for i in range(start, stop):
-                    ok = (
-                        kv.allocate_decode_slot(running[i])
-                        if mode == "single"
-                        else kv.allocate_slots(running[i], 1) is not None
-                    )
-                    if not ok:
-                        got = i
-                        break
+            alloc = kv._allocate if mode == "ref" else kv.allocate_slots
+            got = stop
+            for i in range(start, stop):
+                if alloc(running[i], 1) is None:
+                    got = i
+                    break
             note = got
             rows = running[start:got]
             failed = running[got] if got < stop else None
@@ -194,7 +186,7 @@ def drive(
                     sample(req, k - 1)
                 if mode == "ref":
                     for req in running:
-                        assert kv.allocate_slots(req, k) is not None
+                        assert kv._allocate(req, k) is not None
                 else:
                     kv.grow_decodes(running, k)
                 assert free0 - kv.num_free_blocks == cum[k]  # the prediction is the pop count
@@ -226,18 +218,17 @@ def drive(
 )
 def test_bulk_decode_allocation_equals_row_by_row(seed, bs, caching, num_blocks, max_len):
     ref = drive("ref", seed, bs, caching, num_blocks, max_len)
-    for mode in ("bulk", "single"):
-        got = drive(mode, seed, bs, caching, num_blocks, max_len)
-        assert len(got) == len(ref)
-        for i, (a, b) in enumerate(zip(got, ref, strict=True)):
-            assert a == b, f"{mode}: first difference at operation {i} ({b[0]})"
+    got = drive("fast", seed, bs, caching, num_blocks, max_len)
+    assert len(got) == len(ref)
+    for i, (a, b) in enumerate(zip(got, ref, strict=True)):
+        assert a == b, f"first difference at operation {i} ({b[0]})"
 
 
 def test_the_driver_reaches_the_interesting_cases():
     """Guard against a driver that silently stopped exercising runs, failures and shared content."""
     failed = runs = registered = hits = 0
     for seed in range(30):
-        trace = drive("bulk", seed, bs=[1, 2, 4][seed % 3], caching=True, num_blocks=40, max_len=4096)
+        trace = drive("fast", seed, bs=[1, 2, 4][seed % 3], caching=True, num_blocks=40, max_len=4096)
         failed += sum(1 for t in trace if t[0] == "failed row")
         runs += sum(1 for t in trace if t[0] == "run" and t[1] and t[1] > 1)
         for prev, t in zip(trace, trace[1:], strict=False):
@@ -265,33 +256,30 @@ def _manager_with_rows(bs: int, caching: bool, num_blocks: int, prompts: list[in
 
 @pytest.mark.parametrize("caching", [True, False])
 @pytest.mark.parametrize("shared_row", [None, 2, 3])
-def test_allocate_decode_slots_stops_at_the_first_row_that_cannot_get_a_slot(caching, shared_row):
-    """Rows at a block boundary each need a block; with 2 free blocks the third such row fails: the
-    returned index is that row's, it and the rows after it are untouched, and the state equals
-    row-by-row allocate_slots up to the failure."""
+def test_decode_slots_fail_at_the_first_row_that_cannot_get_one(caching, shared_row):
+    """Rows at a block boundary each need a block; with 2 free blocks the third such row fails and
+    changes nothing, the rows after it are untouched, and the O(1) path's state equals the general
+    path's up to the failure."""
     bs = 4
     prompts = [8, 5, 4, 12, 6, 16]  # computed 8, 5, 4, 12, 6, 16: rows 0, 2, 3, 5 sit on a boundary
     shared = {shared_row} if shared_row is not None else set()
     used = sum(-(-p // bs) for p in prompts)
     states = []
-    for mode in ("bulk", "ref"):
+    for mode in ("fast", "ref"):
         kv, reqs = _manager_with_rows(bs, caching, used + 1 + 2, prompts, shared)
         assert kv.num_free_blocks == 2
         before = [kv.get_block_ids(r) for r in reqs]
-        if mode == "bulk":
-            got = kv.allocate_decode_slots(reqs, 0, len(reqs))
-        else:
-            got = next((i for i, r in enumerate(reqs) if kv.allocate_slots(r, 1) is None), len(reqs))
+        alloc = kv.allocate_slots if mode == "fast" else kv._allocate
+        got = next((i for i, r in enumerate(reqs) if alloc(r, 1) is None), len(reqs))
         assert got == 3
         assert [kv.get_block_ids(r) for r in reqs[3:]] == before[3:]
         assert [len(kv.get_block_ids(r)) for r in reqs[:3]] == [3, 2, 2]
         assert kv.num_free_blocks == 0
         states.append(_state(kv, reqs))
     assert states[0] == states[1]
-    # A stretch that starts after the failing row and needs no block goes through.
+    # With no free block at all, rows off a block boundary still get their slot; the others fail.
     kv, reqs = _manager_with_rows(bs, caching, used + 1, prompts, shared)
-    assert kv.allocate_decode_slots(reqs, 1, 2) == 2 and kv.allocate_decode_slots(reqs, 4, 5) == 5
-    assert kv.allocate_decode_slots(reqs, 2, 6) == 2  # no free block at all: the first row fails
+    assert [kv.allocate_slots(r, 1) is not None for r in reqs] == [False, True, False, False, True, False]
 
 
 @pytest.mark.parametrize("caching", [True, False])

@@ -148,9 +148,49 @@ class KVCacheManager:
         chunk is allocated. Full blocks are registered in the prefix cache here, at allocation, so a
         request admitted later in the same step can already hit them (vllm-oracle README).
         """
+        st = self._reqs.get(req.request_id)
+        if (num_new_tokens == 1 and st is not None and not new_computed_blocks and not num_new_computed_tokens
+                and not num_lookahead_tokens and not full_sequence_must_fit):
+            # A decode row (or a one-token chunk), O(1): it needs a new block only when its computed
+            # tokens sit on a block boundary, and cache bookkeeping only when the new token completes
+            # a block. Content nobody shares needs no hashing, so its bookkeeping is inlined here.
+            c = req.num_computed_tokens
+            bs = self.block_size
+            caching = self.enable_caching
+            if c % bs and ((c + 1) % bs or not caching):
+                return []
+            if c < self.max_model_len and not (caching and req.spec.shares_content):
+                blocks = st.blocks
+                need = c // bs + 1 - len(blocks)
+                new = []
+                if need > 0:
+                    if need > self.pool.num_free_blocks:
+                        return None
+                    new = self.pool.get_new_blocks(need)
+                    blocks.extend(new)
+                if caching:
+                    full = (c + 1 if c < req.num_tokens else req.num_tokens) // bs
+                    if full > st.num_cached:
+                        st.num_cached = full if full < len(blocks) else len(blocks)
+                return new
+        return self._allocate(req, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
+                              num_lookahead_tokens, full_sequence_must_fit, st)
+
+    def _allocate(
+        self,
+        req: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: list[KVBlock] | None = None,
+        num_lookahead_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+        st: _ReqKV | None = None,
+    ) -> list[KVBlock] | None:
+        """The general path of ``allocate_slots`` (tests compare the O(1) path against it)."""
+        if st is None:
+            st = self._reqs.get(req.request_id)
         if num_new_tokens <= 0:
             raise ValueError(f"request {req.request_id}: num_new_tokens must be > 0, got {num_new_tokens}")
-        st = self._reqs.get(req.request_id)
         num_held = len(st.blocks) if st is not None else 0
         hits = new_computed_blocks if new_computed_blocks else []
         if hits:
@@ -206,47 +246,6 @@ class KVCacheManager:
                     pool.cache_full_blocks(st.blocks, hashes, st.num_cached, num_full)
                 st.num_cached = num_full
         return new_blocks
-
-    def allocate_decode_slot(self, req: Request) -> bool:
-        """``allocate_slots(req, 1) is not None`` for a running request, O(1) in the common case.
-
-        A decode row needs a new block only when its computed tokens sit on a block boundary, and
-        cache bookkeeping only when the new token completes a block; otherwise its slot already exists.
-        Content nobody shares needs no hashing, so its bookkeeping is inlined here.
-        """
-        c = req.num_computed_tokens
-        bs = self.block_size
-        if c % bs and ((c + 1) % bs or not self.enable_caching):
-            return True
-        st = self._reqs.get(req.request_id)
-        if st is None or c >= self.max_model_len or (self.enable_caching and req.spec.shares_content):
-            return self.allocate_slots(req, 1) is not None
-        blocks = st.blocks
-        need = c // bs + 1 - len(blocks)
-        if need > 0:
-            if need > self.pool.num_free_blocks:
-                return False
-            blocks.extend(self.pool.get_new_blocks(need))
-        if self.enable_caching:
-            full = (c + 1 if c < req.num_tokens else req.num_tokens) // bs
-            if full > st.num_cached:
-                st.num_cached = full if full < len(blocks) else len(blocks)
-        return True
-
-    def allocate_decode_slots(self, reqs: list[Request], start: int, stop: int) -> int:
-        """``allocate_decode_slot`` for ``reqs[start:stop]`` in order, up to the first row that cannot
-        get its slot; returns that row's index (``stop`` when all did). One call per stretch of decode
-        rows instead of one per row: a step's running list is mostly such a stretch."""
-        bs = self.block_size
-        caching = self.enable_caching
-        for i in range(start, stop):
-            req = reqs[i]
-            c = req.num_computed_tokens
-            if c % bs and ((c + 1) % bs or not caching):
-                continue
-            if not self.allocate_decode_slot(req):
-                return i
-        return stop
 
     def grow_decodes(self, reqs: list[Request], k: int, computed: list[int] | None = None) -> None:
         """Slots for ``k`` more tokens of each running request (a fast-forwarded decode run).
