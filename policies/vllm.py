@@ -92,10 +92,14 @@ class VllmPolicy(QueuedPolicy):
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            n = req.num_tokens - req.num_computed_tokens
-            if 0 < thr < n:
-                n = thr
-            n = min(n, budget, max_len - 1 - req.num_computed_tokens)
+            c = req.num_computed_tokens
+            n = req.num_tokens - c
+            if n != 1:  # a prompt chunk: the threshold, the budget and max_model_len cap it
+                if 0 < thr < n:
+                    n = thr
+                n = min(n, budget, max_len - 1 - c)
+            elif c >= max_len - 1:
+                n = 0
             if n <= 0:
                 i += 1
                 continue

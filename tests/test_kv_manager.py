@@ -117,7 +117,7 @@ def test_kv1_block_count_and_usage():
     advance(req, 40)
     # decodes up to token 48 need no new block
     for _ in range(8):
-        assert mgr.allocate_slots(req, 1) == []
+        assert list(mgr.allocate_slots(req, 1)) == []  # no new block
         advance(req, 1)
     assert req.num_computed_tokens == 48
     assert len(mgr.allocate_slots(req, 1)) == 1  # token 49 opens block 4

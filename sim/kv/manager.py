@@ -16,12 +16,15 @@ hit by its own resume. The one visible difference is the size of the hash map
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from sim.core.errors import ConfigError
 from sim.core.request import Request
 from sim.kv.block_pool import BlockPool, KVBlock
 
+_NO_BLOCKS: tuple[KVBlock, ...] = ()  # allocate_slots' answer when no block was needed
 
 class _ReqKV:
     """A request's blocks (head first) and how many leading full blocks are (or would be) cached."""
@@ -139,30 +142,31 @@ class KVCacheManager:
         new_computed_blocks: list[KVBlock] | None = None,
         num_lookahead_tokens: int = 0,
         full_sequence_must_fit: bool = False,
-    ) -> list[KVBlock] | None:
+    ) -> Sequence[KVBlock] | None:
         """Give ``req`` slots for ``num_new_tokens`` more tokens (plus prefix hits and lookahead).
 
-        Returns the newly allocated blocks (possibly ``[]``), or None when there are not enough free
+        Returns the newly allocated blocks (possibly none), or None when there are not enough free
         blocks, in which case nothing has changed. ``full_sequence_must_fit`` is vLLM 0.33's
         ``scheduler_reserve_full_isl`` gate: the whole current sequence must fit, though only this
         chunk is allocated. Full blocks are registered in the prefix cache here, at allocation, so a
         request admitted later in the same step can already hit them (vllm-oracle README).
         """
-        st = self._reqs.get(req.request_id)
-        if (num_new_tokens == 1 and st is not None and not new_computed_blocks and not num_new_computed_tokens
-                and not num_lookahead_tokens and not full_sequence_must_fit):
+        if num_new_tokens == 1 and not (new_computed_blocks or num_new_computed_tokens or num_lookahead_tokens
+                                        or full_sequence_must_fit):
             # A decode row (or a one-token chunk), O(1): it needs a new block only when its computed
-            # tokens sit on a block boundary, and cache bookkeeping only when the new token completes
-            # a block. Content nobody shares needs no hashing, so its bookkeeping is inlined here.
+            # tokens sit on a block boundary (c > 0 off a boundary: its blocks cover slot c + 1), and
+            # cache bookkeeping only when the new token completes a block. Content nobody shares
+            # needs no hashing, so its bookkeeping is inlined here.
             c = req.num_computed_tokens
             bs = self.block_size
             caching = self.enable_caching
             if c % bs and ((c + 1) % bs or not caching):
-                return []
-            if c < self.max_model_len and not (caching and req.spec.shares_content):
+                return _NO_BLOCKS
+            st = self._reqs.get(req.request_id)
+            if st is not None and c < self.max_model_len and not (caching and req.spec.shares_content):
                 blocks = st.blocks
                 need = c // bs + 1 - len(blocks)
-                new = []
+                new = _NO_BLOCKS
                 if need > 0:
                     if need > self.pool.num_free_blocks:
                         return None
@@ -174,7 +178,7 @@ class KVCacheManager:
                         st.num_cached = full if full < len(blocks) else len(blocks)
                 return new
         return self._allocate(req, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
-                              num_lookahead_tokens, full_sequence_must_fit, st)
+                              num_lookahead_tokens, full_sequence_must_fit)
 
     def _allocate(
         self,
@@ -184,11 +188,9 @@ class KVCacheManager:
         new_computed_blocks: list[KVBlock] | None = None,
         num_lookahead_tokens: int = 0,
         full_sequence_must_fit: bool = False,
-        st: _ReqKV | None = None,
-    ) -> list[KVBlock] | None:
+    ) -> Sequence[KVBlock] | None:
         """The general path of ``allocate_slots`` (tests compare the O(1) path against it)."""
-        if st is None:
-            st = self._reqs.get(req.request_id)
+        st = self._reqs.get(req.request_id)
         if num_new_tokens <= 0:
             raise ValueError(f"request {req.request_id}: num_new_tokens must be > 0, got {num_new_tokens}")
         num_held = len(st.blocks) if st is not None else 0
