@@ -8,11 +8,12 @@ fast-forward (sim/engine/fastforward.py), which the loop only calls.
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import numpy as np
 import simpy
 
-from sim.core.policy import Policy
+from sim.core.policy import Policy, StepPlan
 from sim.core.request import Request, RequestSpec, Status
 from sim.engine.fastforward import FastForward
 from sim.engine.recorder import Recorder
@@ -29,6 +30,7 @@ class Engine:
         recorder: Recorder,
         horizon: float | None = None,
         fast_forward: bool = True,
+        async_scheduling: bool = False,
     ) -> None:
         self.env = env
         self.policy = policy
@@ -36,14 +38,16 @@ class Engine:
         self.source = source
         self.rec = recorder
         self.horizon = math.inf if horizon is None else horizon
-        self.fast_forward = fast_forward
-        self.ff = FastForward(self) if fast_forward else None
+        self.async_scheduling = async_scheduling
+        # The fast-forward covers the synchronous loop; an async engine is stepped batch by batch.
+        self.fast_forward = fast_forward and not async_scheduling
+        self.ff = FastForward(self) if self.fast_forward else None
         self.requests: list[Request] = []
         self.rejected: list[Request] = []
         # (step starts, free blocks after each step's allocation) while a decode run is in flight, for
         # observers that need the state mid-run (a cluster router reading KV usage); None otherwise.
         self.run_view: tuple[np.ndarray, np.ndarray] | None = None
-        self.process = env.process(self._loop())
+        self.process = env.process(self._loop_async() if async_scheduling else self._loop())
 
     # ---- arrivals --------------------------------------------------------------------------------
     def _admit(self, now: float) -> None:
@@ -118,3 +122,51 @@ class Engine:
                 source.on_done(req.spec, end)
             if ff is not None:
                 yield from ff.after_step(end, dt, finished)
+
+    def _loop_async(self):
+        """vLLM V1's engine core with ``async_scheduling``: a two-deep batch queue (EngineCore's
+        step_with_batch_queue). Batch i+1 is scheduled when batch i starts on the GPU, before i's
+        output is applied, so an arrival during batch i first runs in batch i+2, and a finish frees
+        its blocks one schedule later than in the synchronous loop. Batches run back to back; the
+        scheduler's CPU time is hidden behind the GPU (it is what async scheduling is for). An empty
+        batch (every row's last token in flight) costs nothing but keeps its place in the queue."""
+        env, policy, rec, source = self.env, self.policy, self.rec, self.source
+        kv = policy.kv
+        step_time = self.cost.step_time
+        queue: deque[tuple[StepPlan, float, float, tuple]] = deque()  # in flight, oldest first
+        gpu_free = env.now  # when the last launched batch ends
+        while True:
+            now = env.now
+            self._admit(now)  # arrivals up to the horizon are queued (in flight), not lost
+            if now >= self.horizon:
+                return  # batches still on the GPU are in flight at the horizon
+            if policy.has_unfinished():
+                plan = policy.schedule(now)
+                for req, reason in plan.rejected:
+                    self._reject(req, reason, now)
+                work = bool(plan.scheduled) or not plan.batch.is_empty
+                if work or queue:
+                    start = gpu_free if gpu_free > now else now
+                    dt = step_time(plan.batch) if work else 0.0
+                    gpu_free = start + dt
+                    counters = (policy.num_running, policy.num_waiting, kv.usage, kv.num_free_blocks,
+                                kv.num_cached_free_blocks)
+                    queue.append((plan, start, dt, counters))
+                    if work and len(queue) < 2 and gpu_free > now:
+                        continue  # the queue has room: schedule the next batch before waiting
+            if not queue:
+                # Nothing runs and nothing can until something arrives.
+                if (yield from self._wait_for_arrival(now)):
+                    return
+                continue
+            plan, start, dt, (num_running, num_waiting, usage, free, cached) = queue.popleft()
+            if start + dt > now:
+                yield env.timeout(start + dt - now)
+            end = env.now
+            finished = policy.update(plan, end)
+            if plan.scheduled or not plan.batch.is_empty:
+                rec.on_tokens(plan.sampled, end)
+                rec.on_step(plan, start, dt, num_running, num_waiting, usage, free, finished,
+                            num_cached_free=cached)
+            for req in finished:
+                source.on_done(req.spec, end)
