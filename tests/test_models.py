@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from sim.core.errors import ConfigError, UnknownNameError
+from sim.cost.hf_config import load_hf_config
 from sim.cost.models import (
     GiB,
     ModelSpec,
     get_model,
     kv_dtype_bytes,
     list_models,
-    load_hf_config,
     normalize_dtype,
 )
 

@@ -4,7 +4,12 @@
 exactly its output. Choices, with the reason for each:
 
 * RTX 4090: LLMServingSim vLLM 0.19 Llama-3.1-8B TP1 tables, every operator (the same stack as the real
-  vLLM run in shared/data/e2e, so the fidelity report compares like with like).
+  vLLM run in shared/data/e2e, so the fidelity report compares like with like). One model means one KV width
+  (2 * 8 KV heads * 128 * 2 bytes), so the decode term kv_coef * attn_ctx_pad_tokens + attn_per_seq_s is one
+  number: the two fields cannot be told apart and the optimiser stopped anywhere on that line (the shipped file
+  once had 15.0 / 0.130 us, a refit with numpy 2.4 / scipy 1.17 23.9 / 0.090 us, with identical predictions).
+  Likewise every prefill chunk (<= 2048 tokens) is below prefill_kv_floor * prefill_kv_sat_tokens, so occupancy
+  sits on the floor and the saturation point is not in the data. Both keep the prior; the fit is then unique.
 * RTX PRO 6000 Blackwell: the dense models (Llama-3.1-8B and Qwen3-32B, TP1 and TP2 rank shapes). The
   Qwen3-30B-A3B tables are left out: MoE (moe.csv is not a cost-model term yet) and their small dense layers
   fit in the 128 MB L2, which a one-layer profile serves from cache.
@@ -53,6 +58,7 @@ RECIPES: dict[str, Recipe] = {
         "rtx-4090",
         "RTX 4090",
         (Source(f"{_LSS}/RTX4090/meta-llama/Llama-3.1-8B/bf16/tp1"),),
+        freeze=frozenset({"attn_ctx_pad_tokens", "prefill_kv_sat_tokens"}),
         note="LLMServingSim vLLM 0.19.0 (CUDA 12.8, eager, one layer) Llama-3.1-8B bf16 TP1 tables",
     ),
     "rtx-pro-6000-blackwell": Recipe(

@@ -1,0 +1,86 @@
+"""A ``ModelSpec`` from a HF config.json (Llama/Mistral/Qwen/Gemma/Mixtral/DeepSeek/OPT keys).
+
+``sim.cost.models.get_model`` calls this for a path; ``load_hf_config`` is also importable from sim.cost.models.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sim.core.errors import ConfigError
+from sim.cost.modelspec import ModelSpec
+
+
+def _req(cfg: dict[str, Any], key: str, where: Path) -> Any:
+    if key not in cfg or cfg[key] is None:
+        raise ConfigError(f"{where}: missing required key {key!r}")
+    return cfg[key]
+
+
+def load_hf_config(path: str | Path) -> ModelSpec:
+    """Build a ModelSpec from a HF config.json (Llama/Mistral/Qwen/Gemma/Mixtral/DeepSeek/OPT keys)."""
+    path = Path(path)
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read model config {path}: {exc}") from exc
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
+        cfg = cfg["text_config"]  # multimodal wrappers keep the language model here
+    model_type = str(cfg.get("model_type", "")).lower()
+    L = int(_req(cfg, "num_hidden_layers", path))
+    H = int(_req(cfg, "hidden_size", path))
+    nh = int(_req(cfg, "num_attention_heads", path))
+    nkv = int(cfg.get("num_key_value_heads") or nh)
+    hd = int(cfg.get("head_dim") or H // nh)
+    is_opt = model_type == "opt" or "ffn_dim" in cfg
+    inter = cfg.get("intermediate_size") or cfg.get("ffn_dim")
+    if inter is None:
+        raise ConfigError(f"{path}: missing required key 'intermediate_size' (or 'ffn_dim')")
+    gated = not is_opt  # Llama/Mistral/Qwen/Gemma/Mixtral/DeepSeek MLPs are gated (SwiGLU/GeGLU); OPT is not
+    max_pos = int(cfg.get("max_position_embeddings") or 2048)
+    n_experts = int(
+        cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0
+    )
+    kv_lora = int(cfg.get("kv_lora_rank") or 0)
+    qk_rope = int(cfg.get("qk_rope_head_dim") or 0)
+    if kv_lora:
+        hd = int(cfg.get("qk_nope_head_dim") or 0) + qk_rope or hd
+    sw = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) is not False else None
+    name = cfg.get("_name_or_path") or path.parent.name or str(path)
+    return ModelSpec(
+        name=str(name),
+        num_hidden_layers=L,
+        hidden_size=H,
+        intermediate_size=int(inter),
+        num_attention_heads=nh,
+        num_key_value_heads=nkv,
+        head_dim=hd,
+        vocab_size=int(_req(cfg, "vocab_size", path)),
+        max_position_embeddings=max_pos,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", is_opt)),
+        gated_mlp=gated,
+        num_experts=n_experts,
+        experts_per_tok=int(cfg.get("num_experts_per_tok") or 0) if n_experts else 0,
+        num_shared_experts=int(
+            cfg.get("n_shared_experts") or (1 if cfg.get("shared_expert_intermediate_size") else 0)
+        ),
+        moe_intermediate_size=int(cfg.get("moe_intermediate_size") or 0) if n_experts else 0,
+        first_k_dense_replace=int(cfg.get("first_k_dense_replace") or 0) if n_experts else 0,
+        kv_lora_rank=kv_lora,
+        qk_rope_head_dim=qk_rope,
+        sliding_window=int(sw) if sw else None,
+        qkv_bias=bool(cfg.get("attention_bias", model_type.startswith("qwen2"))),
+        linear_bias=is_opt or bool(cfg.get("enable_bias", False)),
+        layer_norm=is_opt,
+        norms_per_layer=4 if model_type in ("gemma2", "gemma3") else 2,
+        qk_norm=model_type.startswith("qwen3"),
+        learned_pos_embeddings=max_pos + 2 if is_opt else 0,  # OPT's position table has a 2-row offset
+        qk_nope_head_dim=int(cfg.get("qk_nope_head_dim") or 0),
+        v_head_dim=int(cfg.get("v_head_dim") or 0),
+        q_lora_rank=int(cfg.get("q_lora_rank") or 0),
+        shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0),
+    )
