@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.base import PolicyLimits, StepPlan, register
+from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
 from policies.preemption import preempt_recompute
 from sim.core.errors import ConfigError
@@ -110,6 +110,12 @@ class SarathiPolicy(QueuedPolicy):
             batched += n
         self.running = running
         return self.finalize_plan(plan)
+
+    def quiet(self) -> Quiet | None:
+        # With nothing waiting and no prompt left, a step is the running rows' decodes in order (they
+        # are not counted against the chunk), as long as some block stays free: SAR-2.1 preempts on an
+        # empty pool even when the row needs no block.
+        return None if self.waiting else Quiet(waiting_blocked=False, keep_free=1)
 
 
 @register("sarathi", defaults=SARATHI_DEFAULTS)

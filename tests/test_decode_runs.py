@@ -589,3 +589,20 @@ def test_vllm_v0_head_blocked_by_the_budget_is_tried_again(seed, max_num_seqs):
     slow = _engine_run(OpenSource(specs), False, cost=cost, policy="vllm-v0", **lim)
     fast = _engine_run(OpenSource(specs), True, cost=cost, policy="vllm-v0", **lim)
     _assert_exact(slow, fast)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sarathi_runs_stop_before_the_pool_runs_dry(seed):
+    """SAR-2.1 preempts whenever no block is free, even for a row that needs none: a run must leave a
+    block free (Quiet.keep_free), or the step after it would differ from stepping one by one."""
+    rng = np.random.default_rng(seed)
+    n = 6
+    specs = [RequestSpec(f"s{i}", float(i) * 0.01, int(rng.integers(3, 30)), int(rng.integers(40, 120)))
+             for i in range(n)]
+    kw = dict(policy="sarathi", block_size=4, num_gpu_blocks=int(rng.integers(30, 45)), max_num_seqs=8,
+              max_num_batched_tokens=64, enable_prefix_caching=False, max_model_len=512)
+    slow = _engine_run(OpenSource(specs), False, **kw)
+    fast = _engine_run(OpenSource(specs), True, **kw)
+    assert sum(r.num_preemptions for r in slow[0].requests) > 0  # the pool does run dry
+    assert fast[2].runs  # and stretches were fast-forwarded
+    _assert_exact(slow, fast)

@@ -146,16 +146,15 @@ def test_preset_defaults_follow_engines_md():
     )
 
 
-# Presets whose policy offers no decode run today (QueuedPolicy / slot engines return None): with them the
-# fast_forward=True run is the step-by-step path again, so the comparison below proves nothing and the test
-# says so. When the fast-forward moves into sim/engine/ and covers them, move them to FAST_FORWARDS.
-NEVER_FAST_FORWARDS = ("sarathi", "llamacpp", "ollama")
-FAST_FORWARDS = ("vllm", "vllm-v0", "trtllm", "tgi", "orca")
+# Slot engines (llama.cpp, Ollama) answer quiet() with None: their cache is not the paged pool the
+# fast-forward reads, so the fast_forward=True run is the step-by-step path again and the test says so.
+NEVER_FAST_FORWARDS = ("llamacpp", "ollama")
+FAST_FORWARDS = ("vllm", "vllm-v0", "trtllm", "tgi", "orca", "sarathi")
 
 
 @pytest.mark.parametrize("preset", FAST_FORWARDS + NEVER_FAST_FORWARDS)
 def test_fast_forward_gives_the_same_run(preset):
-    """A preset's decode_run must be exact: jumping over quiet decode stretches changes nothing; and the
+    """The fast-forward must be exact for a preset: jumping over quiet decode stretches changes nothing; and the
     jump must really happen (or, for a preset that cannot jump, provably not happen)."""
     from tests.invariants import check_fast_forward_exact, fast_forwarded_steps, run_checked
 

@@ -39,10 +39,13 @@ class Quiet:
     batch is full, or the queue head waits for blocks that decodes only consume); with it False the
     steps are quiet only when nothing waits. ``finishes_matter``: a finish may change the policy's next
     decision even with nothing waiting (a policy that counts steps or re-forms batches says True).
+    ``keep_free``: free KV blocks every step must leave, for a policy whose rules change when the pool
+    runs dry even if no row needs a block then (Sarathi preempts whenever no block is free).
     """
 
     waiting_blocked: bool
     finishes_matter: bool = True
+    keep_free: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,7 +83,7 @@ def plan_run(policy: Any, finishes_ok: bool) -> DecodeRun | None:
     fin = np.array(left, dtype=np.int64)
     held = kv.num_blocks_held_array(running)
     cum = kv.decode_run_blocks(c, held, fin, k)
-    free = kv.num_free_blocks
+    free = kv.num_free_blocks - quiet.keep_free
     if cum[k] > free:
         k = int(np.searchsorted(cum, free, side="right")) - 1  # cum is non-decreasing
         if k < 2:
