@@ -49,31 +49,9 @@ def decode_spec(spec: RequestSpec) -> RequestSpec:
 
 
 def inject_kv(kv: KVCacheManager, spec: RequestSpec) -> int:
-    """Put the transferred prompt blocks into ``kv``'s prefix cache as cached free blocks.
-
-    Blocks the decode replica already caches (a shared prefix) are kept, not copied; new ones are taken
-    from the free queue, registered under the request's block hashes, and freed to its back (most
-    recently used). Only as many as there are free blocks; a lookup stops at the first missing one.
-    Returns the number of blocks the request's admission can hit.
-    """
-    bs = kv.block_size
-    n = (spec.prompt_len - 1) // bs  # the lookup never covers the last token (engines.md KV-5)
-    if n <= 0 or not kv.enable_caching:
-        return 0
-    pool = kv.pool
-    hashes = Request(spec).block_hashes(bs, n * bs)
-    found = [pool.get_cached_block(h) for h in hashes[:n]]
-    kept = [b for b in found if b is not None]
-    pool.touch(kept)  # held while new blocks are taken, so taking them cannot evict these
-    missing = [i for i, b in enumerate(found) if b is None]
-    new = pool.get_new_blocks(min(len(missing), pool.num_free_blocks))
-    placed = missing[: len(new)]
-    pool.cache_full_blocks(new, [hashes[i] for i in placed], 0, len(new))
-    for i, blk in zip(placed, new, strict=True):
-        found[i] = blk
-    usable = next((i for i, b in enumerate(found) if b is None), n)
-    pool.free_blocks(reversed([b for b in found if b is not None]))
-    return usable
+    """Land the transferred prompt KV of ``spec`` in the decode replica's prefix cache
+    (``KVCacheManager.receive_transferred``); returns the blocks its admission can hit."""
+    return kv.receive_transferred(Request(spec))
 
 
 class PDCoordinator:
