@@ -21,18 +21,22 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import simpy
 
 from routers.base import RouterContext, make_router
 from sim.app.cluster_config import DisaggConfig
+from sim.app.replica import Replica
+from sim.app.timing import LATE_GATEWAY, at_late
 from sim.core.request import Request, RequestSpec, Status
 from sim.kv import KVCacheManager
 
 if TYPE_CHECKING:
-    from sim.app.cluster import Cluster
+    from sim.app.gateway import Gateway
 
 
 def prefill_spec(spec: RequestSpec) -> RequestSpec:
@@ -55,12 +59,24 @@ def inject_kv(kv: KVCacheManager, spec: RequestSpec) -> int:
 
 
 class PDCoordinator:
-    """Decode-side routing and the KV links, driven by the cluster's gateway events."""
+    """Decode-side routing and the KV links, driven by the gateway's events (its P/D hooks:
+    ``prefill_spec``, ``decode_rejection``, ``hand_off``, ``dispatch``, ``busy``)."""
 
-    def __init__(self, cluster: Cluster, cfg: DisaggConfig, rng: np.random.Generator) -> None:
-        self.c = cluster
+    def __init__(
+        self,
+        env: simpy.Environment,
+        horizon: float | None,
+        replicas: Sequence[Replica],
+        gateway: Gateway,
+        cfg: DisaggConfig,
+        rng: np.random.Generator,
+    ) -> None:
+        self.env = env
+        self.horizon = horizon
+        self.replicas = replicas
+        self.gateway = gateway
         self.cfg = cfg
-        self.decoders = [r for r in cluster.replicas if r.spec.role == "decode"]
+        self.decoders = [r for r in replicas if r.spec.role == "decode"]
         self.router = make_router(
             cfg.decode_router.name,
             cfg.decode_router.options,
@@ -76,11 +92,26 @@ class PDCoordinator:
 
     prefill_spec = staticmethod(prefill_spec)
 
-    def decodable(self, spec: RequestSpec) -> bool:
-        return spec.output_len == 1 or any(r.fits(spec) for r in self.decoders)
+    def decode_rejection(self, spec: RequestSpec) -> str | None:
+        """Why no decode replica could run ``spec`` (None: one can, or it ends at prefill). The decode
+        side runs the whole request (``decode_spec`` changes only its content keys)."""
+        if spec.output_len == 1:
+            return None
+        reasons = [r.rejection_reason(spec) for r in self.decoders]
+        if any(why is None for why in reasons):
+            return None
+        return "decode: " + "; ".join(dict.fromkeys(reasons))
 
     def busy(self) -> bool:
         return bool(self.pending) or self.num_in_transfer > 0
+
+    def hand_off(self, r: Replica, orig: RequestSpec, rejected: bool, now: float) -> bool:
+        """Replica ``r`` is done with ``orig``: True when it was a prefill whose KV now goes on to a
+        decode replica (the request is not over), False when the request ends here."""
+        if r.spec.role != "prefill" or rejected or orig.output_len == 1:
+            return False
+        self.prefill_done(r.index, orig, now)
+        return True
 
     def prefill_done(self, prefill: int, spec: RequestSpec, now: float) -> None:
         self.pending.append((spec, prefill, now))
@@ -99,7 +130,7 @@ class PDCoordinator:
         kept: deque[tuple[RequestSpec, int, float]] = deque()
         while self.pending:
             spec, p, ready = self.pending.popleft()
-            cands = [r.view for r in self.decoders if r.fits(spec)]
+            cands = [r.view for r in self.decoders if r.rejection_reason(spec) is None]
             chosen = self.router.route(spec, cands, now) if cands else None
             if chosen is None:
                 kept.append((spec, p, ready))
@@ -109,12 +140,8 @@ class PDCoordinator:
         self.pending = kept
 
     def _send(self, spec: RequestSpec, p: int, d: int, now: float) -> None:
-        from sim.app.cluster import LATE_GATEWAY, at_late
-
-        dv = self.c.replicas[d].view
-        dv.outstanding += 1  # reserved now: the decode side allocates before it pulls the KV
-        self.c._set_room(dv)
-        nbytes = spec.prompt_len * self.c.replicas[p].setup.memory.kv_bytes_per_token
+        self.gateway.reserve(d)  # reserved now: the decode side allocates before it pulls the KV
+        nbytes = spec.prompt_len * self.replicas[p].setup.memory.kv_bytes_per_token
         start = max(now, self.link_free_at.get(p, 0.0))
         wire = nbytes / self.bandwidth
         self.link_free_at[p] = start + wire
@@ -123,35 +150,33 @@ class PDCoordinator:
         t = self.transfers[spec.request_id]
         t.update(decode=d, start=start, done=done, status="transfer")
         self.num_in_transfer += 1
-        if self.c.horizon is None or done <= self.c.horizon:
-            at_late(self.c.env, done, LATE_GATEWAY, lambda: self._arrive(spec, d))
+        if self.horizon is None or done <= self.horizon:
+            at_late(self.env, done, LATE_GATEWAY, lambda: self._arrive(spec, d))
 
     def _arrive(self, spec: RequestSpec, d: int) -> None:
-        r = self.c.replicas[d]
+        r = self.replicas[d]
         dspec = decode_spec(spec)
         self.transfers[spec.request_id]["status"] = "arrived"
         self.num_in_transfer -= 1
         self.transfers[spec.request_id]["hit_blocks"] = inject_kv(r.policy.kv, dspec)
-        r.inbox.push(dspec)  # counted in its outstanding requests since the transfer began
-        if not self.c._poll_on:
-            r.poll(self.c.env.now)
-        self.c.refresh_devices()
+        self.gateway.deliver(d, dspec, self.env.now)  # counted in its outstanding since the transfer began
+        self.gateway.refresh_devices()
 
     # ---- results --------------------------------------------------------------------------------------
     def rows(self) -> list[tuple[Request, int, str]]:
         """One row per request that reached a prefill replica, merged across its two replicas."""
         by_id = {}
-        for r in self.c.replicas:
+        for r in self.replicas:
             if r.spec.role == "decode":
                 for req in r.engine.requests:
                     by_id[req.request_id] = (req, r.index)
         rows: list[tuple[Request, int, str]] = []
-        for r in self.c.replicas:
+        for r in self.replicas:
             if r.spec.role != "prefill":
                 continue
             for preq in r.engine.requests:
                 rid = preq.request_id
-                orig = self.c.spec_of[rid]
+                orig = self.gateway.spec_of[rid]
                 if preq.status is not Status.FINISHED or orig.output_len == 1:  # it ended (or is) here
                     rows.append((_merged(orig, preq, preq), r.index, _STATUS.get(preq.status, "in_flight")))
                     continue
@@ -169,7 +194,7 @@ class PDCoordinator:
                 req.num_preemptions = preq.num_preemptions + dreq.num_preemptions
                 rows.append((req, d, _STATUS.get(dreq.status, "in_flight")))
             rows.extend(
-                (Request(self.c.spec_of[s.request_id]), r.index, "in_flight") for s in r.inbox.remaining()
+                (Request(self.gateway.spec_of[s.request_id]), r.index, "in_flight") for s in r.inbox.remaining()
             )
         return rows
 
@@ -177,7 +202,7 @@ class PDCoordinator:
         """Add ``prefill_replica`` and ``kv_transfer_s`` (prefill done -> KV landed, link queue included)."""
         pre = {rid: t["prefill"] for rid, t in self.transfers.items()}
         xfer = {rid: t["done"] - t["ready"] for rid, t in self.transfers.items() if "done" in t}
-        for r in self.c.replicas:
+        for r in self.replicas:
             if r.spec.role == "prefill":
                 for req in r.engine.requests:
                     pre.setdefault(req.request_id, r.index)
@@ -190,7 +215,7 @@ class PDCoordinator:
             "link_bandwidth_gb_s": self.cfg.link_bandwidth_gb_s,
             "link_latency_ms": self.cfg.link_latency_ms,
             "decode_router": self.cfg.decode_router.name,
-            "num_prefill": sum(1 for r in self.c.replicas if r.spec.role == "prefill"),
+            "num_prefill": sum(1 for r in self.replicas if r.spec.role == "prefill"),
             "num_decode": len(self.decoders),
             "kv_bytes_sent": self.bytes_sent,
         }
