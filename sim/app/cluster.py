@@ -58,7 +58,9 @@ class Cluster:
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(sim.seed, spawn_key=(500,))))
         front = [r.view for r in self.replicas if r.spec.role in ("mixed", "prefill")]
         router = make_router(cfg.router.name, cfg.router.options, RouterContext(front, rng))
-        self.gateway = Gateway(env, cfg.gateway, sim.horizon, self.source, self.replicas, router, self.devices)
+        self.gateway = Gateway(
+            env, cfg.gateway, sim.horizon, self.source, self.replicas, router, self.devices
+        )
         self.disagg = None
         if cfg.disagg is not None:
             from sim.app.disagg import PDCoordinator

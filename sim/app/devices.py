@@ -34,7 +34,9 @@ class SharedDeviceCost:
     def step_time(self, batch) -> float:
         return self.base.step_time(batch) * self.group.factor(self.index)
 
-    def decode_step_times(self, num_decode: int | np.ndarray, ctx_sums: np.ndarray, num_logits: int | None = None):
+    def decode_step_times(
+        self, num_decode: int | np.ndarray, ctx_sums: np.ndarray, num_logits: int | None = None
+    ):
         return self.base.decode_step_times(num_decode, ctx_sums, num_logits) * self.group.factor(self.index)
 
     def breakdown(self, batch) -> dict[str, float]:

@@ -30,6 +30,7 @@ import simpy
 
 from routers.base import RouterContext, make_router
 from sim.app.cluster_config import DisaggConfig
+from sim.app.collect import request_status
 from sim.app.replica import Replica
 from sim.app.timing import LATE_GATEWAY, at_late
 from sim.core.request import Request, RequestSpec, Status
@@ -178,7 +179,7 @@ class PDCoordinator:
                 rid = preq.request_id
                 orig = self.gateway.spec_of[rid]
                 if preq.status is not Status.FINISHED or orig.output_len == 1:  # it ended (or is) here
-                    rows.append((_merged(orig, preq, preq), r.index, _STATUS.get(preq.status, "in_flight")))
+                    rows.append((_merged(orig, preq, preq), r.index, request_status(preq)))
                     continue
                 got = by_id.get(rid)
                 if got is None:  # waiting for a decode replica, on the link, or in a decode inbox
@@ -192,10 +193,9 @@ class PDCoordinator:
                 dreq, d = got
                 req = _merged(orig, preq, dreq)
                 req.num_preemptions = preq.num_preemptions + dreq.num_preemptions
-                rows.append((req, d, _STATUS.get(dreq.status, "in_flight")))
-            rows.extend(
-                (Request(self.gateway.spec_of[s.request_id]), r.index, "in_flight") for s in r.inbox.remaining()
-            )
+                rows.append((req, d, request_status(dreq)))
+            spec_of = self.gateway.spec_of
+            rows.extend((Request(spec_of[s.request_id]), r.index, "in_flight") for s in r.inbox.remaining())
         return rows
 
     def annotate(self, df: pd.DataFrame) -> pd.DataFrame:
@@ -221,7 +221,6 @@ class PDCoordinator:
         }
 
 
-_STATUS = {Status.FINISHED: "finished", Status.REJECTED: "rejected"}
 _PROGRESS = ("status", "num_computed_tokens", "num_output_tokens", "num_tokens", "first_token_time",
              "last_token_time", "finish_time", "finish_reason")  # fmt: skip
 
