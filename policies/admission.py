@@ -18,7 +18,7 @@ from collections import deque
 from typing import Any
 
 from policies.base import Policy, Quiet, StepPlan
-from sim.core.request import Request
+from sim.core.request import Request, RequestSpec
 
 QUEUE_FULL = "queue full"
 QUEUE_TIMEOUT = "queue timeout"
@@ -55,6 +55,9 @@ class AdmissionControl:
 
     def has_unfinished(self) -> bool:
         return self.inner.has_unfinished()
+
+    def rejection_reason(self, spec: RequestSpec) -> str | None:
+        return self.inner.rejection_reason(spec)  # a full queue is the moment's load, not a limit
 
     def add_request(self, req: Request, now: float) -> str | None:
         if self.max_waiting is not None and self.inner.num_waiting >= self.max_waiting:

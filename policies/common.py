@@ -7,7 +7,7 @@ from collections import deque
 
 from policies.base import PolicyLimits, Quiet, StepPlan
 from sim.core.batch import BatchSummary
-from sim.core.request import Request, Status
+from sim.core.request import Request, RequestSpec, Status
 from sim.kv import KVCacheManager
 
 
@@ -30,7 +30,7 @@ class QueuedPolicy:
 
     # ---- queue -----------------------------------------------------------------------------------
     def add_request(self, req: Request, now: float) -> str | None:
-        reason = self.rejection_reason(req)
+        reason = self.rejection_reason(req.spec)
         if reason is not None:
             return reason
         req.queued_time = now
@@ -39,12 +39,13 @@ class QueuedPolicy:
         self.waiting.append(req)
         return None
 
-    def rejection_reason(self, req: Request) -> str | None:
+    def rejection_reason(self, spec: RequestSpec) -> str | None:
+        """Why this policy could never run ``spec`` (None if it can): its limits, not its load."""
         lim = self.limits
-        if req.prompt_len >= lim.max_model_len:
+        if spec.prompt_len >= lim.max_model_len:
             # vLLM rejects prompts that leave no room for one output token.
-            return f"prompt longer than max_model_len ({req.prompt_len} >= {lim.max_model_len})"
-        need = -(-min(req.prompt_len + req.output_len, lim.max_model_len) // lim.block_size)
+            return f"prompt longer than max_model_len ({spec.prompt_len} >= {lim.max_model_len})"
+        need = -(-min(spec.prompt_len + spec.output_len, lim.max_model_len) // lim.block_size)
         if need > self.kv.usable_blocks:
             return f"needs {need} KV blocks, the pool has {self.kv.usable_blocks}"
         return None

@@ -23,7 +23,7 @@ from typing import Any
 from policies.base import PolicyLimits, StepPlan, register
 from policies.slots import Slot, SlotPolicy, common_prefix
 from sim.core.errors import ConfigError
-from sim.core.request import Request
+from sim.core.request import Request, RequestSpec
 
 LC_OPTIONS: dict[str, Any] = {  # common.h defaults (engines.md §3.1)
     "n_ctx": 4096,
@@ -65,6 +65,9 @@ class LlamaCppPolicy(SlotPolicy):
         super().__init__(limits, n_par, self.n_ctx // n_par)  # LC-1: integer division
 
     # ---- LC-5 ----------------------------------------------------------------------------------------
+    def rejection_reason(self, spec: RequestSpec) -> str | None:
+        return TOO_LONG if spec.prompt_len >= self.n_ctx_slot and not self.ctx_shift else None
+
     def _truncation(self, n_prompt: int) -> tuple[int, int]:
         """(new prompt length, n_keep) of server.cpp's prompt truncation."""
         n_ctx = self.n_ctx_slot
@@ -75,11 +78,12 @@ class LlamaCppPolicy(SlotPolicy):
         return n_prompt - erased * n_block, n_keep
 
     def prepare_prompt(self, req: Request, plan: StepPlan) -> int | None:
+        reason = self.rejection_reason(req.spec)
+        if reason is not None:
+            plan.rejected.append((req, reason))
+            return None
         if req.prompt_len < self.n_ctx_slot:
             return req.prompt_len
-        if not self.ctx_shift:
-            plan.rejected.append((req, TOO_LONG))
-            return None
         return self._truncation(req.prompt_len)[0]
 
     def truncated_keep(self, req: Request, n_prompt: int) -> int | None:

@@ -16,7 +16,7 @@ import numpy as np
 
 from policies.base import PolicyLimits, StepPlan
 from sim.core.batch import BatchSummary
-from sim.core.request import Request, Status
+from sim.core.request import Request, RequestSpec, Status
 
 
 class SlotKV:
@@ -148,10 +148,16 @@ class SlotPolicy:
 
     # ---- Policy protocol -------------------------------------------------------------------------------
     def add_request(self, req: Request, now: float) -> str | None:
+        # Never rejects here: the server defers every task and errors when a slot takes it (LC-5), so
+        # ``rejection_reason`` is reported through the step plan at launch, after the queue.
         req.queued_time = now
         req.seq = self._seq
         self._seq += 1
         self.waiting.append(req)
+        return None
+
+    def rejection_reason(self, spec: RequestSpec) -> str | None:
+        """Why a slot would refuse ``spec`` at launch (``prepare_prompt``); None: it truncates."""
         return None
 
     @property

@@ -24,7 +24,7 @@ from typing import Any
 from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
 from sim.core.errors import ConfigError
-from sim.core.request import Request, Status
+from sim.core.request import Request, RequestSpec, Status
 
 TGI_DEFAULTS: dict[str, Any] = {
     "block_size": 16,  # BLOCK_SIZE for paged attention (models/globals.py)
@@ -68,11 +68,11 @@ class TgiPolicy(QueuedPolicy):
             return OVERLOADED  # TGI-1
         return super().add_request(req, now)
 
-    def rejection_reason(self, req: Request) -> str | None:
-        reason = super().rejection_reason(req)
-        if reason is None and not self.chunking and req.prompt_len > self.limits.max_num_batched_tokens:
+    def rejection_reason(self, spec: RequestSpec) -> str | None:
+        reason = super().rejection_reason(spec)
+        if reason is None and not self.chunking and spec.prompt_len > self.limits.max_num_batched_tokens:
             return (
-                f"input ({req.prompt_len} tokens) exceeds max_batch_prefill_tokens without prefill chunking"
+                f"input ({spec.prompt_len} tokens) exceeds max_batch_prefill_tokens without prefill chunking"
             )
         return reason
 

@@ -27,7 +27,7 @@ from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
 from policies.preemption import preempt_recompute
 from sim.core.errors import ConfigError
-from sim.core.request import Request, Status
+from sim.core.request import Request, RequestSpec, Status
 
 POLICIES = ("GUARANTEED_NO_EVICT", "MAX_UTILIZATION", "STATIC_BATCH", "PREFILL_FIRST")
 CHUNKING = ("FIRST_COME_FIRST_SERVED", "EQUAL_PROGRESS")
@@ -65,12 +65,12 @@ class TrtllmPolicy(QueuedPolicy):
         # self.running holds the *active* requests (started or not) in arrival order.
 
     # ---- queue ---------------------------------------------------------------------------------------
-    def rejection_reason(self, req: Request) -> str | None:
-        reason = super().rejection_reason(req)
+    def rejection_reason(self, spec: RequestSpec) -> str | None:
+        reason = super().rejection_reason(spec)
         lim = self.limits
-        if reason is None and not lim.enable_chunked_prefill and req.prompt_len > lim.max_num_batched_tokens:
+        if reason is None and not lim.enable_chunked_prefill and spec.prompt_len > lim.max_num_batched_tokens:
             return (
-                f"prompt ({req.prompt_len} tokens) exceeds max_num_tokens {lim.max_num_batched_tokens} "
+                f"prompt ({spec.prompt_len} tokens) exceeds max_num_tokens {lim.max_num_batched_tokens} "
                 "without chunked context"
             )
         return reason

@@ -19,7 +19,7 @@ from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
 from policies.preemption import preempt_recompute, preempt_swap, swap_in
 from sim.core.errors import ConfigError
-from sim.core.request import Request, Status
+from sim.core.request import Request, RequestSpec, Status
 from sim.kv import KVCacheManager
 
 # engines.md §1.5 defaults. max_num_batched_tokens 512 applies with chunked prefill; without it
@@ -80,12 +80,12 @@ class VllmV0Policy(QueuedPolicy):
         self._last_prompt_latency = 0.0
 
     # ---- queue -------------------------------------------------------------------------------------
-    def rejection_reason(self, req: Request) -> str | None:
-        if req.prompt_len > self.prompt_limit:
+    def rejection_reason(self, spec: RequestSpec) -> str | None:
+        if spec.prompt_len > self.prompt_limit:
             return (
-                f"Input prompt ({req.prompt_len} tokens) is too long and exceeds limit of {self.prompt_limit}"
+                f"Input prompt ({spec.prompt_len} tokens) is too long and exceeds limit of {self.prompt_limit}"
             )
-        need = -(-min(req.prompt_len + req.output_len, self.limits.max_model_len) // self.limits.block_size)
+        need = -(-min(spec.prompt_len + spec.output_len, self.limits.max_model_len) // self.limits.block_size)
         if need > self.total_blocks:
             return f"needs {need} KV blocks, the pool has {self.total_blocks}"
         return None

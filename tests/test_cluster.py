@@ -251,6 +251,35 @@ def test_gateway_queue_cap_and_timeout_reject_with_reasons():
     assert np.allclose(late["finish_time"] - late["arrival_time"], 0.5, atol=1e-5)
 
 
+def test_gateway_routes_only_to_replicas_whose_policy_accepts_the_request():
+    """A TGI replica without prefill chunking rejects prompts over max_batch_prefill_tokens, a rule the
+    gateway's old copy of the fit check (max_model_len and pool size only) did not know: round-robin
+    sent every other 2000-token prompt there to be rejected. The gateway asks each replica's policy
+    (``rejection_reason``), so all go to the vLLM replica; with only the TGI replica, the gateway itself
+    rejects them with the policy's reason."""
+    tgi = {"policy": "tgi", "enable_chunked_prefill": False, "max_num_batched_tokens": 1024}
+    r = raw(
+        replica=[{"name": "tgi", "engine": tgi}, {"name": "vllm"}],
+        cluster={"router": "round-robin"},
+    )
+    r["workload"] = {
+        "arrival": "constant",
+        "rate": 4.0,
+        "num_requests": 20,
+        "prompt": {"dist": "fixed", "value": 2000},
+        "output": {"dist": "fixed", "value": 20},
+    }
+    c = Cluster(cluster_from_dict(r))
+    spec = next(iter(c.source.remaining()))
+    assert c.replicas[0].rejection_reason(spec) is not None and c.replicas[1].rejection_reason(spec) is None
+    df = c.run().requests
+    assert (df["status"] == "finished").all() and (df["replica_name"] == "vllm").all()
+    assert not c.replicas[0].engine.requests  # nothing ever reached the replica that would reject it
+    alone = simulate_cluster({**r, "replica": [{"name": "tgi", "engine": tgi}]}).requests
+    assert (alone["status"] == "rejected").all() and (alone["replica"] == -1).all()
+    assert alone["finish_reason"].str.startswith("no replica can hold it: input (2000 tokens) exceeds").all()
+
+
 # ---- shared card, heterogeneous replicas -------------------------------------------------------------------
 def test_shared_card_slows_steps_while_both_instances_are_busy():
     """overlap 0: a step takes exactly twice its solo time when the other instance has work; 0.5: 1.5x."""

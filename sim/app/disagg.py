@@ -21,18 +21,23 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import simpy
 
 from routers.base import RouterContext, make_router
 from sim.app.cluster_config import DisaggConfig
+from sim.app.collect import request_status
+from sim.app.replica import Replica
+from sim.app.timing import LATE_GATEWAY, at_late
 from sim.core.request import Request, RequestSpec, Status
 from sim.kv import KVCacheManager
 
 if TYPE_CHECKING:
-    from sim.app.cluster import Cluster
+    from sim.app.gateway import Gateway
 
 
 def prefill_spec(spec: RequestSpec) -> RequestSpec:
@@ -49,40 +54,30 @@ def decode_spec(spec: RequestSpec) -> RequestSpec:
 
 
 def inject_kv(kv: KVCacheManager, spec: RequestSpec) -> int:
-    """Put the transferred prompt blocks into ``kv``'s prefix cache as cached free blocks.
-
-    Blocks the decode replica already caches (a shared prefix) are kept, not copied; new ones are taken
-    from the free queue, registered under the request's block hashes, and freed to its back (most
-    recently used). Only as many as there are free blocks; a lookup stops at the first missing one.
-    Returns the number of blocks the request's admission can hit.
-    """
-    bs = kv.block_size
-    n = (spec.prompt_len - 1) // bs  # the lookup never covers the last token (engines.md KV-5)
-    if n <= 0 or not kv.enable_caching:
-        return 0
-    pool = kv.pool
-    hashes = Request(spec).block_hashes(bs, n * bs)
-    found = [pool.get_cached_block(h) for h in hashes[:n]]
-    kept = [b for b in found if b is not None]
-    pool.touch(kept)  # held while new blocks are taken, so taking them cannot evict these
-    missing = [i for i, b in enumerate(found) if b is None]
-    new = pool.get_new_blocks(min(len(missing), pool.num_free_blocks))
-    placed = missing[: len(new)]
-    pool.cache_full_blocks(new, [hashes[i] for i in placed], 0, len(new))
-    for i, blk in zip(placed, new, strict=True):
-        found[i] = blk
-    usable = next((i for i, b in enumerate(found) if b is None), n)
-    pool.free_blocks(reversed([b for b in found if b is not None]))
-    return usable
+    """Land the transferred prompt KV of ``spec`` in the decode replica's prefix cache
+    (``KVCacheManager.receive_transferred``); returns the blocks its admission can hit."""
+    return kv.receive_transferred(Request(spec))
 
 
 class PDCoordinator:
-    """Decode-side routing and the KV links, driven by the cluster's gateway events."""
+    """Decode-side routing and the KV links, driven by the gateway's events (its P/D hooks:
+    ``prefill_spec``, ``decode_rejection``, ``hand_off``, ``dispatch``, ``busy``)."""
 
-    def __init__(self, cluster: Cluster, cfg: DisaggConfig, rng: np.random.Generator) -> None:
-        self.c = cluster
+    def __init__(
+        self,
+        env: simpy.Environment,
+        horizon: float | None,
+        replicas: Sequence[Replica],
+        gateway: Gateway,
+        cfg: DisaggConfig,
+        rng: np.random.Generator,
+    ) -> None:
+        self.env = env
+        self.horizon = horizon
+        self.replicas = replicas
+        self.gateway = gateway
         self.cfg = cfg
-        self.decoders = [r for r in cluster.replicas if r.spec.role == "decode"]
+        self.decoders = [r for r in replicas if r.spec.role == "decode"]
         self.router = make_router(
             cfg.decode_router.name,
             cfg.decode_router.options,
@@ -98,11 +93,26 @@ class PDCoordinator:
 
     prefill_spec = staticmethod(prefill_spec)
 
-    def decodable(self, spec: RequestSpec) -> bool:
-        return spec.output_len == 1 or any(r.fits(spec) for r in self.decoders)
+    def decode_rejection(self, spec: RequestSpec) -> str | None:
+        """Why no decode replica could run ``spec`` (None: one can, or it ends at prefill). The decode
+        side runs the whole request (``decode_spec`` changes only its content keys)."""
+        if spec.output_len == 1:
+            return None
+        reasons = [r.rejection_reason(spec) for r in self.decoders]
+        if any(why is None for why in reasons):
+            return None
+        return "decode: " + "; ".join(dict.fromkeys(reasons))
 
     def busy(self) -> bool:
         return bool(self.pending) or self.num_in_transfer > 0
+
+    def hand_off(self, r: Replica, orig: RequestSpec, rejected: bool, now: float) -> bool:
+        """Replica ``r`` is done with ``orig``: True when it was a prefill whose KV now goes on to a
+        decode replica (the request is not over), False when the request ends here."""
+        if r.spec.role != "prefill" or rejected or orig.output_len == 1:
+            return False
+        self.prefill_done(r.index, orig, now)
+        return True
 
     def prefill_done(self, prefill: int, spec: RequestSpec, now: float) -> None:
         self.pending.append((spec, prefill, now))
@@ -121,7 +131,7 @@ class PDCoordinator:
         kept: deque[tuple[RequestSpec, int, float]] = deque()
         while self.pending:
             spec, p, ready = self.pending.popleft()
-            cands = [r.view for r in self.decoders if r.fits(spec)]
+            cands = [r.view for r in self.decoders if r.rejection_reason(spec) is None]
             chosen = self.router.route(spec, cands, now) if cands else None
             if chosen is None:
                 kept.append((spec, p, ready))
@@ -131,12 +141,8 @@ class PDCoordinator:
         self.pending = kept
 
     def _send(self, spec: RequestSpec, p: int, d: int, now: float) -> None:
-        from sim.app.cluster import LATE_GATEWAY, at_late
-
-        dv = self.c.replicas[d].view
-        dv.outstanding += 1  # reserved now: the decode side allocates before it pulls the KV
-        self.c._set_room(dv)
-        nbytes = spec.prompt_len * self.c.replicas[p].setup.memory.kv_bytes_per_token
+        self.gateway.reserve(d)  # reserved now: the decode side allocates before it pulls the KV
+        nbytes = spec.prompt_len * self.replicas[p].setup.memory.kv_bytes_per_token
         start = max(now, self.link_free_at.get(p, 0.0))
         wire = nbytes / self.bandwidth
         self.link_free_at[p] = start + wire
@@ -145,37 +151,35 @@ class PDCoordinator:
         t = self.transfers[spec.request_id]
         t.update(decode=d, start=start, done=done, status="transfer")
         self.num_in_transfer += 1
-        if self.c.horizon is None or done <= self.c.horizon:
-            at_late(self.c.env, done, LATE_GATEWAY, lambda: self._arrive(spec, d))
+        if self.horizon is None or done <= self.horizon:
+            at_late(self.env, done, LATE_GATEWAY, lambda: self._arrive(spec, d))
 
     def _arrive(self, spec: RequestSpec, d: int) -> None:
-        r = self.c.replicas[d]
+        r = self.replicas[d]
         dspec = decode_spec(spec)
         self.transfers[spec.request_id]["status"] = "arrived"
         self.num_in_transfer -= 1
         self.transfers[spec.request_id]["hit_blocks"] = inject_kv(r.policy.kv, dspec)
-        r.inbox.push(dspec)  # counted in its outstanding requests since the transfer began
-        if not self.c._poll_on:
-            r.poll(self.c.env.now)
-        self.c.refresh_devices()
+        self.gateway.deliver(d, dspec, self.env.now)  # counted in its outstanding since the transfer began
+        self.gateway.refresh_devices()
 
     # ---- results --------------------------------------------------------------------------------------
     def rows(self) -> list[tuple[Request, int, str]]:
         """One row per request that reached a prefill replica, merged across its two replicas."""
         by_id = {}
-        for r in self.c.replicas:
+        for r in self.replicas:
             if r.spec.role == "decode":
                 for req in r.engine.requests:
                     by_id[req.request_id] = (req, r.index)
         rows: list[tuple[Request, int, str]] = []
-        for r in self.c.replicas:
+        for r in self.replicas:
             if r.spec.role != "prefill":
                 continue
             for preq in r.engine.requests:
                 rid = preq.request_id
-                orig = self.c.spec_of[rid]
+                orig = self.gateway.spec_of[rid]
                 if preq.status is not Status.FINISHED or orig.output_len == 1:  # it ended (or is) here
-                    rows.append((_merged(orig, preq, preq), r.index, _STATUS.get(preq.status, "in_flight")))
+                    rows.append((_merged(orig, preq, preq), r.index, request_status(preq)))
                     continue
                 got = by_id.get(rid)
                 if got is None:  # waiting for a decode replica, on the link, or in a decode inbox
@@ -189,17 +193,16 @@ class PDCoordinator:
                 dreq, d = got
                 req = _merged(orig, preq, dreq)
                 req.num_preemptions = preq.num_preemptions + dreq.num_preemptions
-                rows.append((req, d, _STATUS.get(dreq.status, "in_flight")))
-            rows.extend(
-                (Request(self.c.spec_of[s.request_id]), r.index, "in_flight") for s in r.inbox.remaining()
-            )
+                rows.append((req, d, request_status(dreq)))
+            spec_of = self.gateway.spec_of
+            rows.extend((Request(spec_of[s.request_id]), r.index, "in_flight") for s in r.inbox.remaining())
         return rows
 
     def annotate(self, df: pd.DataFrame) -> pd.DataFrame:
         """Add ``prefill_replica`` and ``kv_transfer_s`` (prefill done -> KV landed, link queue included)."""
         pre = {rid: t["prefill"] for rid, t in self.transfers.items()}
         xfer = {rid: t["done"] - t["ready"] for rid, t in self.transfers.items() if "done" in t}
-        for r in self.c.replicas:
+        for r in self.replicas:
             if r.spec.role == "prefill":
                 for req in r.engine.requests:
                     pre.setdefault(req.request_id, r.index)
@@ -212,13 +215,12 @@ class PDCoordinator:
             "link_bandwidth_gb_s": self.cfg.link_bandwidth_gb_s,
             "link_latency_ms": self.cfg.link_latency_ms,
             "decode_router": self.cfg.decode_router.name,
-            "num_prefill": sum(1 for r in self.c.replicas if r.spec.role == "prefill"),
+            "num_prefill": sum(1 for r in self.replicas if r.spec.role == "prefill"),
             "num_decode": len(self.decoders),
             "kv_bytes_sent": self.bytes_sent,
         }
 
 
-_STATUS = {Status.FINISHED: "finished", Status.REJECTED: "rejected"}
 _PROGRESS = ("status", "num_computed_tokens", "num_output_tokens", "num_tokens", "first_token_time",
              "last_token_time", "finish_time", "finish_reason")  # fmt: skip
 

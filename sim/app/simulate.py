@@ -14,19 +14,19 @@ import simpy
 from policies.admission import with_admission
 from policies.base import Policy, PolicyLimits, make_policy, policy_defaults, policy_names
 from policies.presets import VLLM_BUDGET_RULE, derive_from_memory, preset_knobs
+from sim.app.collect import assemble, engine_counters, engine_rows, spec_rows
 from sim.app.config import RunConfig
 from sim.app.memory import plan_memory
 from sim.app.results import SimResult
+from sim.app.streams import source_for
 from sim.core.errors import ConfigError
-from sim.core.request import Request, Status
 from sim.cost.costmodel import make_cost_model
 from sim.cost.hardware import get_gpu
 from sim.cost.models import get_model
 from sim.cost.profiles import get_profile
 from sim.engine.loop import Engine
-from sim.engine.recorder import Recorder, requests_frame
-from sim.engine.sources import ClosedSource, OpenSource
-from workloads.synthetic import ClosedWorkload, build_workload
+from sim.engine.recorder import Recorder
+from workloads.synthetic import build_workload
 
 GIB = 1024**3
 
@@ -152,12 +152,7 @@ def simulate(cfg: RunConfig, *, fast_forward: bool = True) -> SimResult:
     if cfg.simulation.num_requests is not None:
         wl_cfg["num_requests"] = cfg.simulation.num_requests
     workload = build_workload(wl_cfg, seed=cfg.simulation.seed, max_model_len=setup.limits.max_model_len)
-    if hasattr(workload, "make_source"):  # sessions bring their own (turns wait for their answers)
-        source = workload.make_source()
-    elif isinstance(workload, ClosedWorkload):
-        source = ClosedSource(workload)
-    else:
-        source = OpenSource(workload.specs)
+    source = source_for(workload)
     env = simpy.Environment()
     policy = setup.make_policy()
     recorder = Recorder(trace=cfg.simulation.record_step_trace)
@@ -169,42 +164,23 @@ def simulate(cfg: RunConfig, *, fast_forward: bool = True) -> SimResult:
 def collect(
     cfg: RunConfig, setup: Setup, engine: Engine, source, recorder: Recorder, wall: float
 ) -> SimResult:
-    rows: list[tuple[Request, int, str]] = []
-    for req in engine.requests:
-        if req.status is Status.FINISHED:
-            status = "finished"
-        elif req.status is Status.REJECTED:
-            status = "rejected"
-        else:
-            status = "in_flight"
-        rows.append((req, 0, status))
-    for spec in source.remaining():
-        rows.append((Request(spec), 0, "not_arrived"))
-    values, weights = recorder.itl()
+    """The run's SimResult (sim/app/collect.py, the same assembly as a cluster's)."""
+    rows = engine_rows(engine, 0) + spec_rows(source.remaining(), 0, "not_arrived")
     kv = engine.policy.kv
-    stats = kv.prefix_cache_stats()
+    counters = engine_counters(engine, recorder)
     meta = dict(setup.meta)
     meta.update(
         seed=cfg.simulation.seed,
         wall_time_s=wall,
         num_gpu_blocks=setup.limits.num_gpu_blocks,
         limits=dataclasses.asdict(setup.limits),
-        prefix_cache=stats,
-        num_preemptions=recorder.num_preemptions,
+        prefix_cache=counters["prefix_cache"],
+        num_preemptions=counters["num_preemptions"],
         swap=kv.swap_stats() if hasattr(kv, "swap_stats") else None,
         policy_options=setup.options,
         end_time=engine.env.now,
     )
-    return SimResult(
-        requests=requests_frame(rows),
-        steps=recorder.steps_frame(),
-        itl_values=values,
-        itl_weights=weights,
-        step_trace=recorder.trace,
-        config=cfg.to_dict(),
-        horizon=cfg.simulation.horizon,
-        meta=meta,
-    )
+    return assemble(rows, [recorder], config=cfg.to_dict(), horizon=cfg.simulation.horizon, meta=meta)
 
 
 def _fmt(v: Any, scale: float = 1.0, digits: int = 1) -> str:

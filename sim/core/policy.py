@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from sim.core.batch import BatchSummary
-from sim.core.request import Request
+from sim.core.request import Request, RequestSpec
 
 if TYPE_CHECKING:  # the KV layer sits above core; a policy only holds a manager
     from sim.kv import KVCacheManager
@@ -69,8 +69,14 @@ class Policy(Protocol):
     name: str
     kv: KVCacheManager
 
+    def rejection_reason(self, spec: RequestSpec) -> str | None:
+        """Why this policy could never run ``spec`` (None if it can), from its limits alone (prompt
+        length, KV pool, token budget), never its load: a cluster gateway asks it before routing."""
+
     def add_request(self, req: Request, now: float) -> str | None:
-        """Queue a request; return a rejection reason instead when it can never run."""
+        """Queue a request; return a rejection reason instead. It rejects with ``rejection_reason(
+        req.spec)`` when that is not None (a slot engine, which defers every task, reports it when a
+        slot takes the request), and may also reject for the moment's load (a full queue)."""
 
     def schedule(self, now: float) -> StepPlan: ...
 

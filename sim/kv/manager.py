@@ -505,3 +505,32 @@ class KVCacheManager:
         finally:
             (self._queries, self._hits, self._requests,
              self._preempted_queries, self._preempted_hits, self._preempted_requests) = saved  # fmt: skip
+
+    def receive_transferred(self, req: Request) -> int:
+        """Take in the prompt KV of ``req`` computed on another replica (a P/D hand-off, sim/app/disagg.py)
+        as cached free blocks, so that ``req``'s admission finds them as a prefix hit.
+
+        Blocks already cached here (a shared prefix) are kept, not copied; new ones are taken from the
+        free queue, registered under the request's block hashes and freed to its back (most recently
+        used). Only as many as there are free blocks; a lookup stops at the first missing one. Covers at
+        most ``(prompt_len - 1) // block_size`` blocks (the lookup never covers the last token, KV-5).
+        Returns the number of leading blocks the admission can hit.
+        """
+        bs = self.block_size
+        n = (req.prompt_len - 1) // bs
+        if n <= 0 or not self.enable_caching:
+            return 0
+        pool = self.pool
+        hashes = req.block_hashes(bs, n * bs)
+        found = [pool.get_cached_block(h) for h in hashes[:n]]
+        kept = [b for b in found if b is not None]
+        pool.touch(kept)  # held while new blocks are taken, so taking them cannot evict these
+        missing = [i for i, b in enumerate(found) if b is None]
+        new = pool.get_new_blocks(min(len(missing), pool.num_free_blocks))
+        placed = missing[: len(new)]
+        pool.cache_full_blocks(new, [hashes[i] for i in placed], 0, len(new))
+        for i, blk in zip(placed, new, strict=True):
+            found[i] = blk
+        usable = next((i for i, b in enumerate(found) if b is None), n)
+        pool.free_blocks(reversed([b for b in found if b is not None]))
+        return usable

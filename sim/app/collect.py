@@ -1,0 +1,91 @@
+"""Result assembly shared by one engine (sim/app/simulate.py) and a cluster (sim/app/cluster_results.py):
+requests as (request, replica, status) rows, the recorders' steps, inter-token gaps and step traces, and
+the per-engine counters, made into one SimResult."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.app.results import SimResult
+from sim.core.request import Request, RequestSpec, Status
+from sim.engine.loop import Engine
+from sim.engine.recorder import Recorder, requests_frame
+
+Row = tuple[Request, int, str]
+
+_STATUS = {Status.FINISHED: "finished", Status.REJECTED: "rejected"}
+
+
+def request_status(req: Request) -> str:
+    """finished, rejected, or in_flight (anything an engine still holds)."""
+    return _STATUS.get(req.status, "in_flight")
+
+
+def engine_rows(engine: Engine, replica: int) -> list[Row]:
+    """A row for every request that reached ``engine``."""
+    return [(req, replica, request_status(req)) for req in engine.requests]
+
+
+def spec_rows(specs: Iterable[RequestSpec], replica: int, status: str) -> list[Row]:
+    """Rows for requests that never reached an engine (not arrived yet, or still in an inbox)."""
+    return [(Request(s), replica, status) for s in specs]
+
+
+def engine_counters(engine: Engine, recorder: Recorder) -> dict[str, Any]:
+    """The counters every result's meta carries per engine: prefix-cache stats and preemptions."""
+    return {
+        "prefix_cache": engine.policy.kv.prefix_cache_stats(),
+        "num_preemptions": recorder.num_preemptions,
+    }
+
+
+def assemble(
+    rows: list[Row],
+    recorders: Sequence[Recorder],
+    *,
+    config: dict[str, Any],
+    horizon: float | None,
+    meta: dict[str, Any],
+    merge_traces: bool = False,
+    annotate: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
+) -> SimResult:
+    """The SimResult of ``rows`` and the ``recorders``' steps and gaps. One recorder's step trace is
+    taken as it is; with ``merge_traces`` (a cluster) every recorder's records are tagged with its
+    replica and merged by time (None when no recorder keeps one). ``annotate`` adds request columns."""
+    requests = requests_frame(rows)
+    if annotate is not None:
+        requests = annotate(requests)
+    frames = [r.steps_frame() for r in recorders]
+    steps = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    itl = [r.itl() for r in recorders]
+    if not merge_traces:
+        (trace,) = [r.trace for r in recorders]
+    elif any(r.trace is not None for r in recorders):
+        trace = [{**rec, "replica": r.replica} for r in recorders for rec in r.trace or []]
+        trace.sort(key=lambda rec: rec["time"])
+    else:
+        trace = None
+    return SimResult(
+        requests=requests,
+        steps=steps,
+        itl_values=itl[0][0] if len(itl) == 1 else np.concatenate([v for v, _ in itl]),
+        itl_weights=itl[0][1] if len(itl) == 1 else np.concatenate([w for _, w in itl]),
+        step_trace=trace,
+        config=config,
+        horizon=horizon,
+        meta=meta,
+    )
+
+
+def recorded_end(recorders: Sequence[Recorder]) -> float:
+    """When the last step any recorder holds ended (0 with no steps)."""
+    ends = [
+        float((np.asarray(r.cols["start"]) + np.asarray(r.cols["duration"])).max())
+        for r in recorders
+        if len(r.cols["start"])
+    ]
+    return max(ends, default=0.0)

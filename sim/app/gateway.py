@@ -1,0 +1,215 @@
+"""The cluster's gateway: its queue (with a cap and a timeout), the fit check, routing to the replicas,
+and what each replica has outstanding. Its events run after the replicas' step boundaries at the same
+instant (sim/app/timing.py).
+
+The fit check asks each replica's own policy (``Policy.rejection_reason``), so a request is never routed
+to a replica that would reject it; one no replica can hold is rejected here, with their reasons.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from routers.base import ReplicaView, Router
+from sim.app.cluster_config import GatewayConfig
+from sim.app.devices import Devices
+from sim.app.replica import Replica
+from sim.app.timing import LATE_GATEWAY, LATE_POLL, at_late
+from sim.core.request import RequestSpec
+
+if TYPE_CHECKING:
+    from sim.app.disagg import PDCoordinator
+
+
+class Gateway:
+    """Routes the source's requests to the front replicas (mixed, or prefill under P/D)."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        cfg: GatewayConfig,
+        horizon: float | None,
+        source: Any,
+        replicas: Sequence[Replica],
+        router: Router,
+        devices: Devices,
+    ) -> None:
+        self.env = env
+        self.cfg = cfg
+        self.horizon = horizon
+        self.source = source
+        self.replicas = replicas
+        self.front = [r for r in replicas if r.spec.role in ("mixed", "prefill")]
+        self.router = router
+        self.devices = devices
+        self.disagg: PDCoordinator | None = None  # the P/D hooks, when the cluster has them
+        self.queue: deque[tuple[RequestSpec, float]] = deque()
+        self.spec_of: dict[str, RequestSpec] = {}  # every request that arrived, by id, as the client sent it
+        self.rejected: list[tuple[RequestSpec, str, float]] = []
+        self.max_queue_len = 0
+        self.poll_on = cfg.poll_interval_s > 0
+        self._ticks: set[float] = set()
+
+    def start(self) -> None:
+        """Schedule the first arrival and the first metrics poll."""
+        t0 = self.source.peek_time()
+        if t0 is not None:
+            self.schedule_tick(t0)
+        if self.poll_on:
+            at_late(self.env, 0.0, LATE_POLL, self._poll)
+
+    # ---- events --------------------------------------------------------------------------------------
+    def schedule_tick(self, t: float) -> None:
+        if t in self._ticks or (self.horizon is not None and t > self.horizon):
+            return
+        self._ticks.add(t)
+        at_late(self.env, t, LATE_GATEWAY, lambda: self._tick(t))
+
+    def _tick(self, t: float) -> None:
+        self._ticks.discard(t)
+        now = max(self.env.now, t)  # the scheduled instant itself (env.now + delay may round below it)
+        if self.horizon is None or now <= self.horizon:
+            for spec in self.source.pop_due(now):
+                self.spec_of[spec.request_id] = spec
+                self.queue.append((spec, now))
+        self._dispatch(now)
+        self._enforce_queue_limits(now)
+        if self.disagg is not None:
+            self.disagg.dispatch(now)
+        self.refresh_devices()
+        nxt = self.source.peek_time()
+        if nxt is not None:
+            self.schedule_tick(max(nxt, now))
+        timeout = self.cfg.queue_timeout_s
+        if self.queue and timeout is not None:
+            self.schedule_tick(self.queue[0][1] + timeout)
+
+    def _poll(self) -> None:
+        now = self.env.now
+        for r in self.replicas:
+            r.poll(now)
+        if self.active() and (self.horizon is None or now < self.horizon):
+            at_late(self.env, now + self.cfg.poll_interval_s, LATE_POLL, self._poll)
+
+    def active(self) -> bool:
+        return bool(
+            self.source.peek_time() is not None
+            or self.queue
+            or any(r.view.outstanding for r in self.replicas)
+            or (self.disagg is not None and self.disagg.busy())
+        )
+
+    # ---- routing -------------------------------------------------------------------------------------
+    def _dispatch(self, now: float) -> None:
+        if not self.queue:
+            return
+        if not self.poll_on:
+            for r in self.front:
+                r.poll(now)
+        kept: deque[tuple[RequestSpec, float]] = deque()
+        while self.queue:
+            if not any(r.view.room for r in self.front):
+                kept.extend(self.queue)
+                self.queue.clear()
+                break
+            spec, t0 = self.queue.popleft()
+            cands, reasons = self._candidates(spec)
+            if not cands:
+                self.reject(spec, "no replica can hold it: " + "; ".join(dict.fromkeys(reasons)), now)
+                continue
+            chosen = self.router.route(spec, cands, now)
+            if chosen is None:
+                kept.append((spec, t0))
+                continue
+            self.router.on_routed(spec, chosen, now)
+            pushed = spec if self.disagg is None else self.disagg.prefill_spec(spec)
+            self.push(chosen.index, pushed, now)
+        self.queue = kept
+
+    def _candidates(self, spec: RequestSpec) -> tuple[list[ReplicaView], list[str]]:
+        """The front replicas whose policy would queue ``spec`` (under P/D: its prefill part, and some
+        decode replica must take the rest), and the reasons of those that would not."""
+        if self.disagg is not None:
+            why = self.disagg.decode_rejection(spec)
+            if why is not None:
+                return [], [why]
+            spec = self.disagg.prefill_spec(spec)
+        cands: list[ReplicaView] = []
+        reasons: list[str] = []
+        for r in self.front:
+            why = r.rejection_reason(spec)
+            if why is None:
+                cands.append(r.view)
+            else:
+                reasons.append(why)
+        return cands, reasons
+
+    def _enforce_queue_limits(self, now: float) -> None:
+        gw = self.cfg
+        if gw.queue_timeout_s is not None:
+            kept = deque()
+            for spec, t0 in self.queue:
+                if t0 + gw.queue_timeout_s <= now:
+                    self.reject(spec, f"gateway queue timeout ({gw.queue_timeout_s:g} s)", now)
+                else:
+                    kept.append((spec, t0))
+            self.queue = kept
+        if gw.max_queue is not None:
+            while len(self.queue) > gw.max_queue:  # the newest arrivals find the queue full
+                spec, _ = self.queue.pop()
+                self.reject(spec, f"gateway queue full (max_queue {gw.max_queue})", now)
+        self.max_queue_len = max(self.max_queue_len, len(self.queue))
+
+    def reject(self, spec: RequestSpec, reason: str, now: float) -> None:
+        self.rejected.append((spec, reason, now))
+        self.source.on_done(spec, now)
+
+    # ---- replicas' outstanding requests --------------------------------------------------------------
+    def push(self, index: int, spec: RequestSpec, now: float) -> None:
+        self.reserve(index)
+        self.deliver(index, spec, now)
+
+    def reserve(self, index: int) -> None:
+        """Count one more request outstanding at replica ``index`` (before it gets there, under P/D)."""
+        v = self.replicas[index].view
+        v.outstanding += 1
+        self._set_room(v)
+
+    def deliver(self, index: int, spec: RequestSpec, now: float) -> None:
+        """Put ``spec`` (already counted by ``reserve``) into replica ``index``'s inbox."""
+        r = self.replicas[index]
+        r.inbox.push(spec)
+        if not self.poll_on:
+            r.poll(now)
+
+    def _set_room(self, v: ReplicaView) -> None:
+        cap = self.cfg.max_outstanding
+        v.room = cap is None or v.outstanding < cap
+
+    def refresh_devices(self) -> None:
+        reps = self.replicas
+        self.devices.refresh(lambda i: reps[i].view.outstanding > 0, lambda j: reps[j].inbox.nudge())
+
+    def on_replica_done(self, index: int, spec: RequestSpec, now: float) -> None:
+        """Replica ``index`` finished (or rejected) ``spec``: the client's request ends, or under P/D its
+        KV goes on to a decode replica."""
+        r = self.replicas[index]
+        v = r.view
+        v.outstanding -= 1
+        self._set_room(v)
+        rejected = bool(r.engine.rejected) and r.engine.rejected[-1].spec is spec
+        orig = self.spec_of[spec.request_id]
+        router = self.router
+        if self.disagg is not None:
+            if self.disagg.hand_off(r, orig, rejected, now):
+                self.schedule_tick(now)
+                return
+            if r.spec.role == "decode":
+                router = self.disagg.router
+        router.on_done(orig, v, now)
+        self.source.on_done(orig, now)
+        self.schedule_tick(now)

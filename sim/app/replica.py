@@ -1,0 +1,125 @@
+"""One cluster replica: a full Engine (policy, KV pool, cost model, recorder) fed by an inbox the gateway
+pushes to, and the view of it the routers read."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+
+from policies.base import Policy
+from routers.base import ReplicaView
+from sim.app.cluster_config import ReplicaSpec
+from sim.app.simulate import Setup, resolve
+from sim.core.request import RequestSpec
+from sim.engine.loop import Engine
+from sim.engine.recorder import Recorder
+
+
+class Inbox:
+    """A replica's request source: the gateway pushes specs in, the engine pulls them at its next step
+    boundary. It cannot know when the next push comes, so it offers the engine a wake-up event."""
+
+    def __init__(self, env: simpy.Environment, on_done: Callable[[RequestSpec, float], None]) -> None:
+        self.env = env
+        self.items: deque[tuple[float, RequestSpec]] = deque()
+        self._on_done = on_done
+        self._wake: simpy.Event | None = None
+
+    def push(self, spec: RequestSpec) -> None:
+        self.items.append((self.env.now, spec))
+        self.nudge()
+
+    def nudge(self) -> None:
+        """Wake the engine (a push, or a change of its shared card's load that ends a decode run)."""
+        if self._wake is not None:
+            ev, self._wake = self._wake, None
+            ev.succeed()
+
+    def wake_event(self) -> simpy.Event:
+        if self._wake is None:
+            self._wake = self.env.event()
+        return self._wake
+
+    def peek_time(self) -> float | None:
+        return self.items[0][0] if self.items else None
+
+    def pop_due(self, now: float) -> list[RequestSpec]:
+        out = []
+        while self.items and self.items[0][0] <= now:
+            out.append(self.items.popleft()[1])
+        return out
+
+    def on_done(self, spec: RequestSpec, now: float) -> None:
+        self._on_done(spec, now)
+
+    def remaining(self) -> list[RequestSpec]:
+        return [s for _, s in self.items]
+
+
+@dataclass
+class Replica:
+    index: int
+    spec: ReplicaSpec
+    setup: Setup
+    policy: Policy
+    recorder: Recorder
+    inbox: Inbox
+    engine: Engine
+    view: ReplicaView
+
+    def kv_usage(self, now: float) -> float:
+        """KV usage at ``now`` after the step boundaries up to ``now``, also inside a decode run (the
+        one place the cluster reads the engine's ``run_view``)."""
+        rv = self.engine.run_view
+        if rv is None:
+            return self.policy.kv.usage
+        starts, free = rv
+        j = max(int(np.searchsorted(starts, now, side="right")) - 1, 0)
+        return 1.0 - float(free[j]) / self.policy.kv.usable_blocks
+
+    def poll(self, now: float) -> None:
+        v = self.view
+        v.num_running = self.policy.num_running
+        v.num_waiting = self.policy.num_waiting + len(self.inbox.items)
+        v.kv_usage = self.kv_usage(now)
+        v.polled_at = now
+
+    def rejection_reason(self, spec: RequestSpec) -> str | None:
+        """Why this replica's policy would never run ``spec`` (None: it would queue it)."""
+        return self.policy.rejection_reason(spec)
+
+
+def build_replica(
+    env: simpy.Environment,
+    index: int,
+    rs: ReplicaSpec,
+    cost_for: Callable[[str | None, int, Any], Any],
+    on_done: Callable[[RequestSpec, float], None],
+    *,
+    record_step_trace: bool,
+    horizon: float | None,
+    fast_forward: bool,
+) -> Replica:
+    """Resolve ``rs`` and start its engine on ``env``; ``cost_for`` prices it (a shared card or not)."""
+    setup = resolve(rs.run)
+    policy = setup.make_policy()  # the preset with its options, behind admission control
+    cost = cost_for(rs.device, index, setup.cost_model)
+    rec = Recorder(replica=index, trace=record_step_trace)
+    inbox = Inbox(env, on_done)
+    engine = Engine(env, policy, cost, inbox, rec, horizon, fast_forward)
+    lim = setup.limits
+    view = ReplicaView(
+        index=index,
+        name=rs.name,
+        pool=rs.pool,
+        role=rs.role,
+        block_size=lim.block_size,
+        max_model_len=lim.max_model_len,
+        num_gpu_blocks=lim.num_gpu_blocks,
+    )
+    return Replica(index, rs, setup, policy, rec, inbox, engine, view)

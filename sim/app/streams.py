@@ -1,0 +1,59 @@
+"""Where a run's requests come from: a workload made into the engine-side source, for one engine or for
+a cluster's gateway (the [workload] table, or the [[stream]]s merged by time)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from sim.app.cluster_config import ClusterConfig
+from sim.core.errors import ConfigError
+from sim.core.request import RequestSpec
+from sim.engine.sources import ClosedSource, OpenSource
+from workloads.synthetic import ClosedWorkload, OpenWorkload, build_workload
+
+
+def source_for(workload: Any) -> Any:
+    """The source that replays ``workload``: its own (sessions: turns wait for their answers), closed
+    loop clients, or a fixed list."""
+    if hasattr(workload, "make_source"):
+        return workload.make_source()
+    if isinstance(workload, ClosedWorkload):
+        return ClosedSource(workload)
+    return OpenSource(workload.specs)
+
+
+def _rename(spec: RequestSpec, stream: str) -> RequestSpec:
+    """A stream's request under a cluster-unique id; its content keys are the stream's own too."""
+    segs = None if spec.segments is None else tuple(((stream, k), n) for k, n in spec.segments)
+    return dataclasses.replace(spec, request_id=f"{stream}-{spec.request_id}", segments=segs)
+
+
+def cluster_source(cfg: ClusterConfig, max_model_len: int) -> tuple[Any, Any]:
+    """(workload, source) for a cluster: the [workload] table, or the [[stream]]s merged by time."""
+    seed = cfg.base.simulation.seed
+    n_override = cfg.base.simulation.num_requests
+    if cfg.streams:
+        specs: list[RequestSpec] = []
+        for k, (name, table) in enumerate(cfg.streams):
+            wl = build_workload(
+                table,
+                seed=np.random.SeedSequence(seed, spawn_key=(300 + k,)),
+                max_model_len=max_model_len,
+                base_dir=cfg.base_dir,
+            )
+            if not isinstance(wl, OpenWorkload):
+                raise ConfigError(f"[[stream]] {name!r}: only open-loop or trace workloads can be merged")
+            specs.extend(_rename(s, name) for s in wl.specs)
+        specs.sort(key=lambda s: s.arrival_time)
+        if n_override is not None:
+            specs = specs[:n_override]
+        wl = OpenWorkload(specs)
+        return wl, OpenSource(wl.specs)
+    table = dict(cfg.base.workload)
+    if n_override is not None:
+        table["num_requests"] = n_override
+    wl = build_workload(table, seed=seed, max_model_len=max_model_len, base_dir=cfg.base_dir)
+    return wl, source_for(wl)

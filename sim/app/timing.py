@@ -1,0 +1,37 @@
+"""Gateway-side events on the replicas' SimPy clock.
+
+Everything the gateway does at an instant -- route arrivals, release its queue, poll metrics, finish a
+KV transfer -- runs *after* every replica's step boundary at that instant: its events carry a priority
+value above SimPy's NORMAL (lower values go first). So a request pushed at time t joins a replica at its
+first step boundary strictly after t (or at t if the replica is idle and woken), with or without the
+engine's fast-forwarded decode runs (the engine cuts a run when its inbox is pushed to).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import simpy
+
+LATE_POLL = 2  # metrics polls: after replica boundaries, before routing at the same instant
+LATE_GATEWAY = 3  # routing, queue release, KV transfer arrivals
+
+
+class LateCall(simpy.Event):
+    """A call of ``fn`` at time ``when``, after every event of a lower priority value at that instant.
+
+    Triggered (successfully, value None) when made and scheduled at ``priority``, as SimPy's own
+    ``Timeout`` builds itself: ``Event.succeed`` would schedule it at NORMAL priority, now.
+    """
+
+    def __init__(self, env: simpy.Environment, when: float, priority: int, fn: Callable[[], None]) -> None:
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        self.callbacks.append(lambda _ev: fn())
+        env.schedule(self, priority, max(when - env.now, 0.0))
+
+
+def at_late(env: simpy.Environment, when: float, priority: int, fn: Callable[[], None]) -> None:
+    """Call ``fn`` at time ``when``, after every NORMAL event of that instant."""
+    LateCall(env, when, priority, fn)
