@@ -236,7 +236,7 @@ class FastForward:
         if wake is None:
             yield env.timeout(float(ends[-1]) - start)
         else:
-            # A pushed source (sim/app/cluster.py) cannot say when the next request comes, so a push
+            # A pushed source (sim/app/replica.py) cannot say when the next request comes, so a push
             # ends the run early: the steps that started by then still run (the push comes after every
             # step boundary at its instant), and the request joins at the next boundary, as without the
             # jump. No row finishes inside such a run, so the free blocks are known before it is applied.

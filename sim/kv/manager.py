@@ -18,11 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from sim.core.errors import ConfigError
 from sim.core.request import Request
 from sim.kv.block_pool import BlockPool, KVBlock
+from sim.kv.growth import DecodeGrowth
 
 _NO_BLOCKS: tuple[KVBlock, ...] = ()  # allocate_slots' answer when no block was needed
 
@@ -38,7 +37,7 @@ class _ReqKV:
         self.num_cached = 0
 
 
-class KVCacheManager:
+class KVCacheManager(DecodeGrowth):
     """Paged KV memory for one replica: a GPU block pool plus per-request block tables."""
 
     def __init__(
@@ -248,90 +247,6 @@ class KVCacheManager:
                     pool.cache_full_blocks(st.blocks, hashes, st.num_cached, num_full)
                 st.num_cached = num_full
         return new_blocks
-
-    def grow_decodes(self, reqs: list[Request], k: int, computed: list[int] | None = None) -> None:
-        """Slots for ``k`` more tokens of each running request (a fast-forwarded decode run).
-
-        The caller has checked that the free blocks suffice. Rows whose ``k`` tokens neither cross nor
-        complete a block need nothing; the blocks of the others are popped in one go, in row order, as
-        row-by-row ``allocate_slots`` calls would pop them (rows with shared content take that path).
-        ``computed``: each row's computed tokens, for a caller that advances the requests' counters
-        later (rows without hashed content only); their prompt and output then count as ``computed + k``.
-        """
-        bs = self.block_size
-        caching = self.enable_caching
-        max_len = self.max_model_len
-        table = self._reqs
-        grow: list[tuple[_ReqKV, int, int]] = []  # (state, new blocks, full blocks to count as cached)
-        total = 0
-        for i, req in enumerate(reqs):
-            c = req.num_computed_tokens if computed is None else computed[i]
-            if c % bs and (c + k) // bs == c // bs and (c + k) % bs:
-                continue
-            st = table.get(req.request_id)
-            if st is None or (caching and req.spec.shares_content) or c + k > max_len:
-                if computed is not None:
-                    raise ValueError(f"request {req.request_id}: grow_decodes(computed=...) needs a held, "
-                                     "unhashed row within max_model_len")
-                if grow:  # keep the pop order: flush what is pending first
-                    self._grow(grow, total)
-                    grow, total = [], 0
-                if self.allocate_slots(req, k) is None:
-                    raise RuntimeError(f"request {req.request_id}: decode run promised {k} slots")
-                continue
-            need = -(-(c + k) // bs) - len(st.blocks)
-            if need < 0:
-                need = 0
-            if caching:
-                tokens = c + k if computed is not None else req.num_tokens
-                full = (c + k if c + k < tokens else tokens) // bs
-            else:
-                full = 0
-            grow.append((st, need, full))
-            total += need
-        if grow:
-            self._grow(grow, total)
-
-    def _grow(self, grow: list[tuple[_ReqKV, int, int]], total: int) -> None:
-        """Pop ``total`` blocks and hand each row its share, in row order."""
-        if total > self.pool.num_free_blocks:
-            raise RuntimeError(f"decode run promised {total} blocks, {self.pool.num_free_blocks} are free")
-        new = self.pool.get_new_blocks(total) if total else []
-        p = 0
-        for st, need, full in grow:
-            if need:
-                st.blocks.extend(new[p:p + need])
-                p += need
-            if full > st.num_cached:
-                st.num_cached = full if full < len(st.blocks) else len(st.blocks)
-
-    def decode_run_blocks(
-        self, computed: np.ndarray, held: np.ndarray, finish_step: np.ndarray, k: int
-    ) -> np.ndarray:
-        """Blocks that decode rows allocate over ``k`` steps, cumulative: ``out[s]`` for steps 1..s.
-
-        Row i holds ``held[i]`` blocks, has ``computed[i]`` tokens and decodes one token per step up to
-        step ``finish_step[i]``. Step s needs slot ``computed + s``, so a row first needs a new block at
-        step ``held * block_size - computed + 1`` and then every ``block_size`` steps: the allocations
-        are counted as events (about rows x k / block_size of them) rather than a k x rows matrix.
-        """
-        bs = self.block_size
-        first = held * bs - computed + 1
-        last = np.minimum(finish_step, k)
-        count = np.maximum((last - first) // bs + 1, 0)
-        total = int(count.sum())
-        if not total:
-            return np.zeros(k + 1, dtype=np.int64)
-        offset = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-        steps = np.repeat(first, count) + bs * offset
-        return np.cumsum(np.bincount(steps, minlength=k + 1))
-
-    def num_blocks_held_array(self, reqs: list[Request]) -> np.ndarray:
-        reqs_kv = self._reqs
-        return np.fromiter(
-            (len(reqs_kv[r.request_id].blocks) if r.request_id in reqs_kv else 0 for r in reqs),
-            np.int64, len(reqs),
-        )
 
     def free(self, req: Request, preempted: bool = False) -> None:
         """Release ``req``'s blocks tail first (KV-6) and forget it; hashes stay for later hits (KV-7)."""

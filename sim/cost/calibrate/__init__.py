@@ -1,8 +1,8 @@
 """Calibration: microbenchmark samples -> fitted CalibrationProfile, with per-operator fit errors.
 
 samples.py   the one table every source becomes (op, shape columns, time_s)
-importers/   LLMServingSim (perf/ and v0), BLIS/InferSim attention, Vidur mlp/attention CSVs -> samples
-             (one module per source, format detection in importers/__init__.py)
+importers.py format detection and loading: LLMServingSim (perf/ and v0), BLIS/InferSim attention and
+             Vidur mlp/attention CSVs -> samples, one module per source (import_*.py)
 opmodel.py   the cost model's formulas per operator call (checked against sim/cost/costmodel.py)
 fit.py       bounded per-group least squares, hold-out by shape range, error tables
 recipes.py   how each shipped profile was fitted (files, operators, frozen fields)

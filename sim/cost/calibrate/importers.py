@@ -25,10 +25,10 @@ import re
 from pathlib import Path
 
 from sim.core.errors import TraceFormatError
-from sim.cost.calibrate.importers.blis import implied_peak, load_blis_attention, mfu_units
-from sim.cost.calibrate.importers.common import gpu_name
-from sim.cost.calibrate.importers.llmservingsim import load_layers_csv, load_llmservingsim
-from sim.cost.calibrate.importers.vidur import load_vidur_attention, load_vidur_mlp
+from sim.cost.calibrate.import_blis import implied_peak, load_blis_attention, mfu_units
+from sim.cost.calibrate.import_common import gpu_name
+from sim.cost.calibrate.import_llmservingsim import load_layers_csv, load_llmservingsim
+from sim.cost.calibrate.import_vidur import load_vidur_attention, load_vidur_mlp
 from sim.cost.calibrate.samples import Microbench, load_samples_csv
 from sim.cost.models import ModelSpec
 

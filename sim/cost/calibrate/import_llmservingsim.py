@@ -1,5 +1,5 @@
 """LLMServingSim ``profiler/perf`` tables (dense / attention / per_sequence.csv) and the older v0
-``perf_models`` layers.csv -> samples (formats: sim/cost/calibrate/importers/__init__.py).
+``perf_models`` layers.csv -> samples (formats: sim/cost/calibrate/importers.py).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.core.errors import ConfigError, TraceFormatError
-from sim.cost.calibrate.importers.common import (
+from sim.cost.calibrate.import_common import (
     _gemm_shapes,
     _geometry,
     _gpu_from_path,

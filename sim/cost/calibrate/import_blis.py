@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from sim.core.errors import ServesimError, TraceFormatError
-from sim.cost.calibrate.importers.common import (
+from sim.cost.calibrate.import_common import (
     _DTYPE_BYTES,
     _gpu_from_path,
     _label,

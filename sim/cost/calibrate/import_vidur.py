@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from sim.cost.calibrate.importers.common import (
+from sim.cost.calibrate.import_common import (
     _gpu_from_path,
     _label,
     _read_csv,
