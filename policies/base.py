@@ -96,7 +96,7 @@ def _unknown(name: str, key: str, shared: Iterable[str]) -> ConfigError:
         if owners
         else f"[engine] unknown key {key!r} for preset {name!r}"
     )
-    close = difflib.get_close_matches(key, [*shared, *cls.accepted()], n=1)
+    close = [] if owners else difflib.get_close_matches(key, [*shared, *cls.accepted()], n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     own = ", ".join(cls.knobs()) or "(none)"
     alias = ", ".join(f"{a} (= {t})" for a, t in cls.ALIASES.items())
