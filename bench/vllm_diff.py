@@ -228,7 +228,7 @@ def servesim_trace(workload: dict[str, Any], content: str = "segments") -> list[
     if float(params.get("watermark", 0.0)) != 0.0:
         raise ValueError("servesim_trace: the vLLM 0.33 watermark knob is not modelled (use 0)")
     # The class itself rather than the registry, so that half-built presets elsewhere cannot break this.
-    pol = VllmPolicy(policy_limits(params), {})
+    pol = VllmPolicy(policy_limits(params))
     kv = pol.kv
     usable = kv.usable_blocks
     by_step: dict[int, list[RequestSpec]] = {}

@@ -2,30 +2,40 @@
 
 A policy decides, each step, which requests run and how many tokens each computes; it reserves and
 frees KV only through the KV manager. The engine prices the plan, waits, and calls ``update``.
+
+Each policy registers with its options class (policies/options.py), in its own file:
+``@register("trtllm", options=TrtllmOptions)``. The registry answers which preset has which knob.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
-from sim.core.errors import UnknownNameError
+from policies.options import PolicyOptions
+from sim.core.errors import ConfigError, UnknownNameError
+from sim.core.fields import check_type
 from sim.core.policy import Policy, PolicyLimits, Quiet, StepPlan
 
-__all__ = ["Policy", "PolicyLimits", "Quiet", "StepPlan", "make_policy", "policy_defaults", "policy_names", "register"]
+__all__ = ["Policy", "PolicyLimits", "PolicyOptions", "Quiet", "StepPlan", "make_policy",
+           "options_class", "parse_engine_options", "policy_defaults", "policy_names", "register"]  # fmt: skip
 
 
-PolicyFactory = Callable[[PolicyLimits, dict[str, Any]], Policy]
+PolicyFactory = Callable[[PolicyLimits, Any], Policy]
 _REGISTRY: dict[str, PolicyFactory] = {}
-_DEFAULTS: dict[str, dict[str, Any]] = {}
+_OPTIONS: dict[str, type[PolicyOptions]] = {}
 
 
-def register(name: str, defaults: dict[str, Any] | None = None) -> Callable[[PolicyFactory], PolicyFactory]:
-    """Register a policy (or an engine preset: a policy plus its defaults) under a name."""
+def register(
+    name: str, options: type[PolicyOptions] = PolicyOptions
+) -> Callable[[PolicyFactory], PolicyFactory]:
+    """Register a policy (or an engine preset: a policy plus its options class) under a name."""
 
     def deco(factory: PolicyFactory) -> PolicyFactory:
         _REGISTRY[name] = factory
-        _DEFAULTS[name] = dict(defaults or {})
+        _OPTIONS[name] = options
         return factory
 
     return deco
@@ -36,20 +46,91 @@ def _load_builtins() -> None:
     from policies import llamacpp, ollama, orca, sarathi, static, tgi, trtllm, vllm, vllm_v0  # noqa: F401
 
 
+def _check_name(name: str) -> None:
+    _load_builtins()
+    if name not in _REGISTRY:
+        raise UnknownNameError(f"unknown policy {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+
+
 def policy_names() -> list[str]:
     _load_builtins()
     return sorted(_REGISTRY)
 
 
+def options_class(name: str) -> type[PolicyOptions]:
+    _check_name(name)
+    return _OPTIONS[name]
+
+
 def policy_defaults(name: str) -> dict[str, Any]:
-    _load_builtins()
-    if name not in _REGISTRY:
-        raise UnknownNameError(f"unknown policy {name!r}; known: {', '.join(sorted(_REGISTRY))}")
-    return dict(_DEFAULTS[name])
+    """The preset's defaults: its shared limits, then its own knobs."""
+    cls = options_class(name)
+    return {**cls.LIMITS, **cls.defaults()}
 
 
-def make_policy(name: str, limits: PolicyLimits, options: dict[str, Any] | None = None) -> Policy:
+def knob_owners(key: str) -> list[str]:
+    """The presets that have ``key`` as an own knob or an engine-native alias."""
     _load_builtins()
-    if name not in _REGISTRY:
-        raise UnknownNameError(f"unknown policy {name!r}; known: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name](limits, dict(options or {}))
+    return sorted(n for n, cls in _OPTIONS.items() if key in cls.accepted())
+
+
+def all_preset_keys() -> list[str]:
+    """Every preset-specific key any registered preset accepts."""
+    _load_builtins()
+    return sorted({k for cls in _OPTIONS.values() for k in cls.accepted()})
+
+
+@dataclass(frozen=True)
+class ParsedOptions:
+    options: PolicyOptions
+    given: dict[str, Any]  # the preset-specific keys as given (type-checked), aliases included
+    aliases: dict[str, Any]  # engine-native names given: {alias: value}
+
+
+def _unknown(name: str, key: str, shared: Iterable[str]) -> ConfigError:
+    cls = _OPTIONS[name]
+    shared = list(shared)
+    owners = knob_owners(key)
+    head = (
+        f"[engine] {key} does not apply to preset {name!r}; it is a knob of: {', '.join(owners)}"
+        if owners
+        else f"[engine] unknown key {key!r} for preset {name!r}"
+    )
+    close = [] if owners else difflib.get_close_matches(key, [*shared, *cls.accepted()], n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    own = ", ".join(cls.knobs()) or "(none)"
+    alias = ", ".join(f"{a} (= {t})" for a, t in cls.ALIASES.items())
+    return ConfigError(
+        f"{head}{hint} (preset {name!r} accepts its own knobs: {own}"
+        + (f"; engine-native names: {alias}" if alias else "")
+        + f"; and the shared knobs: {', '.join(shared)})"
+    )
+
+
+def parse_engine_options(name: str, table: Mapping[str, Any], shared: Iterable[str] = ()) -> ParsedOptions:
+    """Validate the preset-specific keys of an ``[engine]`` table with preset ``name``'s options class.
+
+    ``shared``: the shared knob names (for the message and the "did you mean" of an unknown key)."""
+    cls = options_class(name)
+    accepted = set(cls.accepted())
+    for key in table:
+        if key not in accepted:
+            raise _unknown(name, key, shared)
+    limit_types = {f.name: f.type for f in fields(PolicyLimits)}
+    aliases = {k: check_type("[engine]", k, v, limit_types[cls.ALIASES[k]]) for k, v in table.items()
+               if k in cls.ALIASES}  # fmt: skip
+    opts = cls.from_table({k: v for k, v in table.items() if k not in cls.ALIASES})
+    given = {k: (aliases[k] if k in aliases else getattr(opts, k)) for k in table}
+    return ParsedOptions(opts, given, aliases)
+
+
+def make_policy(
+    name: str, limits: PolicyLimits, options: PolicyOptions | Mapping[str, Any] | None = None
+) -> Policy:
+    """A policy by name; ``options``: its options object, or a dict of its knobs (defaults for the rest)."""
+    cls = options_class(name)
+    if options is None or isinstance(options, Mapping):
+        options = cls.from_dict(options or {}, name)
+    elif not isinstance(options, cls):
+        raise ConfigError(f"{name} policy: options must be {cls.__name__}, got {type(options).__name__}")
+    return _REGISTRY[name](limits, options)

@@ -18,26 +18,40 @@ Default ``ctx_shift = false`` follows llama.cpp since PR #15416 (Aug 2025); the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from policies.base import PolicyLimits, StepPlan, register
+from policies.options import PolicyOptions, fixed_token_pool, invalid
 from policies.slots import Slot, SlotPolicy, common_prefix
 from sim.core.errors import ConfigError
 from sim.core.request import Request, RequestSpec
 
-LC_OPTIONS: dict[str, Any] = {  # common.h defaults (engines.md §3.1)
-    "n_ctx": 4096,
-    "ctx_shift": False,
-    "n_keep": 0,
-    "slot_prompt_similarity": 0.5,
-    "cache_prompt": True,
-    "cont_batching": True,
-}
-LLAMACPP_DEFAULTS: dict[str, Any] = {
-    "max_num_seqs": 1,
-    "max_num_batched_tokens": 2048,
-    **LC_OPTIONS,
-}  # -np, -b
+
+@dataclass(frozen=True)
+class LlamaCppOptions(PolicyOptions):
+    """common.h defaults (engines.md §3.1); ``-np`` / ``-b`` are ``n_parallel`` / ``n_batch``."""
+
+    LIMITS = {"max_num_seqs": 1, "max_num_batched_tokens": 2048}  # -np, -b
+    ALIASES = {"n_parallel": "max_num_seqs", "n_batch": "max_num_batched_tokens"}
+
+    n_ctx: int = 4096  # -c: the total over all slots
+    ctx_shift: bool = False
+    n_keep: int = 0
+    slot_prompt_similarity: float = 0.5
+    cache_prompt: bool = True
+    cont_batching: bool = True
+
+    def validate(self) -> None:
+        if not 0 <= self.slot_prompt_similarity <= 1:
+            raise invalid("slot_prompt_similarity", self.slot_prompt_similarity, "in [0, 1]")
+
+    def from_memory(self, plan: Any, limits: dict[str, Any], explicit: Any) -> LlamaCppOptions:
+        fixed_token_pool(self.n_ctx, "n_ctx", plan, limits)  # LC-1: n_ctx tokens of KV up front
+        return self
+
+
+LC_OPTIONS: dict[str, Any] = LlamaCppOptions.defaults()
 
 TOO_LONG = "the request exceeds the available context size (400)"
 
@@ -45,23 +59,19 @@ TOO_LONG = "the request exceeds the available context size (400)"
 class LlamaCppPolicy(SlotPolicy):
     name = "llamacpp"
 
-    def __init__(self, limits: PolicyLimits, options: dict[str, Any]) -> None:
-        opts = {**LC_OPTIONS, **options}
-        self.n_ctx = opts.pop("n_ctx")
-        self.ctx_shift = opts.pop("ctx_shift")
-        self.n_keep = opts.pop("n_keep")
-        self.similarity = opts.pop("slot_prompt_similarity")
-        self.cache_prompt = opts.pop("cache_prompt")
-        self.cont_batching = opts.pop("cont_batching")
-        if opts:
-            raise ConfigError(f"llamacpp policy: unknown options {sorted(opts)}")
+    def __init__(self, limits: PolicyLimits, options: LlamaCppOptions | None = None) -> None:
+        options = options or LlamaCppOptions()
+        self.n_ctx = options.n_ctx
+        self.ctx_shift = options.ctx_shift
+        self.n_keep = options.n_keep
+        self.similarity = options.slot_prompt_similarity
+        self.cache_prompt = options.cache_prompt
+        self.cont_batching = options.cont_batching
         n_par = limits.max_num_seqs
         if self.n_ctx // n_par < 1:
             raise ConfigError(
                 f"[engine] n_ctx = {self.n_ctx} leaves no context for {n_par} slots (n_parallel)"
             )
-        if not 0 <= self.similarity <= 1:
-            raise ConfigError(f"[engine] slot_prompt_similarity must be in [0, 1], got {self.similarity}")
         super().__init__(limits, n_par, self.n_ctx // n_par)  # LC-1: integer division
 
     # ---- LC-5 ----------------------------------------------------------------------------------------
@@ -148,6 +158,6 @@ class LlamaCppPolicy(SlotPolicy):
         return reason
 
 
-@register("llamacpp", defaults=LLAMACPP_DEFAULTS)
-def _make(limits: PolicyLimits, options: dict[str, Any]) -> LlamaCppPolicy:
+@register("llamacpp", options=LlamaCppOptions)
+def _make(limits: PolicyLimits, options: LlamaCppOptions) -> LlamaCppPolicy:
     return LlamaCppPolicy(limits, options)

@@ -17,40 +17,54 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from policies.base import PolicyLimits, StepPlan, register
+from policies.options import PolicyOptions, fixed_token_pool, invalid
 from policies.slots import Slot, SlotPolicy, common_prefix
-from sim.core.errors import ConfigError
 from sim.core.request import Request
 
-OL_OPTIONS: dict[str, Any] = {  # envconfig/config.go, api/types.go (engines.md §3.2)
-    "num_ctx": 4096,  # OLLAMA_CONTEXT_LENGTH in v0.9 - v0.12
-    "num_keep": 4,
-    "max_queue": 512,  # OLLAMA_MAX_QUEUE
-    "multiuser_cache": False,  # OLLAMA_MULTIUSER_CACHE
-    "model_loaded": True,
-}
-OLLAMA_DEFAULTS: dict[str, Any] = {"max_num_seqs": 1, "max_num_batched_tokens": 512, **OL_OPTIONS}
+
+@dataclass(frozen=True)
+class OllamaOptions(PolicyOptions):
+    """envconfig/config.go, api/types.go (engines.md §3.2)."""
+
+    LIMITS = {"max_num_seqs": 1, "max_num_batched_tokens": 512}
+    ALIASES = {"num_parallel": "max_num_seqs", "num_batch": "max_num_batched_tokens"}  # OLLAMA_NUM_PARALLEL
+
+    num_ctx: int = 4096  # OLLAMA_CONTEXT_LENGTH in v0.9 - v0.12; per request
+    num_keep: int = 4
+    max_queue: int = 512  # OLLAMA_MAX_QUEUE
+    multiuser_cache: bool = False  # OLLAMA_MULTIUSER_CACHE
+    model_loaded: bool = True  # v0.11.5+: requests for a loaded model bypass OLLAMA_MAX_QUEUE
+
+    def validate(self) -> None:
+        if self.max_queue < 1:
+            raise invalid("max_queue", self.max_queue, ">= 1")
+
+    def from_memory(self, plan: Any, limits: dict[str, Any], explicit: Any) -> OllamaOptions:
+        # OL-1: the runner gets num_ctx x OLLAMA_NUM_PARALLEL tokens of KV.
+        fixed_token_pool(self.num_ctx * limits["max_num_seqs"], "num_ctx x num_parallel", plan, limits)
+        return self
+
+
+OL_OPTIONS: dict[str, Any] = OllamaOptions.defaults()
 BUSY = "server busy, please try again. maximum pending requests exceeded (503)"
 
 
 class OllamaPolicy(SlotPolicy):
     name = "ollama"
 
-    def __init__(self, limits: PolicyLimits, options: dict[str, Any]) -> None:
-        opts = {**OL_OPTIONS, **options}
-        self.num_ctx = opts.pop("num_ctx")
-        self.num_keep = opts.pop("num_keep")
-        self.max_queue = opts.pop("max_queue")
-        self.multiuser = opts.pop("multiuser_cache")
-        self.model_loaded = opts.pop("model_loaded")
-        if opts:
-            raise ConfigError(f"ollama policy: unknown options {sorted(opts)}")
+    def __init__(self, limits: PolicyLimits, options: OllamaOptions | None = None) -> None:
+        options = options or OllamaOptions()
+        self.num_ctx = options.num_ctx
+        self.num_keep = options.num_keep
+        self.max_queue = options.max_queue
+        self.multiuser = options.multiuser_cache
+        self.model_loaded = options.model_loaded
         if self.num_ctx < 2:
-            raise ConfigError(f"[engine] num_ctx must be >= 2, got {self.num_ctx}")
-        if self.max_queue < 1:
-            raise ConfigError(f"[engine] max_queue must be >= 1, got {self.max_queue}")
+            raise invalid("num_ctx", self.num_ctx, ">= 2")
         super().__init__(limits, limits.max_num_seqs, self.num_ctx)
         self._next = 0  # OL-5 round-robin position
         self._resume: int | None = None
@@ -128,6 +142,6 @@ class OllamaPolicy(SlotPolicy):
         s.keep = keep if s.keep is None else min(s.keep, keep)
 
 
-@register("ollama", defaults=OLLAMA_DEFAULTS)
-def _make(limits: PolicyLimits, options: dict[str, Any]) -> OllamaPolicy:
+@register("ollama", options=OllamaOptions)
+def _make(limits: PolicyLimits, options: OllamaOptions) -> OllamaPolicy:
     return OllamaPolicy(limits, options)

@@ -12,27 +12,31 @@ ORCA-4 (n_workers > 1 pipeline stages in flight) is not modelled: the engine run
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
+from policies.options import PolicyOptions
 from sim.core.errors import ConfigError
 from sim.core.request import Status
 
-ORCA_DEFAULTS: dict[str, Any] = {
-    "max_num_seqs": 256,  # max_bs
-    "block_size": 16,
-    "enable_prefix_caching": False,
-    "enable_chunked_prefill": False,
-}
+
+@dataclass(frozen=True)
+class OrcaOptions(PolicyOptions):
+    """No knobs of its own; its defaults for the shared limits."""
+
+    LIMITS = {
+        "max_num_seqs": 256,  # max_bs
+        "block_size": 16,
+        "enable_prefix_caching": False,
+        "enable_chunked_prefill": False,
+    }
 
 
 class OrcaPolicy(QueuedPolicy):
     name = "orca"
 
-    def __init__(self, limits: PolicyLimits, options: dict[str, Any]) -> None:
-        if options:
-            raise ConfigError(f"orca policy: unknown options {sorted(options)}")
+    def __init__(self, limits: PolicyLimits, options: OrcaOptions | None = None) -> None:
         if limits.enable_chunked_prefill:
             raise ConfigError(
                 "[engine] enable_chunked_prefill: Orca runs a whole prompt in one iteration (ORCA-3)"
@@ -75,6 +79,6 @@ class OrcaPolicy(QueuedPolicy):
         return Quiet(waiting_blocked=True)
 
 
-@register("orca", defaults=ORCA_DEFAULTS)
-def _make(limits: PolicyLimits, options: dict[str, Any]) -> OrcaPolicy:
+@register("orca", options=OrcaOptions)
+def _make(limits: PolicyLimits, options: OrcaOptions) -> OrcaPolicy:
     return OrcaPolicy(limits, options)

@@ -15,34 +15,39 @@ modelled. Unlike vLLM V1, a step that preempted may still admit (the Sarathi cod
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
+from policies.options import PolicyOptions, invalid
 from policies.preemption import preempt_recompute
 from sim.core.errors import ConfigError
 from sim.core.request import Request, Status
 
-SARATHI_DEFAULTS: dict[str, Any] = {
-    "max_num_batched_tokens": 512,  # chunk_size (SAR-1)
-    "max_num_seqs": 128,
-    "block_size": 16,
-    "enable_prefix_caching": False,
-    "enable_chunked_prefill": True,
-    "watermark": 0.01,
-}
+
+@dataclass(frozen=True)
+class SarathiOptions(PolicyOptions):
+    LIMITS = {
+        "max_num_batched_tokens": 512,  # chunk_size (SAR-1)
+        "max_num_seqs": 128,
+        "block_size": 16,
+        "enable_prefix_caching": False,
+        "enable_chunked_prefill": True,
+    }
+    ALIASES = {"chunk_size": "max_num_batched_tokens"}  # Sarathi-Serve's name for the token budget
+
+    watermark: float = 0.01
+
+    def validate(self) -> None:
+        if not 0 <= self.watermark < 1:
+            raise invalid("watermark", self.watermark, "in [0, 1)")
 
 
 class SarathiPolicy(QueuedPolicy):
     name = "sarathi"
 
-    def __init__(self, limits: PolicyLimits, options: dict[str, Any]) -> None:
-        opts = dict(options)
-        watermark = opts.pop("watermark", 0.01)
-        if opts:
-            raise ConfigError(f"sarathi policy: unknown options {sorted(opts)}")
-        if not 0 <= watermark < 1:
-            raise ConfigError(f"[engine] watermark must be in [0, 1), got {watermark}")
+    def __init__(self, limits: PolicyLimits, options: SarathiOptions | None = None) -> None:
+        watermark = (options or SarathiOptions()).watermark
         if not limits.enable_chunked_prefill:
             raise ConfigError("[engine] enable_chunked_prefill: Sarathi-Serve always chunks prefills (SAR-2)")
         if limits.enable_prefix_caching:
@@ -118,6 +123,6 @@ class SarathiPolicy(QueuedPolicy):
         return None if self.waiting else Quiet(waiting_blocked=False, keep_free=1)
 
 
-@register("sarathi", defaults=SARATHI_DEFAULTS)
-def _make(limits: PolicyLimits, options: dict[str, Any]) -> SarathiPolicy:
+@register("sarathi", options=SarathiOptions)
+def _make(limits: PolicyLimits, options: SarathiOptions) -> SarathiPolicy:
     return SarathiPolicy(limits, options)

@@ -7,30 +7,37 @@ tokens) until the longest row ends, and every result is returned at the batch's 
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from policies.base import PolicyLimits, StepPlan, register
 from policies.common import QueuedPolicy
+from policies.options import PolicyOptions
 from sim.core.batch import BatchSummary
-from sim.core.errors import ConfigError
 from sim.core.request import Request, Status
 
-STATIC_DEFAULTS = {
-    "max_num_seqs": 8,
-    "enable_prefix_caching": False,
-    "enable_chunked_prefill": False,
-    "block_size": 16,
-}
+
+@dataclass(frozen=True)
+class StaticOptions(PolicyOptions):
+    """``max_new_tokens`` goes to PolicyLimits (resolve() copies it there; the policy reads its limits)."""
+
+    LIMITS = {
+        "max_num_seqs": 8,
+        "enable_prefix_caching": False,
+        "enable_chunked_prefill": False,
+        "block_size": 16,
+    }
+    LIMIT_FIELDS = ("max_new_tokens",)
+    VLLM_BUDGET_RULE = True
+
+    max_new_tokens: int | None = None  # HF generate's max_new_tokens (None: the batch's longest output)
 
 
 class StaticPolicy(QueuedPolicy):
     name = "static"
 
-    def __init__(self, limits: PolicyLimits, options: dict[str, Any]) -> None:
-        if options:
-            raise ConfigError(f"static policy: unknown options {sorted(options)}")
+    def __init__(self, limits: PolicyLimits, options: StaticOptions | None = None) -> None:
         super().__init__(limits)
         self.batch: list[Request] = []
         self.pad_len = 0  # padded prompt length of the current batch (HF-1)
@@ -125,9 +132,9 @@ class StaticPolicy(QueuedPolicy):
         return bool(self.batch or self.waiting)
 
 
-@register("static", defaults=STATIC_DEFAULTS)
-def _make(limits: PolicyLimits, options: dict[str, Any]) -> StaticPolicy:
+@register("static", options=StaticOptions)
+def _make(limits: PolicyLimits, options: StaticOptions) -> StaticPolicy:
     return StaticPolicy(limits, options)
 
 
-register("hf-static", defaults=STATIC_DEFAULTS)(_make)
+register("hf-static", options=StaticOptions)(_make)

@@ -19,24 +19,54 @@ the following steps before new entries are considered.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
+from policies.options import PolicyOptions, invalid
 from sim.core.errors import ConfigError
 from sim.core.request import Request, RequestSpec, Status
 
-TGI_DEFAULTS: dict[str, Any] = {
-    "block_size": 16,  # BLOCK_SIZE for paged attention (models/globals.py)
-    "max_num_batched_tokens": 4096,  # max_batch_prefill_tokens
-    "max_num_seqs": 128,  # max_batch_size is unset by default; max_concurrent_requests bounds the batch
-    "enable_prefix_caching": True,
-    "enable_chunked_prefill": True,  # PREFILL_CHUNKING=1 where the attention backend supports it
-    "max_concurrent_requests": 128,
-    "waiting_served_ratio": 0.3,
-    "max_waiting_tokens": 20,
-    "max_batch_total_tokens": None,  # None: inferred from memory (the whole KV pool)
-}
+
+@dataclass(frozen=True)
+class TgiOptions(PolicyOptions):
+    LIMITS = {
+        "block_size": 16,  # BLOCK_SIZE for paged attention (models/globals.py)
+        "max_num_batched_tokens": 4096,  # max_batch_prefill_tokens
+        "max_num_seqs": 128,  # max_batch_size is unset by default; max_concurrent_requests bounds the batch
+        "enable_prefix_caching": True,
+        "enable_chunked_prefill": True,  # PREFILL_CHUNKING=1 where the attention backend supports it
+    }
+    ALIASES = {"max_batch_size": "max_num_seqs", "max_batch_prefill_tokens": "max_num_batched_tokens"}
+
+    max_concurrent_requests: int = 128
+    waiting_served_ratio: float = 0.3
+    max_waiting_tokens: int = 20
+    max_batch_total_tokens: int | None = None  # None: inferred from memory (the whole KV pool)
+
+    def validate(self) -> None:
+        for key in ("max_concurrent_requests", "max_waiting_tokens"):
+            if getattr(self, key) < 1:
+                raise invalid(key, getattr(self, key), ">= 1")
+        if not self.waiting_served_ratio >= 0:
+            raise invalid("waiting_served_ratio", self.waiting_served_ratio, ">= 0")
+
+    def from_memory(self, plan: Any, limits: dict[str, Any], explicit: Any) -> TgiOptions:
+        mbtt = self.max_batch_total_tokens
+        if mbtt is not None:
+            # TGI sizes its block allocator from max_batch_total_tokens; more than fits fails at warmup.
+            blocks = mbtt // limits["block_size"]
+            if blocks + 1 > plan.num_gpu_blocks:
+                raise ConfigError(
+                    f"[engine] max_batch_total_tokens = {mbtt} needs {blocks} KV blocks, only "
+                    f"{plan.num_gpu_blocks - 1} fit (memory plan)"
+                )
+            if blocks < 1:
+                raise ConfigError(f"[engine] max_batch_total_tokens = {mbtt} is less than one block")
+            limits["num_gpu_blocks"] = blocks + 1
+        return self
+
 
 OVERLOADED = "Model is overloaded (429)"
 
@@ -44,20 +74,11 @@ OVERLOADED = "Model is overloaded (429)"
 class TgiPolicy(QueuedPolicy):
     name = "tgi"
 
-    def __init__(self, limits: PolicyLimits, options: dict[str, Any]) -> None:
-        opts = dict(options)
-        self.max_concurrent = opts.pop("max_concurrent_requests", 128)
-        self.ratio = opts.pop("waiting_served_ratio", 0.3)
-        self.max_waiting_tokens = opts.pop("max_waiting_tokens", 20)
-        opts.pop("max_batch_total_tokens", None)  # sizes the pool in resolve()
-        if opts:
-            raise ConfigError(f"tgi policy: unknown options {sorted(opts)}")
-        for key, v in (("max_concurrent_requests", self.max_concurrent),
-                       ("max_waiting_tokens", self.max_waiting_tokens)):  # fmt: skip
-            if v < 1:
-                raise ConfigError(f"[engine] {key} must be >= 1, got {v}")
-        if not self.ratio >= 0:
-            raise ConfigError(f"[engine] waiting_served_ratio must be >= 0, got {self.ratio}")
+    def __init__(self, limits: PolicyLimits, options: TgiOptions | None = None) -> None:
+        options = options or TgiOptions()
+        self.max_concurrent = options.max_concurrent_requests
+        self.ratio = options.waiting_served_ratio
+        self.max_waiting_tokens = options.max_waiting_tokens
         super().__init__(limits)
         self.chunking = limits.enable_chunked_prefill
         self.waiting_tokens = 0
@@ -192,6 +213,6 @@ class TgiPolicy(QueuedPolicy):
         self._decode_due = False
 
 
-@register("tgi", defaults=TGI_DEFAULTS)
-def _make(limits: PolicyLimits, options: dict[str, Any]) -> TgiPolicy:
+@register("tgi", options=TgiOptions)
+def _make(limits: PolicyLimits, options: TgiOptions) -> TgiPolicy:
     return TgiPolicy(limits, options)

@@ -21,45 +21,51 @@ LLM-API values (2048 / 8192), which engines.md §2.1 could not verify from sourc
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
+from policies.options import PolicyOptions, invalid
 from policies.preemption import preempt_recompute
-from sim.core.errors import ConfigError
 from sim.core.request import Request, RequestSpec, Status
 
 POLICIES = ("GUARANTEED_NO_EVICT", "MAX_UTILIZATION", "STATIC_BATCH", "PREFILL_FIRST")
 CHUNKING = ("FIRST_COME_FIRST_SERVED", "EQUAL_PROGRESS")
 
-TRT_DEFAULTS: dict[str, Any] = {
-    "block_size": 32,  # KvCacheConfig.tokens_per_block (engines.md §2.1)
-    "max_num_seqs": 2048,  # max_batch_size
-    "max_num_batched_tokens": 8192,  # max_num_tokens
-    "enable_prefix_caching": True,  # enable_block_reuse
-    "enable_chunked_prefill": False,
-    "capacity_scheduler_policy": "GUARANTEED_NO_EVICT",
-    "context_chunking_policy": "FIRST_COME_FIRST_SERVED",
-}
+
+@dataclass(frozen=True)
+class TrtllmOptions(PolicyOptions):
+    LIMITS = {
+        "block_size": 32,  # KvCacheConfig.tokens_per_block (engines.md §2.1)
+        "max_num_seqs": 2048,  # max_batch_size
+        "max_num_batched_tokens": 8192,  # max_num_tokens
+        "enable_prefix_caching": True,  # enable_block_reuse
+        "enable_chunked_prefill": False,
+    }
+    ALIASES = {  # TensorRT-LLM's names for the shared limits
+        "max_batch_size": "max_num_seqs",
+        "max_num_tokens": "max_num_batched_tokens",
+        "tokens_per_block": "block_size",
+        "enable_block_reuse": "enable_prefix_caching",
+    }
+
+    capacity_scheduler_policy: str = "GUARANTEED_NO_EVICT"
+    context_chunking_policy: str = "FIRST_COME_FIRST_SERVED"
+
+    def validate(self) -> None:
+        if self.capacity_scheduler_policy not in POLICIES:
+            raise invalid("capacity_scheduler_policy", self.capacity_scheduler_policy, f"one of {POLICIES}")
+        if self.context_chunking_policy not in CHUNKING:
+            raise invalid("context_chunking_policy", self.context_chunking_policy, f"one of {CHUNKING}")
 
 
 class TrtllmPolicy(QueuedPolicy):
     name = "trtllm"
 
-    def __init__(self, limits: PolicyLimits, options: dict[str, Any]) -> None:
-        opts = dict(options)
-        self.capacity = opts.pop("capacity_scheduler_policy", "GUARANTEED_NO_EVICT")
-        self.chunking_policy = opts.pop("context_chunking_policy", "FIRST_COME_FIRST_SERVED")
-        if opts:
-            raise ConfigError(f"trtllm policy: unknown options {sorted(opts)}")
-        if self.capacity not in POLICIES:
-            raise ConfigError(
-                f"[engine] capacity_scheduler_policy must be one of {POLICIES}, got {self.capacity!r}"
-            )
-        if self.chunking_policy not in CHUNKING:
-            raise ConfigError(
-                f"[engine] context_chunking_policy must be one of {CHUNKING}, got {self.chunking_policy!r}"
-            )
+    def __init__(self, limits: PolicyLimits, options: TrtllmOptions | None = None) -> None:
+        options = options or TrtllmOptions()
+        self.capacity = options.capacity_scheduler_policy
+        self.chunking_policy = options.context_chunking_policy
         super().__init__(limits)
         self.reuse = limits.enable_prefix_caching and self.capacity != "STATIC_BATCH"
         # self.running holds the *active* requests (started or not) in arrival order.
@@ -313,6 +319,6 @@ class TrtllmPolicy(QueuedPolicy):
         return Quiet(waiting_blocked=False)
 
 
-@register("trtllm", defaults=TRT_DEFAULTS)
-def _make(limits: PolicyLimits, options: dict[str, Any]) -> TrtllmPolicy:
+@register("trtllm", options=TrtllmOptions)
+def _make(limits: PolicyLimits, options: TrtllmOptions) -> TrtllmPolicy:
     return TrtllmPolicy(limits, options)

@@ -8,21 +8,47 @@ blocking of the waiting queue; whole-sequence admission gate (``scheduler_reserv
 from __future__ import annotations
 
 import heapq
-from typing import Any
+from dataclasses import dataclass
 
 from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
+from policies.options import PolicyOptions, invalid
 from sim.core.errors import ConfigError
 from sim.core.request import Request, Status
 
-# engines.md §1.1: V1 defaults for GPUs under 70 GiB (the API server's usage context).
-VLLM_DEFAULTS = {
-    "max_num_seqs": 256,
-    "max_num_batched_tokens": 2048,
-    "enable_prefix_caching": True,
-    "enable_chunked_prefill": True,
-    "block_size": 16,
-}
+
+@dataclass(frozen=True)
+class VllmOptions(PolicyOptions):
+    """vLLM V1's own knobs. ``long_prefill_token_threshold`` and ``scheduler_reserve_full_isl`` go to
+    PolicyLimits (resolve() copies them there; the scheduler reads them from its limits)."""
+
+    # engines.md §1.1: V1 defaults for GPUs under 70 GiB (the API server's usage context).
+    LIMITS = {
+        "max_num_seqs": 256,
+        "max_num_batched_tokens": 2048,
+        "enable_prefix_caching": True,
+        "enable_chunked_prefill": True,
+        "block_size": 16,
+    }
+    LIMIT_FIELDS = ("long_prefill_token_threshold", "scheduler_reserve_full_isl")
+    SCHEDULING_POLICIES = ("fcfs", "priority")  # engines.md V1-3, V1-5
+    VLLM_BUDGET_RULE = True
+
+    long_prefill_token_threshold: int = 0
+    scheduler_reserve_full_isl: bool = True
+    watermark: float = 0.0  # kv_cache_manager watermark: fraction of GPU blocks kept free at admission
+    preemption_mode: str | None = None  # accepted only as "recompute" (V1 has nothing else)
+
+    def validate(self) -> None:
+        if self.long_prefill_token_threshold < 0:
+            raise invalid("long_prefill_token_threshold", self.long_prefill_token_threshold, ">= 0")
+        if not 0 <= self.watermark < 1:
+            raise invalid("watermark", self.watermark, "in [0, 1)")
+        if self.preemption_mode not in (None, "recompute"):
+            raise ConfigError(
+                f"[engine] preemption_mode = {self.preemption_mode!r}: vLLM V1 preempts by recompute "
+                'only (engines.md §1.1); use preset = "vllm-v0" for swap preemption'
+            )
 
 
 class _PriorityQueue:
@@ -52,10 +78,10 @@ class _PriorityQueue:
 
 class VllmPolicy(QueuedPolicy):
     name = "vllm"
-    def __init__(self, limits: PolicyLimits, options: dict[str, Any]) -> None:
-        if options:
-            raise ConfigError(f"vllm policy: unknown options {sorted(options)}")
+    def __init__(self, limits: PolicyLimits, options: VllmOptions | None = None) -> None:
+        options = options or VllmOptions()
         super().__init__(limits)
+        self.watermark = options.watermark  # its scheduling effect: not modelled yet
         self.priority = limits.scheduling_policy == "priority"
         if self.priority:
             self.waiting = _PriorityQueue()  # type: ignore[assignment]
@@ -174,6 +200,6 @@ class VllmPolicy(QueuedPolicy):
         return Quiet(waiting_blocked=blocked, finishes_matter=False)
 
 
-@register("vllm", defaults=VLLM_DEFAULTS)
-def _make(limits: PolicyLimits, options: dict[str, Any]) -> VllmPolicy:
+@register("vllm", options=VllmOptions)
+def _make(limits: PolicyLimits, options: VllmOptions) -> VllmPolicy:
     return VllmPolicy(limits, options)

@@ -12,29 +12,58 @@ manager (prefix hits here use the V1 lookup when enable_prefix_caching is set; o
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
+from policies.options import GIB, PolicyOptions, derived, invalid
 from policies.preemption import preempt_recompute, preempt_swap, swap_in
-from sim.core.errors import ConfigError
 from sim.core.request import Request, RequestSpec, Status
 from sim.kv import KVCacheManager
 
-# engines.md §1.5 defaults. max_num_batched_tokens 512 applies with chunked prefill; without it
-# resolve() uses max(max_model_len, 2048) (config.py:985-1005).
-V0_DEFAULTS: dict[str, Any] = {
-    "block_size": 16,
-    "max_num_seqs": 256,
-    "max_num_batched_tokens": 512,
-    "enable_prefix_caching": False,
-    "enable_chunked_prefill": False,
-    "preemption_mode": None,
-    "swap_space": 4.0,
-    "watermark": 0.01,
-    "scheduler_delay_factor": 0.0,
-}
+
+@dataclass(frozen=True)
+class VllmV0Options(PolicyOptions):
+    # engines.md §1.5 defaults. max_num_batched_tokens 512 applies with chunked prefill; without it
+    # resolve() uses max(max_model_len, 2048) (config.py:985-1005).
+    LIMITS = {
+        "block_size": 16,
+        "max_num_seqs": 256,
+        "max_num_batched_tokens": 512,
+        "enable_prefix_caching": False,
+        "enable_chunked_prefill": False,
+    }
+    VLLM_BUDGET_RULE = True
+
+    preemption_mode: str | None = None  # "recompute" | "swap"; None = V0's auto (recompute for n = 1)
+    swap_space: float = 4.0  # GiB of CPU swap space per GPU
+    watermark: float = 0.01  # fraction of GPU blocks kept free at admission (V0-2)
+    scheduler_delay_factor: float = 0.0  # V0-9
+    num_cpu_blocks: int = derived(0)  # from swap_space and the memory plan (V0-1)
+
+    def validate(self) -> None:
+        if self.preemption_mode not in (None, "recompute", "swap"):
+            raise invalid("preemption_mode", self.preemption_mode, "'recompute' or 'swap'")
+        if not (self.swap_space >= 0 and math.isfinite(self.swap_space)):
+            raise invalid("swap_space", self.swap_space, ">= 0 GiB")
+        if not 0 <= self.watermark < 1:
+            raise invalid("watermark", self.watermark, "in [0, 1)")
+        if not self.scheduler_delay_factor >= 0:
+            raise invalid("scheduler_delay_factor", self.scheduler_delay_factor, ">= 0")
+
+    def from_memory(self, plan: Any, limits: dict[str, Any], explicit: Any) -> VllmV0Options:
+        if explicit["enable_chunked_prefill"] is None:
+            # engines.md §1.5: V0 turns chunked prefill on by itself when max_model_len > 32768.
+            limits["enable_chunked_prefill"] = (
+                limits["enable_chunked_prefill"] or limits["max_model_len"] > 32768
+            )
+        # engines.md V0-1: num_cpu_blocks = floor(swap_space_bytes / cache_block_size).
+        return dataclasses.replace(self, num_cpu_blocks=int(self.swap_space * GIB) // plan.block_bytes)
+
 
 OK, LATER, NEVER = "ok", "later", "never"
 IGNORED = "ignored: needs more KV blocks than the pool minus the watermark (vLLM V0 FINISHED_IGNORED)"
@@ -43,21 +72,12 @@ IGNORED = "ignored: needs more KV blocks than the pool minus the watermark (vLLM
 class VllmV0Policy(QueuedPolicy):
     name = "vllm-v0"
 
-    def __init__(self, limits: PolicyLimits, options: dict[str, Any]) -> None:
-        opts = dict(options)
-        self.mode = opts.pop("preemption_mode", None)
-        if self.mode not in (None, "recompute", "swap"):
-            raise ConfigError(f"[engine] preemption_mode must be 'recompute' or 'swap', got {self.mode!r}")
-        watermark = opts.pop("watermark", 0.01)
-        if not 0 <= watermark < 1:
-            raise ConfigError(f"[engine] watermark must be in [0, 1), got {watermark}")
-        self.delay_factor = opts.pop("scheduler_delay_factor", 0.0)
-        if not self.delay_factor >= 0:
-            raise ConfigError(f"[engine] scheduler_delay_factor must be >= 0, got {self.delay_factor}")
-        opts.pop("swap_space", None)  # turned into num_cpu_blocks by resolve() (V0-1)
-        num_cpu_blocks = int(opts.pop("num_cpu_blocks", 0))
-        if opts:
-            raise ConfigError(f"vllm-v0 policy: unknown options {sorted(opts)}")
+    def __init__(self, limits: PolicyLimits, options: VllmV0Options | None = None) -> None:
+        options = options or VllmV0Options()
+        self.mode = options.preemption_mode
+        watermark = options.watermark
+        self.delay_factor = options.scheduler_delay_factor
+        num_cpu_blocks = int(options.num_cpu_blocks)
         super().__init__(limits)
         # V0's block manager has no null block: all num_gpu_blocks are usable, so the pool gets one more.
         self.kv = KVCacheManager(
@@ -312,6 +332,6 @@ class _Budget:
         self.seqs += n_seqs
 
 
-@register("vllm-v0", defaults=V0_DEFAULTS)
-def _make(limits: PolicyLimits, options: dict[str, Any]) -> VllmV0Policy:
+@register("vllm-v0", options=VllmV0Options)
+def _make(limits: PolicyLimits, options: VllmV0Options) -> VllmV0Policy:
     return VllmV0Policy(limits, options)

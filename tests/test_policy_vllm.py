@@ -193,3 +193,20 @@ def test_rejects_prompt_over_max_model_len():
 def test_unknown_policy_name():
     with pytest.raises(UnknownNameError, match="unknown policy 'nope'"):
         make_policy("nope", limits())
+
+
+def test_watermark_knob_is_accepted_validated_and_passed():
+    """``[engine] watermark`` (vLLM 0.33 kv_cache_manager; 0 = engines.md's V1 "no watermark") reaches
+    the policy; its scheduling effect is not modelled here."""
+    from sim.app.config import config_from_dict
+    from sim.app.simulate import resolve
+    from sim.core.errors import ConfigError
+
+    assert make_policy("vllm", limits()).watermark == 0.0
+    assert make_policy("vllm", limits(), {"watermark": 0.25}).watermark == 0.25
+    setup = resolve(config_from_dict({"engine": {"preset": "vllm", "watermark": 0.05, "max_model_len": 2048}}))
+    assert setup.options.watermark == 0.05 and setup.make_policy().watermark == 0.05
+    assert config_from_dict({"engine": {"watermark": 0}}).engine.options == {"watermark": 0.0}  # int -> float
+    for bad in (1.0, -0.1, 2):
+        with pytest.raises(ConfigError, match=r"\[engine\] watermark must be in \[0, 1\), got"):
+            config_from_dict({"engine": {"preset": "vllm", "watermark": bad}})

@@ -8,13 +8,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from policies.base import all_preset_keys, parse_engine_options
 from sim.core.errors import ConfigError
+from sim.core.fields import check_type
 
 
 @dataclass(frozen=True)
@@ -44,55 +44,16 @@ class EngineConfig:
     num_gpu_blocks_override: int | None = None
     enable_prefix_caching: bool | None = None
     enable_chunked_prefill: bool | None = None
-    long_prefill_token_threshold: int = 0
-    scheduler_reserve_full_isl: bool = True
-    scheduling_policy: str = "fcfs"
-    max_new_tokens: int | None = None  # static batching: HF generate's max_new_tokens (None: batch max)
+    scheduling_policy: str = "fcfs"  # "priority" only where the preset models it (its SCHEDULING_POLICIES)
     cost_model: str = "roofline"  # or "constant"
     constant_step_s: float = 0.02  # step time of the constant cost model
     overhead_gib: float | None = None  # activation peak + non-torch memory, overriding the estimate
-    # ---- presets (policies/presets.py checks which knob applies to which preset; None = preset default)
     preset: str | None = None  # alias of `policy` (the issue's `engine.preset = "trtllm"`)
     max_waiting: int | None = None  # admission control: waiting-queue cap, then "queue full" rejections
     queue_timeout_s: float | None = None  # admission control: never scheduled after this long -> dropped
-    # vLLM V0 (engines.md §1.5)
-    preemption_mode: str | None = None  # "recompute" | "swap"; None = V0's auto (recompute for n = 1)
-    swap_space: float | None = None  # GiB of CPU swap space per GPU (V0: 4)
-    watermark: float | None = None  # fraction of GPU blocks kept free at admission (V0, Sarathi: 0.01)
-    scheduler_delay_factor: float | None = None  # V0-9
-    # TensorRT-LLM (engines.md §2); max_batch_size / max_num_tokens / tokens_per_block / enable_block_reuse
-    # are TRT's names for max_num_seqs / max_num_batched_tokens / block_size / enable_prefix_caching
-    capacity_scheduler_policy: str | None = None
-    context_chunking_policy: str | None = None
-    max_batch_size: int | None = None
-    max_num_tokens: int | None = None
-    tokens_per_block: int | None = None
-    enable_block_reuse: bool | None = None
-    # llama.cpp server (engines.md §3.1): -np, -c (total), -b
-    n_parallel: int | None = None
-    n_ctx: int | None = None
-    n_batch: int | None = None
-    ctx_shift: bool | None = None
-    n_keep: int | None = None
-    slot_prompt_similarity: float | None = None
-    cache_prompt: bool | None = None
-    cont_batching: bool | None = None
-    # Ollama (engines.md §3.2): OLLAMA_NUM_PARALLEL, num_ctx (per request), num_batch, OLLAMA_MAX_QUEUE
-    num_parallel: int | None = None
-    num_ctx: int | None = None
-    num_batch: int | None = None
-    num_keep: int | None = None
-    max_queue: int | None = None
-    multiuser_cache: bool | None = None
-    model_loaded: bool | None = None  # v0.11.5+: requests for a loaded model bypass OLLAMA_MAX_QUEUE
-    # TGI (engines.md §4.2)
-    max_concurrent_requests: int | None = None
-    max_batch_prefill_tokens: int | None = None
-    max_batch_total_tokens: int | None = None
-    waiting_served_ratio: float | None = None
-    max_waiting_tokens: int | None = None
-    # Sarathi-Serve (engines.md §5.2): its name for the token budget
-    chunk_size: int | None = None
+    # The chosen preset's own keys (its knobs and engine-native names) as given, type-checked and
+    # validated by the preset's options class (policies/options.py); in the TOML they sit in [engine].
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -113,7 +74,11 @@ class RunConfig:
     slo: dict[str, float] = field(default_factory=dict)  # validated by sim.app.results
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """As a raw config (``config_from_dict(cfg.to_dict())`` gives ``cfg`` back): the preset's own
+        keys sit in the ``engine`` table beside the shared ones."""
+        d = dataclasses.asdict(self)
+        d["engine"].update(d["engine"].pop("options"))
+        return d
 
 
 _SECTIONS: dict[str, type] = {
@@ -125,41 +90,41 @@ _SECTIONS: dict[str, type] = {
 
 
 def _check_type(section: str, key: str, value: Any, annotation: Any) -> Any:
-    """Coerce ints to floats where a float is wanted; reject everything else that does not match."""
-    options = _resolve(annotation)
-    if value is None and type(None) in options:
-        return None
-    for t in options:
-        if t is float and isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if t is int and isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if t is bool and isinstance(value, bool):
-            return value
-        if t is str and isinstance(value, str):
-            return value
-    names = " or ".join("null" if t is type(None) else t.__name__ for t in options)
-    raise ConfigError(f"[{section}] {key}: expected {names}, got {value!r}")
-
-
-def _resolve(annotation: Any) -> tuple[type, ...]:
-    if isinstance(annotation, str):
-        annotation = eval(annotation, {"Any": Any})  # annotations are simple builtins here
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        return tuple(typing.get_args(annotation))
-    return (annotation,)
+    return check_type(f"[{section}]", key, value, annotation)
 
 
 def _build_section(name: str, cls: type, raw: Any) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"[{name}] must be a table, got {raw!r}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    if cls is EngineConfig:
+        return _build_engine(raw, fields)
     kwargs = {}
     for key, value in raw.items():
         if key not in fields:
             raise ConfigError(f"[{name}] unknown key {key!r}; known keys: {', '.join(fields)}")
         kwargs[key] = _check_type(name, key, value, fields[key].type)
     return cls(**kwargs)
+
+
+def shared_engine_keys() -> list[str]:
+    """The ``[engine]`` keys every preset shares (EngineConfig's fields)."""
+    return [f.name for f in dataclasses.fields(EngineConfig) if f.name != "options"]
+
+
+def engine_keys() -> list[str]:
+    """Every key an ``[engine]`` table may hold for some preset (shared, then preset-specific)."""
+    return [*shared_engine_keys(), *all_preset_keys()]
+
+
+def _build_engine(raw: dict[str, Any], fields: dict[str, Any]) -> EngineConfig:
+    """Shared keys are EngineConfig fields; the rest belong to the chosen preset's options class."""
+    shared = shared_engine_keys()
+    kwargs = {k: _check_type("engine", k, v, fields[k].type) for k, v in raw.items() if k in shared}
+    own = {k: v for k, v in raw.items() if k not in shared}
+    if own:  # (an unknown policy with no own keys fails in resolve(), as before)
+        own = parse_engine_options(kwargs.get("policy", EngineConfig.policy), own, shared).given
+    return EngineConfig(**kwargs, options=own)
 
 
 def config_from_dict(raw: dict[str, Any]) -> RunConfig:
@@ -212,10 +177,6 @@ def _validate(cfg: RunConfig) -> None:
         v = getattr(e, key)
         if v is not None and v < 1:
             raise ConfigError(f"[engine] {key} must be >= 1, got {v}")
-    if e.long_prefill_token_threshold < 0:
-        raise ConfigError(
-            f"[engine] long_prefill_token_threshold must be >= 0, got {e.long_prefill_token_threshold}"
-        )
     if e.scheduling_policy not in ("fcfs", "priority"):
         raise ConfigError(
             f"[engine] scheduling_policy must be 'fcfs' or 'priority', got {e.scheduling_policy!r}"

@@ -12,10 +12,18 @@ from typing import Any
 import simpy
 
 from policies.admission import with_admission
-from policies.base import Policy, PolicyLimits, make_policy, policy_defaults, policy_names
-from policies.presets import VLLM_BUDGET_RULE, derive_from_memory, preset_knobs
+from policies.base import (
+    Policy,
+    PolicyLimits,
+    PolicyOptions,
+    make_policy,
+    options_class,
+    parse_engine_options,
+    policy_names,
+)
+from policies.options import LIMIT_KNOBS
 from sim.app.collect import assemble, engine_counters, engine_rows, spec_rows
-from sim.app.config import RunConfig
+from sim.app.config import RunConfig, shared_engine_keys
 from sim.app.memory import plan_memory
 from sim.app.results import SimResult
 from sim.app.streams import source_for
@@ -40,7 +48,7 @@ class Setup:
     cost_model: Any
     meta: dict[str, Any]
     policy: str = "vllm"
-    options: dict[str, Any] = dataclasses.field(default_factory=dict)  # the preset's own knobs
+    options: PolicyOptions | None = None  # the preset's own knobs (None: its defaults)
     max_waiting: int | None = None  # admission control (policies/admission.py)
     queue_timeout_s: float | None = None
 
@@ -72,49 +80,66 @@ def _plan(cfg: RunConfig, model: Any, gpu: Any, block_size: int, mnbt: int, max_
     )
 
 
+def _explicit_limits(e: Any, aliases: dict[str, str], given: dict[str, Any]) -> dict[str, Any]:
+    """The shared limits the user set (None: not set), engine-native names folded in."""
+    explicit = {key: getattr(e, key) for key in LIMIT_KNOBS}
+    for alias, v in given.items():
+        target = aliases[alias]
+        if explicit[target] is not None and explicit[target] != v:
+            raise ConfigError(
+                f"[engine] {alias} = {v!r} and {target} = {explicit[target]!r} are the same knob for "
+                f"preset {e.policy!r}; give one of them"
+            )
+        explicit[target] = v
+    return explicit
+
+
 def resolve(cfg: RunConfig) -> Setup:
     e = cfg.engine
-    preset = policy_defaults(e.policy)
-    knobs = preset_knobs(e.policy, e, preset, {n: policy_defaults(n) for n in policy_names()})
+    parsed = parse_engine_options(e.policy, e.options, shared_engine_keys())
+    cls = type(parsed.options)
+    if e.scheduling_policy not in cls.SCHEDULING_POLICIES:
+        users = [n for n in policy_names() if e.scheduling_policy in options_class(n).SCHEDULING_POLICIES]
+        raise ConfigError(
+            f"[engine] scheduling_policy = {e.scheduling_policy!r} is not modelled for preset {e.policy!r} "
+            f"(only: {', '.join(users)})"
+        )
+    explicit = _explicit_limits(e, cls.ALIASES, parsed.aliases)
 
     def pick(key: str, fallback: Any) -> Any:
-        v = knobs.explicit[key]
-        return v if v is not None else preset.get(key, fallback)
+        v = explicit[key]
+        return v if v is not None else cls.LIMITS.get(key, fallback)
 
     block_size = pick("block_size", 16)
     model = get_model(cfg.model.name)
     gpu = get_gpu(cfg.hardware.gpu)
     max_num_seqs = pick("max_num_seqs", 256)
-    chunked = pick("enable_chunked_prefill", True)
-    mnbt_explicit = knobs.explicit["max_num_batched_tokens"]
-    mnbt = mnbt_explicit or preset.get("max_num_batched_tokens", 2048)
+    mnbt_explicit = explicit["max_num_batched_tokens"]
+    mnbt = mnbt_explicit or cls.LIMITS.get("max_num_batched_tokens", 2048)
     plan = _plan(cfg, model, gpu, block_size, mnbt, max_num_seqs)
-    if e.policy == "vllm-v0" and knobs.explicit["enable_chunked_prefill"] is None:
-        # engines.md §1.5: V0 turns chunked prefill on by itself when max_model_len > 32768.
-        chunked = chunked or plan.max_model_len > 32768
-    max_model_len = plan.max_model_len
-    if e.policy in VLLM_BUDGET_RULE:
-        if not chunked and mnbt_explicit is None:
-            mnbt = max(max_model_len, 2048)  # engines.md §1.1: without chunked prefill
-        if not chunked and mnbt < max_model_len:
-            raise ConfigError(
-                f"[engine] max_num_batched_tokens ({mnbt}) < max_model_len ({max_model_len}) without chunked "
-                "prefill: long prompts could never be scheduled (vLLM refuses this too)"
-            )
     limit_kw: dict[str, Any] = dict(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=mnbt,
-        max_model_len=max_model_len,
+        max_model_len=plan.max_model_len,
         block_size=block_size,
         num_gpu_blocks=plan.num_gpu_blocks,
         enable_prefix_caching=pick("enable_prefix_caching", True),
-        enable_chunked_prefill=chunked,
-        long_prefill_token_threshold=e.long_prefill_token_threshold,
-        scheduler_reserve_full_isl=e.scheduler_reserve_full_isl,
+        enable_chunked_prefill=pick("enable_chunked_prefill", True),
         scheduling_policy=e.scheduling_policy,
-        max_new_tokens=e.max_new_tokens,
+        **parsed.options.limit_values(),
     )
-    derive_from_memory(e.policy, knobs.options, plan, limit_kw)
+    # The preset's own resolution: what it derives from the memory plan (policies/options.py).
+    options = parsed.options.from_memory(plan, limit_kw, explicit)
+    if cls.VLLM_BUDGET_RULE:
+        chunked, max_model_len = limit_kw["enable_chunked_prefill"], limit_kw["max_model_len"]
+        if not chunked and mnbt_explicit is None:
+            limit_kw["max_num_batched_tokens"] = max(max_model_len, 2048)  # engines.md §1.1
+        if not chunked and limit_kw["max_num_batched_tokens"] < max_model_len:
+            raise ConfigError(
+                f"[engine] max_num_batched_tokens ({limit_kw['max_num_batched_tokens']}) < max_model_len "
+                f"({max_model_len}) without chunked prefill: long prompts could never be scheduled (vLLM "
+                "refuses this too)"
+            )
     limits = PolicyLimits(**limit_kw)
     if e.cost_model == "constant":
         cost = make_cost_model("constant", step_s=e.constant_step_s)
@@ -139,7 +164,7 @@ def resolve(cfg: RunConfig) -> Setup:
         cost_model=cost,
         meta=meta,
         policy=e.policy,
-        options=knobs.options,
+        options=options,
         max_waiting=e.max_waiting,
         queue_timeout_s=e.queue_timeout_s,
     )
@@ -177,7 +202,7 @@ def collect(
         prefix_cache=counters["prefix_cache"],
         num_preemptions=counters["num_preemptions"],
         swap=kv.swap_stats() if hasattr(kv, "swap_stats") else None,
-        policy_options=setup.options,
+        policy_options=setup.options.to_dict() if setup.options is not None else {},
         end_time=engine.env.now,
     )
     return assemble(rows, [recorder], config=cfg.to_dict(), horizon=cfg.simulation.horizon, meta=meta)

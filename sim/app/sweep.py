@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 import pandas as pd
 
-from sim.app.config import _SECTIONS, RunConfig, config_from_dict, parse_value
+from sim.app.config import _SECTIONS, RunConfig, config_from_dict, engine_keys, parse_value
 from sim.app.replicate import DEFAULT_LEVEL, interval_table, run_one, seed_list
 from sim.core.errors import ConfigError, ServesimError
 
@@ -72,7 +72,7 @@ def check_key(key: str, what: str = "--grid") -> tuple[str, ...]:
     if section not in SECTIONS:
         raise ConfigError(f"{what} {key!r}: unknown section {section!r}; known: {', '.join(SECTIONS)}")
     if section in _SECTIONS:
-        known = [f.name for f in fields(_SECTIONS[section])]
+        known = engine_keys() if section == "engine" else [f.name for f in fields(_SECTIONS[section])]
         if len(parts) != 2 or parts[1] not in known:
             raise ConfigError(f"{what} {key!r}: unknown key in [{section}]; known keys: {', '.join(known)}")
     return parts

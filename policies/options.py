@@ -1,0 +1,134 @@
+"""A policy's own ``[engine]`` knobs: one small frozen dataclass per policy, registered with it.
+
+A knob of the ``[engine]`` table is either *shared* (vLLM's names, a field of ``sim.app.config.EngineConfig``:
+max_num_seqs, block_size, ...) or the chosen preset's own: a field of its options class, or an
+*engine-native alias* of a shared limit (TensorRT-LLM's ``max_batch_size`` for ``max_num_seqs``). An
+options class declares, in the policy's own file:
+
+- its knobs as dataclass fields (name, type, default); ``validate`` checks their values;
+- ``LIMITS``: the preset's defaults for the shared limits (vLLM: 256 sequences, 2048-token budget);
+- ``ALIASES``: engine-native name -> shared limit;
+- ``LIMIT_FIELDS``: own knobs that resolve() hands to ``PolicyLimits`` (where the policy reads them);
+- ``SCHEDULING_POLICIES`` it models, and ``VLLM_BUDGET_RULE`` (vLLM's "no chunked prefill -> budget =
+  max(max_model_len, 2048)", engines.md §1.1);
+- ``from_memory``: what it derives from the memory plan (and preset-specific default resolution).
+
+Fields marked ``derived()`` are not user knobs: ``from_memory`` fills them (tests may pass them directly).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
+
+from sim.core.errors import ConfigError
+from sim.core.fields import check_type
+
+GIB = 1024**3
+
+# The shared limits a preset defaults and resolve() picks (explicit value > preset default > fallback).
+LIMIT_KNOBS = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+)
+
+
+def derived(default: Any) -> Any:
+    """A field from_memory() fills in: not accepted from a config file."""
+    return field(default=default, metadata={"derived": True})
+
+
+def invalid(knob: str, value: Any, allowed: str) -> ConfigError:
+    """The one error a bad knob value gives: ``[engine] KNOB must be ALLOWED, got VALUE``."""
+    shown = value if isinstance(value, int | float) and not isinstance(value, bool) else repr(value)
+    return ConfigError(f"[engine] {knob} must be {allowed}, got {shown}")
+
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    """Base class (no knobs). Subclasses are frozen dataclasses; see the module docstring."""
+
+    LIMITS: ClassVar[Mapping[str, Any]] = {}
+    ALIASES: ClassVar[Mapping[str, str]] = {}
+    LIMIT_FIELDS: ClassVar[tuple[str, ...]] = ()
+    SCHEDULING_POLICIES: ClassVar[tuple[str, ...]] = ("fcfs",)
+    VLLM_BUDGET_RULE: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check each knob's value; raise ``invalid(knob, value, allowed)``."""
+
+    # ---- knob names and defaults ---------------------------------------------------------------------
+    @classmethod
+    def knobs(cls) -> tuple[str, ...]:
+        """The user-facing knob names (derived fields excluded)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if not f.metadata.get("derived"))
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        return {f.name: f.default for f in dataclasses.fields(cls) if not f.metadata.get("derived")}
+
+    @classmethod
+    def accepted(cls) -> tuple[str, ...]:
+        """Every preset-specific key an ``[engine]`` table may hold for this preset."""
+        return (*cls.knobs(), *cls.ALIASES)
+
+    # ---- construction ---------------------------------------------------------------------------------
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any]) -> Self:
+        """Knobs from an ``[engine]`` table (only this class's knobs; aliases are the caller's), type-checked."""
+        types = {f.name: f.type for f in dataclasses.fields(cls)}
+        return cls(**{k: check_type("[engine]", k, v, types[k]) for k, v in table.items()})
+
+    @classmethod
+    def from_dict(cls, options: Mapping[str, Any], policy: str) -> Self:
+        """Programmatic construction (tests, make_policy): knobs and derived fields, no type coercion."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        bad = sorted(set(options) - set(names))
+        if bad:
+            raise ConfigError(
+                f"{policy} policy: unknown options {bad}; known: {', '.join(names) or '(none)'}"
+            )
+        return cls(**options)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def __getitem__(self, key: str) -> Any:
+        """Read a knob by name, as from the dict the options used to be."""
+        if key not in {f.name for f in dataclasses.fields(self)}:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    # ---- resolution -----------------------------------------------------------------------------------
+    def limit_values(self) -> dict[str, Any]:
+        """The own knobs that go into PolicyLimits."""
+        return {k: getattr(self, k) for k in self.LIMIT_FIELDS}
+
+    def from_memory(self, plan: Any, limits: dict[str, Any], explicit: Mapping[str, Any]) -> Self:
+        """Values that come from the memory plan (``plan``: sim.app.memory.MemoryPlan). May update
+        ``limits`` (the PolicyLimits keywords being built) and returns the options to run with.
+        ``explicit``: the shared limits the user set (aliases folded in; None = not set)."""
+        return self
+
+
+def fixed_token_pool(total: int, knob: str, plan: Any, limits: dict[str, Any]) -> None:
+    """A slot engine allocating ``total`` tokens of KV up front, no paging (llama.cpp LC-1, Ollama OL-1):
+    check it fits and report the pool in tokens (blocks of 1), as the slot policies count it."""
+    if total < 1:
+        raise ConfigError(f"[engine] {knob} must be >= 1, got {total}")
+    need = total * plan.kv_bytes_per_token
+    if need > plan.kv_budget_bytes:
+        raise ConfigError(
+            f"[engine] {knob} = {total} tokens needs {need / GIB:.2f} GiB of KV cache, only "
+            f"{plan.kv_budget_bytes / GIB:.2f} GiB fit on this GPU (memory plan)"
+        )
+    limits["block_size"] = 1
+    limits["num_gpu_blocks"] = total + 1
