@@ -73,6 +73,10 @@ class PolicyLimits:
     scheduler_reserve_full_isl: bool = True
     scheduling_policy: str = "fcfs"
     max_new_tokens: int | None = None
+    # vLLM V1 (policy "vllm" only): the 2-deep batch queue of async scheduling, and the fraction of
+    # GPU blocks held back when admitting waiting/preempted requests (kv_cache_manager.allocate_slots).
+    async_scheduling: bool = False
+    watermark: float = 0.0
 
 
 class Policy(Protocol):

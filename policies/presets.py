@@ -89,6 +89,11 @@ def preset_knobs(
                     'only (engines.md §1.1); use preset = "vllm-v0" for swap preemption'
                 )
             continue
+        if knob == "watermark" and name == "vllm":
+            # vLLM V1's SchedulerConfig.watermark: blocks held back at admission (kv_cache_manager.py)
+            if not 0 <= engine.watermark < 1:
+                raise ConfigError(f"[engine] watermark must be in [0, 1), got {engine.watermark}")
+            continue
         users = _users(knob, all_defaults)
         raise ConfigError(
             f"[engine] {knob} does not apply to preset {name!r}"
@@ -125,11 +130,15 @@ def preset_knobs(
         if key in OPTION_KNOBS:
             v = getattr(engine, key)
             out.options[key] = default if v is None else v
+    if name == "vllm" and engine.watermark is not None:
+        out.options["watermark"] = engine.watermark  # a PolicyLimits field: derive_from_memory moves it
     return out
 
 
 def derive_from_memory(name: str, options: dict[str, Any], plan: Any, limit_kw: dict[str, Any]) -> None:
     """Per-preset values that come from the memory plan (mutates ``options`` and ``limit_kw``)."""
+    if name == "vllm" and "watermark" in options:
+        limit_kw["watermark"] = float(options.pop("watermark"))
     if name == "vllm-v0":
         swap = options.get("swap_space", 4.0)
         if not (swap >= 0 and math.isfinite(swap)):

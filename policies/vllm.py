@@ -2,7 +2,15 @@
 
 One token budget per step; running requests first, in list order; preemption by recompute of the
 most recently admitted running request; no admissions in a step that preempted; strict head-of-line
-blocking of the waiting queue; whole-sequence admission gate (``scheduler_reserve_full_isl``).
+blocking of the waiting queue; whole-sequence admission gate (``scheduler_reserve_full_isl``); the
+``watermark``: blocks held back when admitting a waiting or preempted request while others run.
+
+Async scheduling (``async_scheduling``, vLLM's AsyncScheduler): the engine schedules step N+1 before
+step N's output is applied (a 2-deep batch queue), so ``update`` gets the plan of the step before the
+last one scheduled. Each row's sampled-but-unapplied tokens are placeholders: a running row asks for
+``num_tokens + placeholders - computed`` tokens and is skipped once its last token is in flight; a
+preempted row's in-flight output is stale, still appended when it lands, and the row is skipped in the
+waiting queue until then. Semantics: /tmp/async_spec.md (vLLM 0.33 scheduler.py, async_scheduler.py).
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from typing import Any
 
 from policies.base import DecodeRun, PolicyLimits, StepPlan, register
 from policies.common import QueuedPolicy
+from sim.batch import BatchSummary
 from sim.errors import ConfigError
 from sim.request import Request, Status
 
@@ -44,6 +53,10 @@ class _PriorityQueue:
     def popleft(self) -> Request:
         return heapq.heappop(self._heap)[3]
 
+    def remove(self, req: Request) -> None:
+        self._heap = [e for e in self._heap if e[3] is not req]
+        heapq.heapify(self._heap)
+
     def __len__(self) -> int:
         return len(self._heap)
 
@@ -63,6 +76,16 @@ class VllmPolicy(QueuedPolicy):
         if self.priority:
             self.waiting = _PriorityQueue()  # type: ignore[assignment]
         self._head_blocked_by_kv = False
+        if not 0 <= limits.watermark < 1:
+            raise ConfigError(f"[engine] watermark must be in [0, 1), got {limits.watermark}")
+        self.watermark_blocks = int(limits.watermark * limits.num_gpu_blocks)
+        self.async_scheduling = limits.async_scheduling
+        # Async only, per request with a non-zero count: sampled tokens not yet applied
+        # (num_output_placeholders), tokens scheduled in batches not yet applied (num_in_flight_tokens),
+        # and of those the ones a preemption made stale (num_stale_output_tokens).
+        self._placeholders: dict[Request, int] = {}
+        self._in_flight: dict[Request, int] = {}
+        self._stale: dict[Request, int] = {}
 
     def _victim(self) -> Request:
         if self.priority:
@@ -77,6 +100,10 @@ class VllmPolicy(QueuedPolicy):
         victim.num_discarded_tokens += victim.num_computed_tokens
         victim.num_computed_tokens = 0
         victim.num_preemptions += 1
+        if self.async_scheduling:
+            self._placeholders.pop(victim, None)
+            if victim in self._in_flight:
+                self._stale[victim] = self._in_flight[victim]
         self.waiting.appendleft(victim)
 
     def schedule(self, now: float) -> StepPlan:
@@ -90,13 +117,15 @@ class VllmPolicy(QueuedPolicy):
         plan = StepPlan()
         scheduled = plan.scheduled
         running = self.running
+        asyn = self.async_scheduling
+        placeholders = self._placeholders
 
         # V1-2 / V1-3: running requests first, in list order.
         i = 0
         while i < len(running) and budget > 0:
             # A stretch of decode rows (one token each) gets its slots in one call; a row that cannot
             # is handled below like any other.
-            j, end = i, min(len(running), i + budget)
+            j, end = i, (i if asyn else min(len(running), i + budget))
             while j < end and running[j].num_tokens - running[j].num_computed_tokens == 1:
                 j += 1
             if j > i:
@@ -108,13 +137,22 @@ class VllmPolicy(QueuedPolicy):
                     continue
             req = running[i]
             n = req.num_tokens - req.num_computed_tokens
+            if asyn and req in placeholders:
+                ph = placeholders[req]
+                if req.num_computed_tokens + 2 - ph >= req.prompt_len + req.output_len:
+                    i += 1  # its last token is in flight: nothing more to schedule
+                    continue
+                n += ph
             if 0 < thr < n:
                 n = thr
             n = min(n, budget, max_len - 1 - req.num_computed_tokens)
             if n <= 0:
                 i += 1
                 continue
-            while not (kv.allocate_decode_slot(req) if n == 1 else kv.allocate_slots(req, n) is not None):
+            # Async rows allocate through allocate_slots: with outputs still in flight, a decode slot can
+            # also register blocks that the decode fast path assumes already registered.
+            while not (kv.allocate_decode_slot(req) if n == 1 and not asyn
+                       else kv.allocate_slots(req, n) is not None):
                 victim = self._victim()
                 if self.priority:
                     if running.index(victim) < i:
@@ -144,10 +182,14 @@ class VllmPolicy(QueuedPolicy):
         self._head_blocked_by_kv = False
         if not plan.preempted:
             waiting = self.waiting
+            skipped: list[Request] = []
             while waiting and budget > 0:
                 if len(running) >= lim.max_num_seqs:
                     break
                 req = waiting[0]
+                if asyn and req in self._stale:
+                    skipped.append(waiting.popleft())  # its stale output must land first; look further
+                    continue
                 # vLLM 0.33 counts a lookup in the prefix-cache stats only when the request is admitted.
                 hit_blocks, hit = kv.get_computed_blocks(req, record=False)
                 n = req.num_tokens - hit
@@ -157,7 +199,8 @@ class VllmPolicy(QueuedPolicy):
                     break  # vLLM 0.33 stops admitting here (0.11 skipped the request, engines.md V1-5)
                 n = min(n, budget)
                 new = kv.allocate_slots(
-                    req, n, hit, hit_blocks, full_sequence_must_fit=lim.scheduler_reserve_full_isl
+                    req, n, hit, hit_blocks, full_sequence_must_fit=lim.scheduler_reserve_full_isl,
+                    watermark_blocks=self.watermark_blocks if running else 0,
                 )
                 if new is None:
                     self._head_blocked_by_kv = True
@@ -173,9 +216,79 @@ class VllmPolicy(QueuedPolicy):
                 scheduled.append((req, n))
                 plan.admitted.append(req)
                 budget -= n
-        return self.finalize_plan(plan)
+            for req in reversed(skipped):
+                waiting.appendleft(req)  # back at the front, in order (priority: by key)
+        return self._finalize_async(plan) if asyn else self.finalize_plan(plan)
+
+    def _finalize_async(self, plan: StepPlan) -> StepPlan:
+        """finalize_plan with placeholders: a row samples when it reaches num_tokens + placeholders."""
+        dec: list[int] = []
+        chunks: list[int] = []
+        ctxs: list[int] = []
+        placeholders, in_flight = self._placeholders, self._in_flight
+        for req, n in plan.scheduled:
+            before = req.num_computed_tokens
+            after = req.num_computed_tokens = before + n
+            in_flight[req] = in_flight.get(req, 0) + n
+            ph = placeholders.get(req, 0)
+            if after >= req.num_tokens + ph:
+                placeholders[req] = ph + 1
+                plan.sampled.append(req)
+                if n == 1 and before >= req.prompt_len:
+                    dec.append(after)
+                    continue
+            chunks.append(n)
+            ctxs.append(before)
+        plan.batch = BatchSummary.of(dec, chunks, ctxs, len(plan.sampled))
+        return plan
+
+    def update(self, plan: StepPlan, now: float) -> list[Request]:
+        """Apply a finished step. Async: ``plan`` is the older of the two in flight; its tokens land on
+        rows that may since have been preempted (stale: appended, but no placeholder to resolve)."""
+        if not self.async_scheduling:
+            return super().update(plan, now)
+        placeholders, in_flight, stale = self._placeholders, self._in_flight, self._stale
+        sampled = set(map(id, plan.sampled))
+        max_len = self.limits.max_model_len
+        kv = self.kv
+        finished: list[Request] = []
+        for req, n in plan.scheduled:
+            left = in_flight.pop(req) - n
+            if left:
+                in_flight[req] = left
+            is_stale = req in stale
+            if is_stale:
+                if stale[req] > n:
+                    stale[req] -= n
+                else:
+                    del stale[req]
+            if req.status is Status.FINISHED or id(req) not in sampled:
+                continue
+            req.num_output_tokens += 1
+            req.num_tokens += 1
+            if not is_stale:
+                ph = placeholders.pop(req, 0)
+                if ph > 1:
+                    placeholders[req] = ph - 1
+                if ph and req.status is Status.RUNNING:
+                    kv.cache_blocks(req, req.num_computed_tokens - in_flight.get(req, 0))
+            if req.num_output_tokens >= req.output_len or req.num_tokens >= max_len:
+                if req.status is not Status.RUNNING:
+                    self.waiting.remove(req)  # preempted; its stale output was its last token
+                placeholders.pop(req, None)
+                req.status = Status.FINISHED
+                req.finish_time = now
+                req.finish_reason = "length" if req.num_output_tokens >= req.output_len else "max_model_len"
+                kv.free(req)
+                finished.append(req)
+        if finished:
+            done = set(map(id, finished))
+            self.running = [r for r in self.running if id(r) not in done]
+        return finished
 
     def decode_run(self, finishes_ok: bool = False) -> DecodeRun | None:
+        if self.async_scheduling:
+            return None  # the engine steps an async scheduler one batch at a time
         # A head blocked by KV stays blocked while decodes only consume blocks; lookups that do not
         # admit are not counted in the prefix-cache stats (vLLM 0.33), so skipping them is exact.
         blocked = len(self.running) >= self.limits.max_num_seqs or self._head_blocked_by_kv

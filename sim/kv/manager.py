@@ -139,6 +139,7 @@ class KVCacheManager:
         new_computed_blocks: list[KVBlock] | None = None,
         num_lookahead_tokens: int = 0,
         full_sequence_must_fit: bool = False,
+        watermark_blocks: int = 0,
     ) -> list[KVBlock] | None:
         """Give ``req`` slots for ``num_new_tokens`` more tokens (plus prefix hits and lookahead).
 
@@ -147,6 +148,8 @@ class KVCacheManager:
         ``scheduler_reserve_full_isl`` gate: the whole current sequence must fit, though only this
         chunk is allocated. Full blocks are registered in the prefix cache here, at allocation, so a
         request admitted later in the same step can already hit them (vllm-oracle README).
+        ``watermark_blocks``: vLLM V1's watermark, blocks that must stay free after this allocation
+        (the caller passes it for admissions only, as vLLM applies it to waiting/preempted requests).
         """
         if num_new_tokens <= 0:
             raise ValueError(f"request {req.request_id}: num_new_tokens must be > 0, got {num_new_tokens}")
@@ -162,7 +165,7 @@ class KVCacheManager:
                     f"{len(hits)} hit blocks x {self.block_size}"
                 )
         pool = self.pool
-        num_free = pool.num_free_blocks
+        num_free = pool.num_free_blocks - watermark_blocks
         computed = req.num_computed_tokens + num_new_computed_tokens
 
         if full_sequence_must_fit:
@@ -206,6 +209,21 @@ class KVCacheManager:
                     pool.cache_full_blocks(st.blocks, hashes, st.num_cached, num_full)
                 st.num_cached = num_full
         return new_blocks
+
+    def cache_blocks(self, req: Request, num_tokens: int) -> None:
+        """Register ``req``'s full blocks among its first ``num_tokens`` tokens (vLLM's cache_blocks):
+        async scheduling registers the blocks of outputs that were not known at allocation."""
+        st = self._reqs.get(req.request_id)
+        if st is None or not self.enable_caching:
+            return
+        num_full = min(num_tokens, req.num_tokens) // self.block_size
+        if num_full > st.num_cached:
+            if num_full > len(st.blocks):
+                num_full = len(st.blocks)
+            if req.spec.shares_content:
+                hashes = req.block_hashes(self.block_size, num_full * self.block_size)
+                self.pool.cache_full_blocks(st.blocks, hashes, st.num_cached, num_full)
+            st.num_cached = num_full
 
     def allocate_decode_slot(self, req: Request) -> bool:
         """``allocate_slots(req, 1) is not None`` for a running request, O(1) in the common case.
