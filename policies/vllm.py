@@ -9,8 +9,10 @@ Async scheduling (``async_scheduling``, vLLM's AsyncScheduler): the engine sched
 step N's output is applied (a 2-deep batch queue), so ``update`` gets the plan of the step before the
 last one scheduled. Each row's sampled-but-unapplied tokens are placeholders: a running row asks for
 ``num_tokens + placeholders - computed`` tokens and is skipped once its last token is in flight; a
-preempted row's in-flight output is stale, still appended when it lands, and the row is skipped in the
-waiting queue until then. Semantics: /tmp/async_spec.md (vLLM 0.33 scheduler.py, async_scheduler.py).
+preempted row's in-flight output is stale: still appended when it lands (the row may finish while
+waiting), resolving no placeholder. (vLLM also skips a waiting row whose stale output has not landed;
+with a 2-deep queue it always lands before the next schedule, as a step that preempts admits nobody.)
+Semantics: /tmp/async_spec.md (vLLM 0.33 scheduler.py, async_scheduler.py).
 """
 
 from __future__ import annotations
@@ -182,14 +184,10 @@ class VllmPolicy(QueuedPolicy):
         self._head_blocked_by_kv = False
         if not plan.preempted:
             waiting = self.waiting
-            skipped: list[Request] = []
             while waiting and budget > 0:
                 if len(running) >= lim.max_num_seqs:
                     break
                 req = waiting[0]
-                if asyn and req in self._stale:
-                    skipped.append(waiting.popleft())  # its stale output must land first; look further
-                    continue
                 # vLLM 0.33 counts a lookup in the prefix-cache stats only when the request is admitted.
                 hit_blocks, hit = kv.get_computed_blocks(req, record=False)
                 n = req.num_tokens - hit
@@ -216,8 +214,6 @@ class VllmPolicy(QueuedPolicy):
                 scheduled.append((req, n))
                 plan.admitted.append(req)
                 budget -= n
-            for req in reversed(skipped):
-                waiting.appendleft(req)  # back at the front, in order (priority: by key)
         return self._finalize_async(plan) if asyn else self.finalize_plan(plan)
 
     def _finalize_async(self, plan: StepPlan) -> StepPlan:
