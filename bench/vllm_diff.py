@@ -493,6 +493,17 @@ HANDMADE = {
         ],
     },
 }
+# Only in the watermark fixtures: b's whole prompt fits the free blocks, but not above the watermark
+# (int(0.1 x 21) = 2 blocks) while a runs; alone in the system it is admitted (no watermark then).
+HANDMADE_WATERMARK = {
+    "watermark holds b back while a runs": {
+        "params": {"block_size": 8, "num_gpu_blocks": 21, "max_num_seqs": 8, "max_num_batched_tokens": 128,
+                   "enable_prefix_caching": False, "enable_chunked_prefill": True,
+                   "long_prefill_token_threshold": 0, "max_model_len": 120, "policy": "fcfs", "watermark": 0.1},
+        "requests": [{"id": "a", "arrival_step": 0, "prompt_len": 40, "output_len": 6},
+                     {"id": "b", "arrival_step": 1, "prompt_len": 112, "output_len": 2}],
+    },
+}
 _EMPTY_BY_DEFAULT = ("arrived", "scheduled", "admitted", "preempted", "finished")
 
 
@@ -500,11 +511,11 @@ def fixture_workloads(async_scheduling: bool = False,
                       watermark: float | tuple[float, float] = 0.0) -> list[tuple[str, dict[str, Any]]]:
     """The fixture workloads; with ``async_scheduling`` / ``watermark`` set as in ``gen_workload``."""
     out = []
-    for name, w in HANDMADE.items():
+    for name, w in [*HANDMADE.items(), *(HANDMADE_WATERMARK.items() if watermark else ())]:
         w = json.loads(json.dumps(w))
         if async_scheduling:
             w["params"]["async_scheduling"] = True
-        if watermark:
+        if watermark and name not in HANDMADE_WATERMARK:
             w["params"]["watermark"] = watermark[1] if isinstance(watermark, tuple) else watermark
         out.append((name, w))
     out += [(f"seed {FIXTURE_SEED} #{i}: {why}", gen_workload(FIXTURE_SEED, i, async_scheduling, watermark))
