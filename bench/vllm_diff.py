@@ -17,6 +17,9 @@ scheduler_reserve_full_isl off) run through both:
   for step = 0, 1, ...: add the requests arriving at this step, schedule if anything is in the system
   (or something finished last step: the engine's extra empty step), apply one sampled token to each
   row whose prompt is done, finish the done ones. One step per time unit (a constant cost model).
+  With ``--async-scheduling`` both sides run vLLM's async scheduling: a step schedules the next batch
+  before the previous batch's output is applied (a 2-deep batch queue, ``servesim_trace``).
+  ``--watermark F`` or ``LOW,HIGH`` (drawn per workload) sets vLLM V1's admission watermark.
   It runs twice: with every prompt given as segments, and with ungrouped prompts left as unique content
   (the KV manager's no-hashing shortcut), see ``request_specs``.
 

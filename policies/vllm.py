@@ -12,7 +12,8 @@ last one scheduled. Each row's sampled-but-unapplied tokens are placeholders: a 
 preempted row's in-flight output is stale: still appended when it lands (the row may finish while
 waiting), resolving no placeholder. (vLLM also skips a waiting row whose stale output has not landed;
 with a 2-deep queue it always lands before the next schedule, as a step that preempts admits nobody.)
-Semantics: /tmp/async_spec.md (vLLM 0.33 scheduler.py, async_scheduler.py).
+Sources: vLLM 0.33 v1/core/sched/scheduler.py, async_scheduler.py, v1/engine/core.py
+``step_with_batch_queue``; bench/README.md (the differential test).
 """
 
 from __future__ import annotations
@@ -83,11 +84,10 @@ class VllmPolicy(QueuedPolicy):
         self.watermark_blocks = int(limits.watermark * limits.num_gpu_blocks)
         self.async_scheduling = limits.async_scheduling
         # Async only, per request with a non-zero count: sampled tokens not yet applied
-        # (num_output_placeholders), tokens scheduled in batches not yet applied (num_in_flight_tokens),
-        # and of those the ones a preemption made stale (num_stale_output_tokens).
+        # (num_output_placeholders, reset by a preemption) and tokens scheduled in batches not yet
+        # applied (num_in_flight_tokens).
         self._placeholders: dict[Request, int] = {}
         self._in_flight: dict[Request, int] = {}
-        self._stale: dict[Request, int] = {}
 
     def _victim(self) -> Request:
         if self.priority:
@@ -102,10 +102,7 @@ class VllmPolicy(QueuedPolicy):
         victim.num_discarded_tokens += victim.num_computed_tokens
         victim.num_computed_tokens = 0
         victim.num_preemptions += 1
-        if self.async_scheduling:
-            self._placeholders.pop(victim, None)
-            if victim in self._in_flight:
-                self._stale[victim] = self._in_flight[victim]
+        self._placeholders.pop(victim, None)  # async: its in-flight output is stale now
         self.waiting.appendleft(victim)
 
     def schedule(self, now: float) -> StepPlan:
@@ -243,7 +240,7 @@ class VllmPolicy(QueuedPolicy):
         rows that may since have been preempted (stale: appended, but no placeholder to resolve)."""
         if not self.async_scheduling:
             return super().update(plan, now)
-        placeholders, in_flight, stale = self._placeholders, self._in_flight, self._stale
+        placeholders, in_flight = self._placeholders, self._in_flight
         sampled = set(map(id, plan.sampled))
         max_len = self.limits.max_model_len
         kv = self.kv
@@ -252,22 +249,16 @@ class VllmPolicy(QueuedPolicy):
             left = in_flight.pop(req) - n
             if left:
                 in_flight[req] = left
-            is_stale = req in stale
-            if is_stale:
-                if stale[req] > n:
-                    stale[req] -= n
-                else:
-                    del stale[req]
             if req.status is Status.FINISHED or id(req) not in sampled:
                 continue
             req.num_output_tokens += 1
             req.num_tokens += 1
-            if not is_stale:
-                ph = placeholders.pop(req, 0)
+            ph = placeholders.pop(req, 0)  # 0 when preempted since: the output is stale
+            if ph:
                 if ph > 1:
                     placeholders[req] = ph - 1
-                if ph and req.status is Status.RUNNING:
-                    kv.cache_blocks(req, req.num_computed_tokens - in_flight.get(req, 0))
+                # the blocks of what the applied batches computed, outputs included
+                kv.cache_blocks(req, req.num_computed_tokens - in_flight.get(req, 0))
             if req.num_output_tokens >= req.output_len or req.num_tokens >= max_len:
                 if req.status is not Status.RUNNING:
                     self.waiting.remove(req)  # preempted; its stale output was its last token
