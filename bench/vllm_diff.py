@@ -17,6 +17,9 @@ scheduler_reserve_full_isl off) run through both:
   for step = 0, 1, ...: add the requests arriving at this step, schedule if anything is in the system
   (or something finished last step: the engine's extra empty step), apply one sampled token to each
   row whose prompt is done, finish the done ones. One step per time unit (a constant cost model).
+  With ``--async-scheduling`` both sides run vLLM's async scheduling: a step schedules the next batch
+  before the previous batch's output is applied (a 2-deep batch queue, ``servesim_trace``).
+  ``--watermark F`` or ``LOW,HIGH`` (drawn per workload) sets vLLM V1's admission watermark.
   It runs twice: with every prompt given as segments, and with ungrouped prompts left as unique content
   (the KV manager's no-hashing shortcut), see ``request_specs``.
 
@@ -35,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,8 +50,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from policies.base import PolicyLimits  # noqa: E402
-from policies.vllm import VllmPolicy  # noqa: E402
+from policies.base import PolicyLimits, StepPlan  # noqa: E402
+from policies.vllm import VllmOptions, VllmPolicy  # noqa: E402
 from sim.core.request import Request, RequestSpec  # noqa: E402
 
 ORACLE_DIR = REPO.parent / "shared" / "tools" / "vllm-oracle"
@@ -72,8 +76,12 @@ FIELDS_UNIQUE = tuple(f for f in FIELDS if f != "num_cached_hashes")
 
 
 # ---- workloads --------------------------------------------------------------------------------------
-def gen_workload(seed: int, index: int) -> dict[str, Any]:
+def gen_workload(seed: int, index: int, async_scheduling: bool = False,
+                 watermark: float | tuple[float, float] = 0.0) -> dict[str, Any]:
     """Workload ``index`` of ``seed`` in the oracle's format: ``{"params": {...}, "requests": [...]}``.
+
+    ``async_scheduling`` and ``watermark`` (a value, or a (low, high) range drawn per workload from its
+    own stream) only set those params: the requests and the other params do not depend on them.
 
     Each workload draws its own config, so 200 workloads cover the on/off switches in combination.
     Invariants the oracle needs (and servesim would otherwise reject): every prompt is shorter than
@@ -151,6 +159,11 @@ def gen_workload(seed: int, index: int) -> dict[str, Any]:
         "scheduler_reserve_full_isl": reserve_full_isl, "prefix_len": 0, "async_scheduling": False, "seed": 0,
         "max_steps": MAX_STEPS,
     }
+    params["async_scheduling"] = bool(async_scheduling)
+    if isinstance(watermark, tuple):
+        lo, hi = watermark
+        watermark = round(float(np.random.default_rng([seed, index, 1]).uniform(lo, hi)), 4)
+    params["watermark"] = float(watermark)
     return {"params": params, "requests": reqs}
 
 
@@ -213,6 +226,7 @@ def policy_limits(params: dict[str, Any]) -> PolicyLimits:
         long_prefill_token_threshold=int(params.get("long_prefill_token_threshold", 0)),
         scheduler_reserve_full_isl=bool(params.get("scheduler_reserve_full_isl", True)),
         scheduling_policy=str(params.get("policy", "fcfs")),
+        async_scheduling=bool(params.get("async_scheduling", False)),
     )
 
 
@@ -221,14 +235,16 @@ def _stats_delta(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:
 
 
 def servesim_trace(workload: dict[str, Any], content: str = "segments") -> list[dict[str, Any]]:
-    """servesim's ``vllm`` policy on ``workload``, one record per step in the oracle's format."""
+    """servesim's ``vllm`` policy on ``workload``, one record per step in the oracle's format.
+
+    The loop is the oracle's (EngineCore.step, or step_with_batch_queue with async_scheduling): each
+    step schedules if the scheduler has requests and queues the batch; with a 2-deep queue (async) a
+    step whose queue is not yet full returns without applying any output, otherwise the oldest batch's
+    output is applied (``update``). Sync is the same loop with a 1-deep queue.
+    """
     params = workload["params"]
-    if params.get("async_scheduling"):
-        raise ValueError("servesim_trace: only synchronous scheduling (async_scheduling false) is modelled")
-    if float(params.get("watermark", 0.0)) != 0.0:
-        raise ValueError("servesim_trace: the vLLM 0.33 watermark knob is not modelled (use 0)")
     # The class itself rather than the registry, so that half-built presets elsewhere cannot break this.
-    pol = VllmPolicy(policy_limits(params))
+    pol = VllmPolicy(policy_limits(params), VllmOptions(watermark=float(params.get("watermark", 0.0))))
     kv = pol.kv
     usable = kv.usable_blocks
     by_step: dict[int, list[RequestSpec]] = {}
@@ -236,13 +252,16 @@ def servesim_trace(workload: dict[str, Any], content: str = "segments") -> list[
         by_step.setdefault(step, []).append(spec)
     last_arrival = max(by_step) if by_step else 0
     max_steps = int(params.get("max_steps", MAX_STEPS))
+    depth = 2 if params.get("async_scheduling") else 1
 
     trace: list[dict[str, Any]] = []
     stats = kv.prefix_cache_stats()
-    finished_last = False  # vLLM's has_requests() also counts requests finished since the last schedule
+    # vLLM's has_requests() also counts requests finished since the last schedule()
+    finished_since_schedule = False
+    queue: deque[StepPlan] = deque()  # batches scheduled, output not applied yet (newest first)
     step = 0
     while step < max_steps:
-        if step > last_arrival and not pol.has_unfinished() and not finished_last:
+        if step > last_arrival and not pol.has_unfinished() and not finished_since_schedule and not queue:
             break
         arrived = []
         for spec in by_step.get(step, ()):
@@ -251,11 +270,11 @@ def servesim_trace(workload: dict[str, Any], content: str = "segments") -> list[
                 raise ValueError(f"servesim rejected {spec.request_id}: {reason} (the oracle never rejects)")
             arrived.append(spec.request_id)
         rec: dict[str, Any] = {"step": step, "arrived": arrived}
-        if pol.has_unfinished() or finished_last:
+        plan = None
+        if pol.has_unfinished() or finished_since_schedule:
             plan = pol.schedule(float(step))
-            free_after = kv.num_free_blocks
-            n_running, n_waiting = pol.num_running, pol.num_waiting
-            now_stats = kv.prefix_cache_stats()
+            finished_since_schedule = False
+            queue.appendleft(plan)
             admitted_ids = {id(r) for r in plan.admitted}
             admitted = {}
             for r, n in plan.scheduled:
@@ -263,23 +282,26 @@ def servesim_trace(workload: dict[str, Any], content: str = "segments") -> list[
                     # finalize_plan advanced num_computed_tokens by n: the rest are prefix hits.
                     kind = "resumed" if r.num_preemptions > 0 else "new"
                     admitted[r.request_id] = {"kind": kind, "cached": r.num_computed_tokens - n}
-            finished = pol.update(plan, float(step + 1))
-            finished_last = bool(finished)
+            now_stats = kv.prefix_cache_stats()
             rec.update(
                 scheduled=[[r.request_id, n] for r, n in plan.scheduled],
                 num_scheduled_tokens=sum(n for _, n in plan.scheduled),
                 admitted=admitted,
                 preempted=sorted(r.request_id for r in plan.preempted),
-                finished=[r.request_id for r in finished],
                 prefix_cache=_stats_delta(now_stats, stats),
             )
             stats = now_stats
         else:
-            free_after = kv.num_free_blocks
-            n_running, n_waiting = pol.num_running, pol.num_waiting
-            rec.update(scheduled=[], num_scheduled_tokens=0, admitted={}, preempted=[], finished=[],
-                       prefix_cache=None)
+            rec.update(scheduled=[], num_scheduled_tokens=0, admitted={}, preempted=[], prefix_cache=None)
+        free_after = kv.num_free_blocks
+        n_running, n_waiting = pol.num_running, pol.num_waiting
+        hold = plan is not None and len(queue) < depth and (bool(plan.scheduled) or pol.has_unfinished())
+        finished: list[Request] = []
+        if queue and not hold:
+            finished = pol.update(queue.pop(), float(step + 1))
+            finished_since_schedule = finished_since_schedule or bool(finished)
         rec.update(
+            finished=[r.request_id for r in finished],
             num_running=n_running,
             num_waiting=n_waiting,
             num_free_blocks=free_after,
@@ -473,12 +495,33 @@ HANDMADE = {
         ],
     },
 }
+# Only in the watermark fixtures: b's whole prompt fits the free blocks, but not above the watermark
+# (int(0.1 x 21) = 2 blocks) while a runs; alone in the system it is admitted (no watermark then).
+HANDMADE_WATERMARK = {
+    "watermark holds b back while a runs": {
+        "params": {"block_size": 8, "num_gpu_blocks": 21, "max_num_seqs": 8, "max_num_batched_tokens": 128,
+                   "enable_prefix_caching": False, "enable_chunked_prefill": True,
+                   "long_prefill_token_threshold": 0, "max_model_len": 120, "policy": "fcfs", "watermark": 0.1},
+        "requests": [{"id": "a", "arrival_step": 0, "prompt_len": 40, "output_len": 6},
+                     {"id": "b", "arrival_step": 1, "prompt_len": 112, "output_len": 2}],
+    },
+}
 _EMPTY_BY_DEFAULT = ("arrived", "scheduled", "admitted", "preempted", "finished")
 
 
-def fixture_workloads() -> list[tuple[str, dict[str, Any]]]:
-    out = [(name, w) for name, w in HANDMADE.items()]
-    out += [(f"seed {FIXTURE_SEED} #{i}: {why}", gen_workload(FIXTURE_SEED, i)) for i, why in FIXTURE_INDICES.items()]
+def fixture_workloads(async_scheduling: bool = False,
+                      watermark: float | tuple[float, float] = 0.0) -> list[tuple[str, dict[str, Any]]]:
+    """The fixture workloads; with ``async_scheduling`` / ``watermark`` set as in ``gen_workload``."""
+    out = []
+    for name, w in [*HANDMADE.items(), *(HANDMADE_WATERMARK.items() if watermark else ())]:
+        w = json.loads(json.dumps(w))
+        if async_scheduling:
+            w["params"]["async_scheduling"] = True
+        if watermark and name not in HANDMADE_WATERMARK:
+            w["params"]["watermark"] = watermark[1] if isinstance(watermark, tuple) else watermark
+        out.append((name, w))
+    out += [(f"seed {FIXTURE_SEED} #{i}: {why}", gen_workload(FIXTURE_SEED, i, async_scheduling, watermark))
+            for i, why in FIXTURE_INDICES.items()]
     return out
 
 
@@ -536,8 +579,23 @@ def coverage(workload: dict[str, Any], trace: Sequence[dict[str, Any]]) -> dict[
 
 
 def config_label(params: dict[str, Any]) -> str:
-    return (f"cache={'on' if params['enable_prefix_caching'] else 'off'} "
-            f"chunked={'on' if params['enable_chunked_prefill'] else 'off'} {params['policy']}")
+    label = (f"cache={'on' if params['enable_prefix_caching'] else 'off'} "
+             f"chunked={'on' if params['enable_chunked_prefill'] else 'off'} {params['policy']}")
+    if params.get("async_scheduling"):
+        label += " async"
+    if params.get("watermark"):
+        label += " watermark"
+    return label
+
+
+def _watermark_arg(s: str) -> float | tuple[float, float]:
+    """``--watermark``: a fraction, or ``LOW,HIGH`` drawn per workload."""
+    parts = [float(x) for x in s.split(",")]
+    if len(parts) == 1 and 0 <= parts[0] < 1:
+        return parts[0]
+    if len(parts) == 2 and 0 <= parts[0] <= parts[1] < 1:
+        return (parts[0], parts[1])
+    raise argparse.ArgumentTypeError(f"watermark must be F or LOW,HIGH with 0 <= F < 1, got {s!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -557,8 +615,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--write-fixture", type=Path,
                     help="run the fixture workloads (FIXTURE_INDICES, HANDMADE) and write them with their "
                          "oracle traces to this file (tests/data/vllm_oracle_tiny.jsonl)")
+    ap.add_argument("--async-scheduling", action="store_true",
+                    help="every workload with async_scheduling (the oracle's AsyncScheduler + 2-deep queue)")
+    ap.add_argument("--watermark", type=_watermark_arg, default=0.0,
+                    help="vLLM V1 watermark: F, or LOW,HIGH drawn per workload (e.g. 0.01,0.2)")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
+    mode = {"async_scheduling": a.async_scheduling, "watermark": a.watermark}
 
     oracle_py = a.oracle_dir / "oracle.py"
     if not oracle_py.exists():
@@ -567,9 +630,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     oracle_sha = hashlib.sha256(oracle_py.read_bytes()).hexdigest()
     a.cache.mkdir(parents=True, exist_ok=True)
     if a.write_fixture:
-        named = fixture_workloads()
+        named = fixture_workloads(**mode)
     else:
-        named = [(str(i), gen_workload(a.seed, i)) for i in (a.only if a.only else range(a.workloads))]
+        named = [(str(i), gen_workload(a.seed, i, **mode)) for i in (a.only if a.only else range(a.workloads))]
     items = []
     for name, w in named:
         key = workload_key(w, oracle_sha)

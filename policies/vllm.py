@@ -2,7 +2,18 @@
 
 One token budget per step; running requests first, in list order; preemption by recompute of the
 most recently admitted running request; no admissions in a step that preempted; strict head-of-line
-blocking of the waiting queue; whole-sequence admission gate (``scheduler_reserve_full_isl``).
+blocking of the waiting queue; whole-sequence admission gate (``scheduler_reserve_full_isl``); the
+``watermark``: blocks held back when admitting a waiting or preempted request while others run.
+
+Async scheduling (``async_scheduling``, vLLM's AsyncScheduler): the engine schedules step N+1 before
+step N's output is applied (a 2-deep batch queue), so ``update`` gets the plan of the step before the
+last one scheduled. Each row's sampled-but-unapplied tokens are placeholders: a running row asks for
+``num_tokens + placeholders - computed`` tokens and is skipped once its last token is in flight; a
+preempted row's in-flight output is stale: still appended when it lands (the row may finish while
+waiting), resolving no placeholder. (vLLM also skips a waiting row whose stale output has not landed;
+with a 2-deep queue it always lands before the next schedule, as a step that preempts admits nobody.)
+Sources: vLLM 0.33 v1/core/sched/scheduler.py, async_scheduler.py, v1/engine/core.py
+``step_with_batch_queue``; bench/README.md (the differential test).
 """
 
 from __future__ import annotations
@@ -13,6 +24,7 @@ from dataclasses import dataclass
 from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
 from policies.options import PolicyOptions, invalid
+from sim.core.batch import BatchSummary
 from sim.core.errors import ConfigError
 from sim.core.request import Request, Status
 
@@ -69,6 +81,10 @@ class _PriorityQueue:
     def popleft(self) -> Request:
         return heapq.heappop(self._heap)[3]
 
+    def remove(self, req: Request) -> None:
+        self._heap = [e for e in self._heap if e[3] is not req]
+        heapq.heapify(self._heap)
+
     def __len__(self) -> int:
         return len(self._heap)
 
@@ -81,11 +97,18 @@ class VllmPolicy(QueuedPolicy):
     def __init__(self, limits: PolicyLimits, options: VllmOptions | None = None) -> None:
         options = options or VllmOptions()
         super().__init__(limits)
-        self.watermark = options.watermark  # its scheduling effect: not modelled yet
+        # kv_cache_manager.allocate_slots: blocks held back when admitting a waiting or preempted request.
+        self.watermark_blocks = int(options.watermark * limits.num_gpu_blocks)
         self.priority = limits.scheduling_policy == "priority"
         if self.priority:
             self.waiting = _PriorityQueue()  # type: ignore[assignment]
         self._head_blocked_by_kv = False
+        self.async_scheduling = limits.async_scheduling
+        # Async only, per request with a non-zero count: sampled tokens not yet applied
+        # (num_output_placeholders, reset by a preemption) and tokens scheduled in batches not yet
+        # applied (num_in_flight_tokens).
+        self._placeholders: dict[Request, int] = {}
+        self._in_flight: dict[Request, int] = {}
 
     def _victim(self) -> Request:
         if self.priority:
@@ -100,6 +123,7 @@ class VllmPolicy(QueuedPolicy):
         victim.num_discarded_tokens += victim.num_computed_tokens
         victim.num_computed_tokens = 0
         victim.num_preemptions += 1
+        self._placeholders.pop(victim, None)  # async: its in-flight output is stale now
         self.waiting.appendleft(victim)
 
     def schedule(self, now: float) -> StepPlan:
@@ -113,6 +137,8 @@ class VllmPolicy(QueuedPolicy):
         plan = StepPlan()
         scheduled = plan.scheduled
         running = self.running
+        asyn = self.async_scheduling
+        placeholders = self._placeholders
 
         # V1-2 / V1-3: running requests first, in list order.
         i = 0
@@ -120,6 +146,12 @@ class VllmPolicy(QueuedPolicy):
             req = running[i]
             c = req.num_computed_tokens
             n = req.num_tokens - c
+            if asyn and req in placeholders:
+                ph = placeholders[req]
+                if c + 2 - ph >= req.prompt_len + req.output_len:
+                    i += 1  # its last token is in flight: nothing more to schedule
+                    continue
+                n += ph
             if n != 1:  # a prompt chunk: the threshold, the budget and max_model_len cap it
                 if 0 < thr < n:
                     n = thr
@@ -172,7 +204,8 @@ class VllmPolicy(QueuedPolicy):
                     break  # vLLM 0.33 stops admitting here (0.11 skipped the request, engines.md V1-5)
                 n = min(n, budget)
                 new = kv.allocate_slots(
-                    req, n, hit, hit_blocks, full_sequence_must_fit=lim.scheduler_reserve_full_isl
+                    req, n, hit, hit_blocks, full_sequence_must_fit=lim.scheduler_reserve_full_isl,
+                    watermark_blocks=self.watermark_blocks if running else 0,
                 )
                 if new is None:
                     self._head_blocked_by_kv = True
@@ -188,7 +221,67 @@ class VllmPolicy(QueuedPolicy):
                 scheduled.append((req, n))
                 plan.admitted.append(req)
                 budget -= n
-        return self.finalize_plan(plan)
+        return self._finalize_async(plan) if asyn else self.finalize_plan(plan)
+
+    def _finalize_async(self, plan: StepPlan) -> StepPlan:
+        """finalize_plan with placeholders: a row samples when it reaches num_tokens + placeholders."""
+        dec: list[int] = []
+        chunks: list[int] = []
+        ctxs: list[int] = []
+        placeholders, in_flight = self._placeholders, self._in_flight
+        for req, n in plan.scheduled:
+            before = req.num_computed_tokens
+            after = req.num_computed_tokens = before + n
+            in_flight[req] = in_flight.get(req, 0) + n
+            ph = placeholders.get(req, 0)
+            if after >= req.num_tokens + ph:
+                placeholders[req] = ph + 1
+                plan.sampled.append(req)
+                if n == 1 and before >= req.prompt_len:
+                    dec.append(after)
+                    continue
+            chunks.append(n)
+            ctxs.append(before)
+        plan.batch = BatchSummary.of(dec, chunks, ctxs, len(plan.sampled))
+        return plan
+
+    def update(self, plan: StepPlan, now: float) -> list[Request]:
+        """Apply a finished step. Async: ``plan`` is the older of the two in flight; its tokens land on
+        rows that may since have been preempted (stale: appended, but no placeholder to resolve)."""
+        if not self.async_scheduling:
+            return super().update(plan, now)
+        placeholders, in_flight = self._placeholders, self._in_flight
+        sampled = set(map(id, plan.sampled))
+        max_len = self.limits.max_model_len
+        kv = self.kv
+        finished: list[Request] = []
+        for req, n in plan.scheduled:
+            left = in_flight.pop(req) - n
+            if left:
+                in_flight[req] = left
+            if req.status is Status.FINISHED or id(req) not in sampled:
+                continue
+            req.num_output_tokens += 1
+            req.num_tokens += 1
+            ph = placeholders.pop(req, 0)  # 0 when preempted since: the output is stale
+            if ph:
+                if ph > 1:
+                    placeholders[req] = ph - 1
+                # the blocks of what the applied batches computed, outputs included
+                kv.cache_blocks(req, req.num_computed_tokens - in_flight.get(req, 0))
+            if req.num_output_tokens >= req.output_len or req.num_tokens >= max_len:
+                if req.status is not Status.RUNNING:
+                    self.waiting.remove(req)  # preempted; its stale output was its last token
+                placeholders.pop(req, None)
+                req.status = Status.FINISHED
+                req.finish_time = now
+                req.finish_reason = "length" if req.num_output_tokens >= req.output_len else "max_model_len"
+                kv.free(req)
+                finished.append(req)
+        if finished:
+            done = set(map(id, finished))
+            self.running = [r for r in self.running if id(r) not in done]
+        return finished
 
     def quiet(self) -> Quiet | None:
         if self.limits.max_num_batched_tokens < len(self.running):

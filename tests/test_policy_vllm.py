@@ -197,15 +197,17 @@ def test_unknown_policy_name():
 
 def test_watermark_knob_is_accepted_validated_and_passed():
     """``[engine] watermark`` (vLLM 0.33 kv_cache_manager; 0 = engines.md's V1 "no watermark") reaches
-    the policy; its scheduling effect is not modelled here."""
+    the policy as held-back blocks (its effect: tests/test_vllm_async.py and the oracle fixtures)."""
     from sim.app.config import config_from_dict
     from sim.app.simulate import resolve
     from sim.core.errors import ConfigError
 
-    assert make_policy("vllm", limits()).watermark == 0.0
-    assert make_policy("vllm", limits(), {"watermark": 0.25}).watermark == 0.25
+    lim = limits()
+    assert make_policy("vllm", lim).watermark_blocks == 0
+    assert make_policy("vllm", lim, {"watermark": 0.25}).watermark_blocks == int(0.25 * lim.num_gpu_blocks)
     setup = resolve(config_from_dict({"engine": {"preset": "vllm", "watermark": 0.05, "max_model_len": 2048}}))
-    assert setup.options.watermark == 0.05 and setup.make_policy().watermark == 0.05
+    assert setup.options.watermark == 0.05
+    assert setup.make_policy().watermark_blocks == int(0.05 * setup.limits.num_gpu_blocks)
     assert config_from_dict({"engine": {"watermark": 0}}).engine.options == {"watermark": 0.0}  # int -> float
     for bad in (1.0, -0.1, 2):
         with pytest.raises(ConfigError, match=r"\[engine\] watermark must be in \[0, 1\), got"):

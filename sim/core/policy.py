@@ -63,6 +63,8 @@ class PolicyLimits:
     scheduler_reserve_full_isl: bool = True
     scheduling_policy: str = "fcfs"
     max_new_tokens: int | None = None
+    # vLLM V1's async scheduling (an engine setting the scheduler must know: rows carry tokens in flight).
+    async_scheduling: bool = False
 
 
 class Policy(Protocol):

@@ -141,6 +141,7 @@ class KVCacheManager(DecodeGrowth):
         new_computed_blocks: list[KVBlock] | None = None,
         num_lookahead_tokens: int = 0,
         full_sequence_must_fit: bool = False,
+        watermark_blocks: int = 0,
     ) -> Sequence[KVBlock] | None:
         """Give ``req`` slots for ``num_new_tokens`` more tokens (plus prefix hits and lookahead).
 
@@ -149,14 +150,18 @@ class KVCacheManager(DecodeGrowth):
         ``scheduler_reserve_full_isl`` gate: the whole current sequence must fit, though only this
         chunk is allocated. Full blocks are registered in the prefix cache here, at allocation, so a
         request admitted later in the same step can already hit them (vllm-oracle README).
+        ``watermark_blocks``: vLLM V1's watermark, blocks that must stay free after this allocation
+        (the caller passes it for admissions only, as vLLM applies it to waiting/preempted requests).
         """
-        if num_new_tokens == 1 and not (new_computed_blocks or num_new_computed_tokens or num_lookahead_tokens
-                                        or full_sequence_must_fit):
-            # A decode row (or a one-token chunk), O(1): it needs a new block only when its computed
-            # tokens sit on a block boundary (c > 0 off a boundary: its blocks cover slot c + 1), and
-            # cache bookkeeping only when the new token completes a block. Content nobody shares
-            # needs no hashing, so its bookkeeping is inlined here.
-            c = req.num_computed_tokens
+        c = req.num_computed_tokens
+        if num_new_tokens == 1 and c < req.num_tokens and not (
+                new_computed_blocks or num_new_computed_tokens or num_lookahead_tokens or full_sequence_must_fit
+                or watermark_blocks):
+            # A decode row (or a one-token chunk) whose token is known, O(1): it needs a new block only
+            # when its computed tokens sit on a block boundary (c > 0 off a boundary: its blocks cover
+            # slot c + 1), and cache bookkeeping only when the new token completes a block. Content
+            # nobody shares needs no hashing, so its bookkeeping is inlined here. (With async
+            # scheduling a row's token can still be in flight, c >= num_tokens: the general path.)
             bs = self.block_size
             caching = self.enable_caching
             if c % bs and ((c + 1) % bs or not caching):
@@ -172,12 +177,12 @@ class KVCacheManager(DecodeGrowth):
                     new = self.pool.get_new_blocks(need)
                     blocks.extend(new)
                 if caching:
-                    full = (c + 1 if c < req.num_tokens else req.num_tokens) // bs
+                    full = (c + 1) // bs
                     if full > st.num_cached:
                         st.num_cached = full if full < len(blocks) else len(blocks)
                 return new
         return self._allocate(req, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
-                              num_lookahead_tokens, full_sequence_must_fit)
+                              num_lookahead_tokens, full_sequence_must_fit, watermark_blocks)
 
     def _allocate(
         self,
@@ -187,6 +192,7 @@ class KVCacheManager(DecodeGrowth):
         new_computed_blocks: list[KVBlock] | None = None,
         num_lookahead_tokens: int = 0,
         full_sequence_must_fit: bool = False,
+        watermark_blocks: int = 0,
     ) -> Sequence[KVBlock] | None:
         """The general path of ``allocate_slots`` (tests compare the O(1) path against it)."""
         st = self._reqs.get(req.request_id)
@@ -203,7 +209,7 @@ class KVCacheManager(DecodeGrowth):
                     f"{len(hits)} hit blocks x {self.block_size}"
                 )
         pool = self.pool
-        num_free = pool.num_free_blocks
+        num_free = pool.num_free_blocks - watermark_blocks
         computed = req.num_computed_tokens + num_new_computed_tokens
 
         if full_sequence_must_fit:
@@ -247,6 +253,21 @@ class KVCacheManager(DecodeGrowth):
                     pool.cache_full_blocks(st.blocks, hashes, st.num_cached, num_full)
                 st.num_cached = num_full
         return new_blocks
+
+    def cache_blocks(self, req: Request, num_tokens: int) -> None:
+        """Register ``req``'s full blocks among its first ``num_tokens`` tokens (vLLM's cache_blocks):
+        async scheduling registers the blocks of outputs that were not known at allocation."""
+        st = self._reqs.get(req.request_id)
+        if st is None or not self.enable_caching:
+            return
+        num_full = min(num_tokens, req.num_tokens) // self.block_size
+        if num_full > st.num_cached:
+            if num_full > len(st.blocks):
+                num_full = len(st.blocks)
+            if req.spec.shares_content:
+                hashes = req.block_hashes(self.block_size, num_full * self.block_size)
+                self.pool.cache_full_blocks(st.blocks, hashes, st.num_cached, num_full)
+            st.num_cached = num_full
 
     def free(self, req: Request, preempted: bool = False) -> None:
         """Release ``req``'s blocks tail first (KV-6) and forget it; hashes stay for later hits (KV-7)."""
