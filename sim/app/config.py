@@ -45,6 +45,9 @@ class EngineConfig:
     enable_prefix_caching: bool | None = None
     enable_chunked_prefill: bool | None = None
     scheduling_policy: str = "fcfs"  # "priority" only where the preset models it (its SCHEDULING_POLICIES)
+    # vLLM V1's --async-scheduling: a two-deep batch queue (sim/engine/loop.py). Preset vllm only; off by
+    # default for now, as the decode fast-forward covers only the synchronous loop (a slow run).
+    async_scheduling: bool = False
     cost_model: str = "roofline"  # or "constant"
     constant_step_s: float = 0.02  # step time of the constant cost model
     overhead_gib: float | None = None  # activation peak + non-torch memory, overriding the estimate

@@ -111,7 +111,8 @@ def build_replica(
     cost = cost_for(rs.device, index, setup.cost_model)
     rec = Recorder(replica=index, trace=record_step_trace)
     inbox = Inbox(env, on_done)
-    engine = Engine(env, policy, cost, inbox, rec, horizon, fast_forward)
+    engine = Engine(env, policy, cost, inbox, rec, horizon, fast_forward,
+                    async_scheduling=setup.limits.async_scheduling)
     lim = setup.limits
     view = ReplicaView(
         index=index,

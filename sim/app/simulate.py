@@ -104,6 +104,8 @@ def resolve(cfg: RunConfig) -> Setup:
             f"[engine] scheduling_policy = {e.scheduling_policy!r} is not modelled for preset {e.policy!r} "
             f"(only: {', '.join(users)})"
         )
+    if e.async_scheduling and e.policy != "vllm":
+        raise ConfigError(f"[engine] async_scheduling = true is modelled for preset 'vllm' only, not {e.policy!r}")
     explicit = _explicit_limits(e, cls.ALIASES, parsed.aliases)
 
     def pick(key: str, fallback: Any) -> Any:
@@ -126,6 +128,7 @@ def resolve(cfg: RunConfig) -> Setup:
         enable_prefix_caching=pick("enable_prefix_caching", True),
         enable_chunked_prefill=pick("enable_chunked_prefill", True),
         scheduling_policy=e.scheduling_policy,
+        async_scheduling=e.async_scheduling,
         **parsed.options.limit_values(),
     )
     # The preset's own resolution: what it derives from the memory plan (policies/options.py).
@@ -181,7 +184,8 @@ def simulate(cfg: RunConfig, *, fast_forward: bool = True) -> SimResult:
     env = simpy.Environment()
     policy = setup.make_policy()
     recorder = Recorder(trace=cfg.simulation.record_step_trace)
-    engine = Engine(env, policy, setup.cost_model, source, recorder, cfg.simulation.horizon, fast_forward)
+    engine = Engine(env, policy, setup.cost_model, source, recorder, cfg.simulation.horizon, fast_forward,
+                    async_scheduling=setup.limits.async_scheduling)
     env.run()
     return collect(cfg, setup, engine, source, recorder, time.perf_counter() - t0)
 
