@@ -138,6 +138,7 @@ class VllmPolicy(QueuedPolicy):
         scheduled = plan.scheduled
         running = self.running
         asyn = self.async_scheduling
+        alloc = kv.allocate_slots
         placeholders = self._placeholders
 
         # V1-2 / V1-3: running requests first, in list order.
@@ -161,7 +162,7 @@ class VllmPolicy(QueuedPolicy):
             if n <= 0:
                 i += 1
                 continue
-            while kv.allocate_slots(req, n) is None:
+            while alloc(req, n) is None:
                 victim = self._victim()
                 if self.priority:
                     if running.index(victim) < i:

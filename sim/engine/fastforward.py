@@ -177,16 +177,18 @@ class FastForward:
         self.runs = 0
         self.steps = 0
 
-    def after_step(self, end: float, dt: float, finished: list[Request]) -> Generator[Any, Any, None]:
-        """Called by the engine after each scheduled step that ended at ``end`` and took ``dt``."""
+    def after_step(self, end: float, dt: float, finished: list[Request]) -> Generator[Any, Any, None] | None:
+        """Called by the engine after each scheduled step that ended at ``end`` and took ``dt``: the
+        process to run for a possible decode run, or None (checked without building a generator)."""
         eng = self.engine
         # A finish frees blocks and a slot: whatever blocked the waiting queue may be gone.
         if finished and eng.policy.num_waiting:
-            return
+            return None
         nxt = eng.source.peek_time()
         # Cheap pre-check: a run needs room for at least two steps before the next arrival.
         if nxt is None or nxt > end + 1.5 * dt:
-            yield from self._run(end)
+            return self._run(end)
+        return None
 
     def _price_until(self, rows: np.ndarray, ctx_sums: np.ndarray, start: float, limit: float) -> np.ndarray:
         """Durations of the run's first steps, enough of them to pass ``limit`` (or all): priced in

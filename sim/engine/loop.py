@@ -120,8 +120,8 @@ class Engine:
             rec.on_step(plan, now, dt, num_running, num_waiting, usage, free, finished, num_cached_free=cached)
             for req in finished:
                 source.on_done(req.spec, end)
-            if ff is not None:
-                yield from ff.after_step(end, dt, finished)
+            if ff is not None and (run := ff.after_step(end, dt, finished)) is not None:
+                yield from run
 
     def _loop_async(self):
         """vLLM V1's engine core with ``async_scheduling``: a two-deep batch queue (EngineCore's
