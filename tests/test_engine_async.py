@@ -38,7 +38,7 @@ def test_an_idle_engine_pays_no_extra_step():
 
 def test_an_arrival_during_a_step_waits_for_the_batch_already_scheduled():
     """A request arriving while others decode first runs two batches later: one step more TTFT on
-    average than the synchronous loop (vLLM's async scheduling, /tmp/async_spec.md sec. 1)."""
+    average than the synchronous loop (vLLM's async scheduling, docs/async_scheduling.md sec. 1)."""
     w = {"num_requests": 40, "rate": 20.0, "prompt": {"dist": "fixed", "value": 64},
          "output": {"dist": "fixed", "value": 60}}
     s, a = _run(False, w), _run(True, w)
