@@ -77,6 +77,9 @@ class AdmissionControl:
     def update(self, plan: StepPlan, now: float) -> list[Request]:
         return self.inner.update(plan, now)
 
+    def abort(self, req: Request, now: float) -> None:
+        self.inner.abort(req, now)
+
     def quiet(self) -> Quiet | None:
         # Skipped steps could jump over a timeout: quiet only when nobody can time out.
         if self.queue_timeout_s is not None and self._pending_timeouts():

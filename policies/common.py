@@ -112,6 +112,14 @@ class QueuedPolicy:
         done = set(map(id, finished))
         self.running = [r for r in self.running if id(r) not in done]
 
+    def abort(self, req: Request, now: float) -> None:
+        """vLLM's abort_requests: out of the running list or the waiting queue, blocks freed."""
+        if req in self.running:
+            self.running.remove(req)
+        else:
+            self.waiting.remove(req)
+        self.kv.free(req)
+
     # ---- quiet stretches ---------------------------------------------------------------------------
     def quiet(self) -> Quiet | None:
         """Policies whose next steps can be told to be plain decodes override this (Policy.quiet)."""

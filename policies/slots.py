@@ -262,6 +262,14 @@ class SlotPolicy:
                 self.release(slot, req, reason, now)
         return finished
 
+    def abort(self, req: Request, now: float) -> None:
+        """The client closed the connection: a deferred task leaves the queue, a slot is released."""
+        for slot in self.slots:
+            if slot.req is req:
+                self.release(slot, req, "abort", now)
+                return
+        self.waiting.remove(req)
+
     def stop_reason(self, slot: Slot) -> str | None:
         req = slot.req
         assert req is not None

@@ -113,14 +113,23 @@ class StaticPolicy(QueuedPolicy):
             plan.batch = BatchSummary(decode_ctx=np.full(rows, ctx, dtype=np.int64), num_logits=rows)
         return plan
 
+    def abort(self, req: Request, now: float) -> None:
+        """A waiting request leaves the queue; a batch row keeps running (HF generate has no
+        per-row abort) and its KV is freed with the batch."""
+        if req in self.waiting:
+            self.waiting.remove(req)
+
     def update(self, plan: StepPlan, now: float) -> list[Request]:
         for req in plan.sampled:
             req.add_output_tokens(1)
         self.steps_done += 1
         if self.steps_done < self.steps_total:
             return []
-        finished = self.batch  # static batching returns every result together
-        for req in finished:
+        finished = [r for r in self.batch if not r.is_finished]  # every result together
+        for req in self.batch:
+            if req.is_finished:  # aborted mid-batch: its row ran to the end all the same (HF-3)
+                self.kv.free(req)
+                continue
             req.status = Status.FINISHED
             req.finish_time = now
             req.finish_reason = "length"

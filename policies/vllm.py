@@ -257,10 +257,10 @@ class VllmPolicy(QueuedPolicy):
         kv = self.kv
         finished: list[Request] = []
         for req, n in plan.scheduled:
-            left = in_flight.pop(req) - n
+            left = in_flight.pop(req, n) - n  # an aborted request's entry is gone
             if left:
                 in_flight[req] = left
-            if req.status is Status.FINISHED or id(req) not in sampled:
+            if req.is_finished or id(req) not in sampled:
                 continue
             req.num_output_tokens += 1
             req.num_tokens += 1
@@ -283,6 +283,11 @@ class VllmPolicy(QueuedPolicy):
             done = set(map(id, finished))
             self.running = [r for r in self.running if id(r) not in done]
         return finished
+
+    def abort(self, req: Request, now: float) -> None:
+        super().abort(req, now)
+        self._placeholders.pop(req, None)  # async: whatever it has in flight is dropped when it lands
+        self._in_flight.pop(req, None)
 
     def quiet(self) -> Quiet | None:
         if self.limits.max_num_batched_tokens < len(self.running):

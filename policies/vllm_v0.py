@@ -298,6 +298,13 @@ class VllmV0Policy(QueuedPolicy):
             out.append(req)
         return out
 
+    def abort(self, req: Request, now: float) -> None:
+        if req in self.swapped:  # its KV sits in CPU memory
+            self.swapped.remove(req)
+            self.kv.drop_swapped(req)
+        else:
+            super().abort(req, now)
+
     # ---- quiet stretches -----------------------------------------------------------------------------
     def quiet(self) -> Quiet | None:
         if self.swapped or self.delay_factor > 0:

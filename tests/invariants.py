@@ -31,7 +31,7 @@ from sim.engine.recorder import REQUEST_COLUMNS, Recorder
 from sim.kv.manager import KVCacheManager
 from workloads.synthetic import build_workload
 
-STATUSES = ("finished", "rejected", "in_flight", "not_arrived")
+STATUSES = ("finished", "rejected", "timed_out", "in_flight", "not_arrived")
 TIME_COLUMNS = ("arrival_time", "queued_time", "scheduled_time", "first_token_time", "finish_time")
 
 
@@ -51,6 +51,7 @@ class Observed:
 def workload_ids(cfg: RunConfig, max_model_len: int) -> list[str]:
     """The request ids the run's workload generates (rebuilt the way ``simulate`` builds it)."""
     wl = dict(cfg.workload)
+    wl.pop("client_timeout_s", None)  # the engine's, not the generator's
     if cfg.simulation.num_requests is not None:
         wl["num_requests"] = cfg.simulation.num_requests
     return [s.request_id for s in build_workload(wl, seed=cfg.simulation.seed, max_model_len=max_model_len).specs]
@@ -78,6 +79,10 @@ def check_requests_conserved(res: SimResult, expected_ids: list[str], horizon: f
         elif r.status == "rejected":  # refused, queue full, timed out...: never without a reason
             assert isinstance(r.finish_reason, str) and r.finish_reason, r.request_id
             assert r.arrival_time <= r.finish_time <= end, r.request_id
+        elif r.status == "timed_out":  # the client gave up: aborted at the first boundary after its deadline
+            timeout = res.config["workload"]["client_timeout_s"]
+            assert r.finish_reason == "client timeout", r.request_id
+            assert r.arrival_time + timeout <= r.finish_time + 1e-9 and r.finish_time <= end, r.request_id
         elif r.status == "in_flight":
             assert horizon is not None, f"{r.request_id} unfinished without a horizon"
             assert r.arrival_time <= horizon and math.isnan(r.finish_time), r.request_id

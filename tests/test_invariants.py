@@ -62,6 +62,8 @@ def run_configs(draw, policy: str, prefix: bool, *, horizon: bool = True, admiss
         "prompt": {"dist": "uniform", "low": 1, "high": draw(st.integers(2, 400))},
         "output": {"dist": "uniform", "low": 1, "high": draw(st.integers(2, 100))},
     }
+    if admission and draw(st.booleans()):
+        workload["client_timeout_s"] = draw(st.floats(0.05, 5.0))
     if draw(st.booleans()):
         workload["shared_prefix"] = {"num_groups": draw(st.integers(1, 3)), "prefix_len": draw(st.integers(8, 96))}
     raw = {"engine": engine, "workload": workload, "simulation": {"seed": draw(st.integers(0, 2**16))}}

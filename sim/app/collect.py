@@ -17,11 +17,11 @@ from sim.engine.recorder import Recorder, requests_frame
 
 Row = tuple[Request, int, str]
 
-_STATUS = {Status.FINISHED: "finished", Status.REJECTED: "rejected"}
+_STATUS = {Status.FINISHED: "finished", Status.REJECTED: "rejected", Status.TIMED_OUT: "timed_out"}
 
 
 def request_status(req: Request) -> str:
-    """finished, rejected, or in_flight (anything an engine still holds)."""
+    """finished, rejected, timed_out, or in_flight (anything an engine still holds)."""
     return _STATUS.get(req.status, "in_flight")
 
 

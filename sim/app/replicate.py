@@ -41,7 +41,7 @@ SCALAR_METRICS = (
     "duration", "completed", "failed", "request_throughput", "request_goodput", "output_throughput",
     "total_token_throughput", "max_concurrent_requests",
     *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p90", "p99")),
-    "mean_queue_time_ms", "p99_queue_time_ms", "num_finished", "num_rejected", "num_in_flight",
+    "mean_queue_time_ms", "p99_queue_time_ms", "num_finished", "num_rejected", "num_timed_out", "num_in_flight",
     "num_not_arrived", "num_preemptions", "prefix_cache_hit_rate", "mean_kv_cache_usage",
     "max_kv_cache_usage", "mean_num_running", "mean_num_waiting", "max_num_waiting", "slo_attainment",
 )  # fmt: skip

@@ -27,7 +27,7 @@ DEFAULT_COMPARE_METRICS = (
 _CDF_METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2E latency"))
 _MAX_POINTS = 2000  # per trace; keeps reports of 100k-request runs small
 _TABLE_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Requests", ("num_requests", "completed", "num_rejected", "num_in_flight", "num_not_arrived",
+    ("Requests", ("num_requests", "completed", "num_rejected", "num_timed_out", "num_in_flight", "num_not_arrived",
                   "num_preemptions", "duration")),
     ("Throughput", ("request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
                     "max_output_tokens_per_s", "max_concurrent_requests", "slo_attainment")),

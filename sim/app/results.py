@@ -38,7 +38,7 @@ STEP_COLUMNS = (
     "step", "replica", "start", "duration", "num_prefill_tokens", "num_decode_tokens", "num_scheduled_tokens",
     "num_running", "num_waiting", "num_preempted", "num_finished", "kv_usage", "num_free_blocks",
 )  # fmt: skip
-STATUSES = ("finished", "rejected", "in_flight", "not_arrived")
+STATUSES = ("finished", "rejected", "timed_out", "in_flight", "not_arrived")
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 TIMESERIES_COLUMNS = ("t", "prompt_throughput", "gen_throughput", "running", "waiting", "kv_cache_pct")
 _PCT_SLO = re.compile(r"^(ttft|tpot|itl|e2el|queue_time)_p(\d+(?:\.\d+)?)$")
@@ -105,7 +105,7 @@ def request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
 
 
 def _check_counts(df: pd.DataFrame, meta: Mapping[str, Any]) -> dict[str, int]:
-    """Every request is in exactly one of the four states; anything else means the engine lost one."""
+    """Every request is in exactly one of the five states; anything else means the engine lost one."""
     status = df["status"]
     counts = {s: int((status == s).sum()) for s in STATUSES}
     n = len(df)
@@ -251,7 +251,7 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
         "num_prompts": len(df),
         "duration": duration,
         "completed": completed,
-        "failed": counts["rejected"],
+        "failed": counts["rejected"] + counts["timed_out"],  # vllm bench / inference-perf count both
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
         "request_throughput": rate(completed),

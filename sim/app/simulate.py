@@ -34,6 +34,7 @@ from sim.cost.models import get_model
 from sim.cost.profiles import get_profile
 from sim.engine.loop import Engine
 from sim.engine.recorder import Recorder
+from workloads.gen.lengths import read_float
 from workloads.synthetic import build_workload
 
 GIB = 1024**3
@@ -179,13 +180,18 @@ def simulate(cfg: RunConfig, *, fast_forward: bool = True) -> SimResult:
     wl_cfg = dict(cfg.workload)
     if cfg.simulation.num_requests is not None:
         wl_cfg["num_requests"] = cfg.simulation.num_requests
+    # The client's total timeout (inference-perf / aiohttp; vllm bench has none): the engine aborts.
+    timeout = None
+    if "client_timeout_s" in wl_cfg:
+        timeout = read_float(wl_cfg, "client_timeout_s", "workload", lo=0.0, lo_open=True)
+        del wl_cfg["client_timeout_s"]
     workload = build_workload(wl_cfg, seed=cfg.simulation.seed, max_model_len=setup.limits.max_model_len)
     source = source_for(workload)
     env = simpy.Environment()
     policy = setup.make_policy()
     recorder = Recorder(trace=cfg.simulation.record_step_trace)
     engine = Engine(env, policy, setup.cost_model, source, recorder, cfg.simulation.horizon, fast_forward,
-                    async_scheduling=setup.limits.async_scheduling)
+                    async_scheduling=setup.limits.async_scheduling, client_timeout_s=timeout)
     env.run()
     return collect(cfg, setup, engine, source, recorder, time.perf_counter() - t0)
 
@@ -226,7 +232,8 @@ def format_summary(summary: dict[str, Any], result: SimResult) -> str:
         + (f", profile {m.get('profile')} [{m.get('profile_source')}]" if m.get("profile") else "")
         + f"), {m.get('num_gpu_blocks')} KV blocks",
         f"requests: {summary.get('num_requests')} total, {summary.get('num_finished')} finished, "
-        f"{summary.get('num_rejected')} rejected, {summary.get('num_in_flight')} in flight, "
+        f"{summary.get('num_rejected')} rejected, {summary.get('num_timed_out')} timed out, "
+        f"{summary.get('num_in_flight')} in flight, "
         f"{summary.get('num_not_arrived')} not arrived",
         f"throughput: {_fmt(summary.get('request_throughput'), 1, 2)} req/s, "
         f"{_fmt(summary.get('output_throughput'), 1, 0)} output tok/s",

@@ -85,6 +85,10 @@ class Policy(Protocol):
     def update(self, plan: StepPlan, now: float) -> list[Request]:
         """Apply a finished step: emit tokens, finish requests, free their blocks. Returns the finished."""
 
+    def abort(self, req: Request, now: float) -> None:
+        """Drop ``req`` wherever it is (its client went away): out of every queue, its KV freed.
+        The engine sets its status; finished or rejected requests are never passed."""
+
     def quiet(self) -> Quiet | None:
         """May the next steps be plain decodes: every running row computes one token, nobody joins,
         nobody is preempted, no timer fires? None when not (or when the policy does not say). A policy

@@ -83,6 +83,7 @@ class Status(Enum):
     SWAPPED = "swapped"
     FINISHED = "finished"
     REJECTED = "rejected"
+    TIMED_OUT = "timed_out"  # the client gave up (its timeout) and the engine aborted the request
 
 
 @dataclass(eq=False, slots=True)
@@ -133,7 +134,7 @@ class Request:
 
     @property
     def is_finished(self) -> bool:
-        return self.status in (Status.FINISHED, Status.REJECTED)
+        return self.status in (Status.FINISHED, Status.REJECTED, Status.TIMED_OUT)
 
     # ---- prefix identity -------------------------------------------------------------------------
     def block_hashes(self, block_size: int, num_tokens: int) -> list[int]:

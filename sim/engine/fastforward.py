@@ -184,11 +184,21 @@ class FastForward:
         # A finish frees blocks and a slot: whatever blocked the waiting queue may be gone.
         if finished and eng.policy.num_waiting:
             return None
-        nxt = eng.source.peek_time()
+        nxt = self._next_event(eng)
         # Cheap pre-check: a run needs room for at least two steps before the next arrival.
         if nxt is None or nxt > end + 1.5 * dt:
             return self._run(end)
         return None
+
+    @staticmethod
+    def _next_event(eng: Engine) -> float | None:
+        """The next arrival or client timeout, whichever comes first (None: neither)."""
+        nxt = eng.source.peek_time()
+        if eng._deadlines:
+            dl = eng.next_deadline()
+            if dl is not None and (nxt is None or dl < nxt):
+                return dl
+        return nxt
 
     def _price_until(self, rows: np.ndarray, ctx_sums: np.ndarray, start: float, limit: float) -> np.ndarray:
         """Durations of the run's first steps, enough of them to pass ``limit`` (or all): priced in
@@ -223,8 +233,10 @@ class FastForward:
         rows = np.bincount(last, minlength=k + 1)[::-1].cumsum()[::-1][1:]
         ctx0 = np.bincount(last, weights=run.computed, minlength=k + 1)[::-1].cumsum()[::-1][1:]
         ctx_sums = ctx0 + rows * np.arange(1, k + 1, dtype=np.int64)
-        # A step may start only before the next arrival (it would join at that boundary) and the horizon.
-        limit = min(source.peek_time() or math.inf, eng.horizon)
+        # A step may start only before the next arrival (it would join at that boundary), the next client
+        # timeout (its abort happens at that boundary) and the horizon.
+        nxt = self._next_event(eng)
+        limit = min(math.inf if nxt is None else nxt, eng.horizon)
         durations = self._price_until(rows, ctx_sums, start, limit)
         ends = start + np.cumsum(durations)
         starts = ends - durations

@@ -7,6 +7,7 @@ fast-forward (sim/engine/fastforward.py), which the loop only calls.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 
@@ -31,6 +32,7 @@ class Engine:
         horizon: float | None = None,
         fast_forward: bool = True,
         async_scheduling: bool = False,
+        client_timeout_s: float | None = None,
     ) -> None:
         self.env = env
         self.policy = policy
@@ -44,6 +46,10 @@ class Engine:
         self.ff = FastForward(self) if self.fast_forward else None
         self.requests: list[Request] = []
         self.rejected: list[Request] = []
+        # Clients that give up: (send time + timeout, seq, request), aborted at the first step boundary
+        # at or after the deadline, wherever the request is (inference-perf / aiohttp's total timeout).
+        self.client_timeout_s = client_timeout_s
+        self._deadlines: list[tuple[float, int, Request]] = []
         # (step starts, free blocks after each step's allocation) while a decode run is in flight, for
         # observers that need the state mid-run (a cluster router reading KV usage); None otherwise.
         self.run_view: tuple[np.ndarray, np.ndarray] | None = None
@@ -61,7 +67,29 @@ class Engine:
         if reason is not None:
             req.queued_time = now
             self._reject(req, reason, now)
+        elif self.client_timeout_s is not None:
+            heapq.heappush(self._deadlines, (spec.arrival_time + self.client_timeout_s, len(self.requests), req))
         return req
+
+    def next_deadline(self) -> float | None:
+        """When the next live request's client gives up (None: no timeout pending)."""
+        dl = self._deadlines
+        while dl and dl[0][2].is_finished:
+            heapq.heappop(dl)
+        return dl[0][0] if dl else None
+
+    def _expire(self, now: float) -> None:
+        """Abort the requests whose clients gave up by ``now`` (vLLM aborts on disconnect: KV freed)."""
+        dl = self._deadlines
+        while dl and dl[0][0] <= now:
+            req = heapq.heappop(dl)[2]
+            if req.is_finished:
+                continue
+            self.policy.abort(req, now)
+            req.status = Status.TIMED_OUT
+            req.finish_reason = "client timeout"
+            req.finish_time = now
+            self.source.on_done(req.spec, now)
 
     def _reject(self, req: Request, reason: str, now: float) -> None:
         req.status = Status.REJECTED
@@ -76,14 +104,20 @@ class Engine:
         A source that is pushed to (a cluster replica's inbox, sim/app/replica.py) offers ``wake_event()``:
         its pushes come at times nobody knows in advance, so the replica sleeps until one wakes it.
         """
+        deadline = self.next_deadline() if self._deadlines else None
+        until = self.horizon if deadline is None else min(deadline, self.horizon)
         wake = getattr(self.source, "wake_event", None)
         if wake is not None:
             ev = wake()
-            yield ev if self.horizon == math.inf else ev | self.env.timeout(self.horizon - now)
+            yield ev if until == math.inf else ev | self.env.timeout(max(until - now, 0.0))
             return False
         t = self.source.peek_time()
         if t is None or t >= self.horizon:
-            return True
+            if deadline is None or deadline >= self.horizon:
+                return True
+            t = deadline  # a waiting request's client gives up before anything arrives
+        elif deadline is not None and deadline < t:
+            t = deadline
         yield self.env.timeout(max(t - now, 0.0))
         return False
 
@@ -96,6 +130,8 @@ class Engine:
         while True:
             now = env.now
             self._admit(now)  # arrivals up to the horizon are queued (in flight), not lost
+            if self._deadlines:
+                self._expire(now)
             if now >= self.horizon:
                 return
             if not policy.has_unfinished():
@@ -138,6 +174,8 @@ class Engine:
         while True:
             now = env.now
             self._admit(now)  # arrivals up to the horizon are queued (in flight), not lost
+            if self._deadlines:
+                self._expire(now)
             if now >= self.horizon:
                 return  # batches still on the GPU are in flight at the horizon
             if policy.has_unfinished():
@@ -165,7 +203,10 @@ class Engine:
             end = env.now
             finished = policy.update(plan, end)
             if plan.scheduled or not plan.batch.is_empty:
-                rec.on_tokens(plan.sampled, end)
+                sampled = plan.sampled
+                if self.client_timeout_s is not None:  # a row aborted while its batch ran emits nothing
+                    sampled = [r for r in sampled if r.status is not Status.TIMED_OUT]
+                rec.on_tokens(sampled, end)
                 rec.on_step(plan, start, dt, num_running, num_waiting, usage, free, finished,
                             num_cached_free=cached)
             for req in finished:
