@@ -64,12 +64,16 @@ def machine_probe() -> float:
     return time.perf_counter() - t0
 
 
-def bench_setup():
-    """Llama-3-8B on one A100-80GB, the vllm policy with max_num_seqs 128 (the issue's configuration)."""
+def bench_setup(async_scheduling: bool | None = None):
+    """Llama-3-8B on one A100-80GB, the vllm policy with max_num_seqs 128 (the issue's configuration);
+    ``async_scheduling``: vLLM's two-deep batch queue on or off (None: the preset's default)."""
+    engine = {"policy": "vllm", "max_num_seqs": 128, "max_model_len": 8192}
+    if async_scheduling is not None:
+        engine["async_scheduling"] = async_scheduling
     return resolve(config_from_dict({
         "model": {"name": "Meta-Llama-3-8B"},
         "hardware": {"gpu": "A100-80GB-SXM"},
-        "engine": {"policy": "vllm", "max_num_seqs": 128, "max_model_len": 8192},
+        "engine": engine,
     }))
 
 
@@ -82,7 +86,7 @@ def run_once(setup, specs: list[RequestSpec], profile: bool = False) -> tuple[fl
     env = simpy.Environment()
     policy = make_policy("vllm", setup.limits)
     rec = Recorder()
-    Engine(env, policy, setup.cost_model, OpenSource(specs), rec)
+    Engine(env, policy, setup.cost_model, OpenSource(specs), rec, async_scheduling=setup.limits.async_scheduling)
     env.run()
     steps = rec.steps_frame()
     wall = time.perf_counter() - t0
@@ -97,10 +101,12 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, default=AZURE)
     ap.add_argument("--repeat", type=int, default=3, help="runs to time (the best and the median are shown)")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--async-scheduling", choices=("true", "false"), default=None,
+                    help="vLLM's async scheduling on or off (default: the vllm preset's)")
     args = ap.parse_args()
     specs = azure_specs(args.trace) if args.trace.exists() else synthetic_specs()
     source_name = str(args.trace) if args.trace.exists() else "generated (Azure conv statistics)"
-    setup = bench_setup()
+    setup = bench_setup(None if args.async_scheduling is None else args.async_scheduling == "true")
     walls, probes = [], [machine_probe()]
     for _ in range(1 if args.profile else max(args.repeat, 1)):
         wall, sim_s, steps = run_once(setup, specs, args.profile)

@@ -284,6 +284,12 @@ class VllmPolicy(QueuedPolicy):
             self.running = [r for r in self.running if id(r) not in done]
         return finished
 
+    def finish(self, finished: list[Request], now: float) -> None:
+        super().finish(finished, now)
+        for req in finished:  # async: nothing of theirs is in flight any more
+            self._placeholders.pop(req, None)
+            self._in_flight.pop(req, None)
+
     def abort(self, req: Request, now: float) -> None:
         super().abort(req, now)
         self._placeholders.pop(req, None)  # async: whatever it has in flight is dropped when it lands

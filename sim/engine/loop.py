@@ -16,7 +16,7 @@ import simpy
 
 from sim.core.policy import Policy, StepPlan
 from sim.core.request import Request, RequestSpec, Status
-from sim.engine.fastforward import FastForward
+from sim.engine.fastforward import AsyncFastForward, FastForward
 from sim.engine.recorder import Recorder
 from sim.engine.sources import ClosedSource, OpenSource
 
@@ -41,9 +41,8 @@ class Engine:
         self.rec = recorder
         self.horizon = math.inf if horizon is None else horizon
         self.async_scheduling = async_scheduling
-        # The fast-forward covers the synchronous loop; an async engine is stepped batch by batch.
-        self.fast_forward = fast_forward and not async_scheduling
-        self.ff = FastForward(self) if self.fast_forward else None
+        self.fast_forward = fast_forward
+        self.ff = None if not fast_forward else AsyncFastForward(self) if async_scheduling else FastForward(self)
         self.requests: list[Request] = []
         self.rejected: list[Request] = []
         # Clients that give up: (send time + timeout, seq, request), aborted at the first step boundary
@@ -171,6 +170,7 @@ class Engine:
         step_time = self.cost.step_time
         queue: deque[tuple[StepPlan, float, float, tuple]] = deque()  # in flight, oldest first
         gpu_free = env.now  # when the last launched batch ends
+        aff = self.ff
         while True:
             now = env.now
             self._admit(now)  # arrivals up to the horizon are queued (in flight), not lost
@@ -211,3 +211,8 @@ class Engine:
                             num_cached_free=cached)
             for req in finished:
                 source.on_done(req.spec, end)
+            if aff is not None and not (finished and policy.num_waiting):
+                run = aff.after_batch(queue, end)
+                if run is not None and (res := (yield from run)) is not None:
+                    entry, gpu_free = res
+                    queue[0] = entry

@@ -119,10 +119,13 @@ class Recorder:
         usable_blocks: int,
         finished: list[Request],
         last_token_before: np.ndarray,
+        num_running: np.ndarray | None = None,
     ) -> None:
         """k decode steps with ``rows[j]`` rows in step j: step rows from arrays, gaps as (value, weight).
 
-        The free-block columns come from ``run`` (set when the run was applied)."""
+        The free-block columns come from ``run`` (set when the run was applied). ``num_running``: the
+        running count each step was scheduled with, when it is not the rows it computes (async
+        scheduling: a row whose last token is in flight still runs, unscheduled)."""
         if run.free_blocks is None or run.cached_free is None:
             raise RuntimeError("on_decode_run: the run was not applied (run.free_blocks/cached_free unset)")
         k = len(starts)
@@ -132,11 +135,12 @@ class Recorder:
         fin = np.minimum(run.finish_step, k)  # step of each row's last token in this run
         per_step_finished = np.bincount(fin[run.finish_step <= k], minlength=k + 1)[1:]
         rows_list = rows.tolist()
+        running_list = rows_list if num_running is None else num_running.tolist()
         c["start"].extend(starts.tolist())
         c["duration"].extend(durations.tolist())
         c["num_prefill_tokens"].extend([0] * k)
         c["num_decode_tokens"].extend(rows_list)
-        c["num_running"].extend(rows_list)
+        c["num_running"].extend(running_list)
         c["num_waiting"].extend([num_waiting] * k)
         c["num_preempted"].extend([0] * k)
         c["num_finished"].extend(per_step_finished.tolist())
@@ -169,7 +173,7 @@ class Recorder:
                         "scheduled": [[rid, 1] for rid, f in zip(ids, fin_list, strict=True) if f > j],
                         "preempted": [],
                         "finished": done_at.get(j, []),
-                        "num_running": rows_list[j],
+                        "num_running": running_list[j],
                         "num_waiting": num_waiting,
                         "num_free_blocks": int(free_blocks[j]),
                         "kv_usage": float(1.0 - free_blocks[j] / usable_blocks),

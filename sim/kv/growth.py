@@ -27,14 +27,15 @@ class DecodeGrowth:
     pool: BlockPool
     _reqs: dict[str, Any]
 
-    def grow_decodes(self, reqs: list[Request], k: int, computed: list[int] | None = None) -> None:
+    def grow_decodes(self, reqs: list[Request], k: int, computed: list[int] | None = None, lag: int = 0) -> None:
         """Slots for ``k`` more tokens of each running request (a fast-forwarded decode run).
 
         The caller has checked that the free blocks suffice. Rows whose ``k`` tokens neither cross nor
         complete a block need nothing; the blocks of the others are popped in one go, in row order, as
         row-by-row ``allocate_slots`` calls would pop them (rows with shared content take that path).
         ``computed``: each row's computed tokens, for a caller that advances the requests' counters
-        later (rows without hashed content only); their prompt and output then count as ``computed + k``.
+        later (rows without hashed content only); their prompt and output then count as ``computed + k``,
+        less ``lag`` tokens still in flight under async scheduling (not yet known, so not yet cached).
         """
         bs = self.block_size
         caching = self.enable_caching
@@ -61,7 +62,7 @@ class DecodeGrowth:
             if need < 0:
                 need = 0
             if caching:
-                tokens = c + k if computed is not None else req.num_tokens
+                tokens = c + k - lag if computed is not None else req.num_tokens
                 full = (c + k if c + k < tokens else tokens) // bs
             else:
                 full = 0
