@@ -85,6 +85,9 @@ def _explicit_limits(e: Any, aliases: dict[str, str], given: dict[str, Any]) -> 
     explicit = {key: getattr(e, key) for key in LIMIT_KNOBS}
     for alias, v in given.items():
         target = aliases[alias]
+        if isinstance(v, int) and not isinstance(v, bool) and v < 1:  # a count of sequences/tokens/blocks
+            raise ConfigError(f"[engine] {alias}: must be >= 1, got {v}; allowed integers >= 1 "
+                              f"({target} of preset {e.policy!r})")
         if explicit[target] is not None and explicit[target] != v:
             raise ConfigError(
                 f"[engine] {alias} = {v!r} and {target} = {explicit[target]!r} are the same knob for "
