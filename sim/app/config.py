@@ -14,7 +14,7 @@ from typing import Any
 
 from policies.base import all_preset_keys, parse_engine_options
 from sim.core.errors import ConfigError
-from sim.core.fields import MAX_REQUESTS, check_range, check_type
+from sim.core.fields import MAX_REQUESTS, check_range, check_type, read_utf8
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
     try:
-        raw = tomllib.loads(p.read_text())
+        raw = tomllib.loads(read_utf8(p))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: not valid TOML: {exc}") from None
     _resolve_paths(raw, p.parent)

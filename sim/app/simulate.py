@@ -26,7 +26,7 @@ from sim.app.collect import assemble, engine_counters, engine_rows, spec_rows
 from sim.app.config import RunConfig, shared_engine_keys
 from sim.app.memory import plan_memory
 from sim.app.results import SimResult
-from sim.app.streams import source_for
+from sim.app.streams import source_for, unsent
 from sim.core.errors import ConfigError
 from sim.cost.costmodel import make_cost_model
 from sim.cost.hardware import get_gpu
@@ -197,7 +197,7 @@ def collect(
     cfg: RunConfig, setup: Setup, engine: Engine, source, recorder: Recorder, wall: float
 ) -> SimResult:
     """The run's SimResult (sim/app/collect.py, the same assembly as a cluster's)."""
-    rows = engine_rows(engine, 0) + spec_rows(source.remaining(), 0, "not_arrived")
+    rows = engine_rows(engine, 0) + spec_rows(unsent(source), 0, "not_arrived")
     kv = engine.policy.kv
     counters = engine_counters(engine, recorder)
     meta = dict(setup.meta)

@@ -81,3 +81,17 @@ def allowed_range(lo: float | None, hi: float | None, lo_open: bool = False, hi_
     if hi is not None:
         parts.append(f" {'<' if hi_open else '<='} {hi:g}")
     return "".join(parts) + (f" {unit}" if unit else "")
+
+
+def read_utf8(path: Any) -> str:
+    """A config file's text; not UTF-8 is a ConfigError naming the file and the byte (TOML is UTF-8)."""
+    from pathlib import Path
+
+    p = Path(path)
+    data = p.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{p}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); allowed: a UTF-8 TOML file"
+        ) from None

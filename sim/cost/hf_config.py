@@ -13,7 +13,6 @@ from typing import Any
 from sim.core.errors import ConfigError
 from sim.cost.modelspec import ModelSpec
 
-
 _MAX_DIM = 10**7  # no real config comes near: a guard against typos and absurd values
 
 
