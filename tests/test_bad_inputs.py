@@ -257,3 +257,15 @@ def test_out_checked_before_simulating(tmp_path, capsys, no_simulation):
     with pytest.raises(AssertionError, match="engine ran"):
         main(["run", _small(tmp_path), "--out", str(tmp_path / "new" / "dir")])
     assert (tmp_path / "new" / "dir").is_dir()
+
+
+def test_trtllm_defaults_fit_llama_8b_on_a_4090():
+    """TensorRT-LLM profiles with dummy context requests (one logits row each), not 2048 sampler rows:
+    its defaults (max_batch_size 2048, max_num_tokens 8192) fit an 8B model on 24 GB."""
+    from sim.app.config import config_from_dict
+    from sim.app.simulate import resolve
+
+    setup = resolve(config_from_dict({"model": {"name": "Llama-3.1-8B"}, "hardware": {"gpu": "RTX 4090"},
+                                      "engine": {"policy": "trtllm", "max_model_len": 8192}}))
+    assert setup.memory.activation_bytes < 1.5 * 2**30  # the forward over 8192 tokens, ~1 GiB
+    assert setup.limits.num_gpu_blocks > 1000

@@ -121,7 +121,8 @@ def resolve(cfg: RunConfig) -> Setup:
     max_num_seqs = pick("max_num_seqs", 256)
     mnbt_explicit = explicit["max_num_batched_tokens"]
     mnbt = mnbt_explicit or cls.LIMITS.get("max_num_batched_tokens", 2048)
-    plan = _plan(cfg, model, gpu, block_size, mnbt, max_num_seqs)
+    profile_len = e.max_model_len or model.max_position_embeddings
+    plan = _plan(cfg, model, gpu, block_size, mnbt, cls.profile_seqs(max_num_seqs, mnbt, profile_len))
     limit_kw: dict[str, Any] = dict(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=mnbt,
