@@ -107,6 +107,12 @@ class PolicyOptions:
             raise KeyError(key)
         return getattr(self, key)
 
+    @classmethod
+    def profile_seqs(cls, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int) -> int:
+        """Rows of logits in the engine's memory-profiling pass (the sampler term of the activation
+        estimate, sim/app/memory.py). vLLM's profile_run samples min(max_num_seqs, tokens) dummy rows."""
+        return max_num_seqs
+
     # ---- resolution -----------------------------------------------------------------------------------
     def limit_values(self) -> dict[str, Any]:
         """The own knobs that go into PolicyLimits."""

@@ -13,7 +13,7 @@ import numpy as np
 
 from policies.base import PolicyLimits, StepPlan, register
 from policies.common import QueuedPolicy
-from policies.options import PolicyOptions
+from policies.options import PolicyOptions, invalid
 from sim.core.batch import BatchSummary
 from sim.core.request import Request, Status
 
@@ -32,6 +32,10 @@ class StaticOptions(PolicyOptions):
     VLLM_BUDGET_RULE = True
 
     max_new_tokens: int | None = None  # HF generate's max_new_tokens (None: the batch's longest output)
+
+    def validate(self) -> None:
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise invalid("max_new_tokens", self.max_new_tokens, "an integer >= 1 (or unset)")
 
 
 class StaticPolicy(QueuedPolicy):

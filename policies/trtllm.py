@@ -52,6 +52,15 @@ class TrtllmOptions(PolicyOptions):
     capacity_scheduler_policy: str = "GUARANTEED_NO_EVICT"
     context_chunking_policy: str = "FIRST_COME_FIRST_SERVED"
 
+    @classmethod
+    def profile_seqs(cls, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int) -> int:
+        """TensorRT-LLM (PyTorch backend, KvCacheCreator._create_dummy_context_requests in
+        tensorrt_llm/_torch/pyexecutor/_util.py) profiles with dummy *context* requests of
+        min(max_num_tokens, max_seq_len) tokens each, max_tokens=1, filling max_num_tokens: the logits
+        are one row per dummy request, not max_batch_size rows as in vLLM's sampler dummy run."""
+        per_request = max(1, min(max_num_batched_tokens, max_model_len))
+        return min(max_num_seqs, -(-max_num_batched_tokens // per_request))
+
     def validate(self) -> None:
         if self.capacity_scheduler_policy not in POLICIES:
             raise invalid("capacity_scheduler_policy", self.capacity_scheduler_policy, f"one of {POLICIES}")

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from sim.core.errors import ConfigError, TraceFormatError
+from sim.core.fields import MAX_REQUESTS
 from sim.core.request import RequestSpec
 from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig
 from workloads.gen.lengths import LengthDist, check_keys, clip_to_context, read_float, read_int
@@ -230,7 +231,7 @@ class ClosedWorkload:
 
 def _build_open(cfg, streams, max_model_len, base_dir) -> OpenWorkload:
     where = "workload"
-    n = read_int(cfg, "num_requests", where, lo=1)
+    n = read_int(cfg, "num_requests", where, lo=1, hi=MAX_REQUESTS)
     kind = cfg.get("arrival", "poisson")
     if kind not in ARRIVAL_KINDS:
         raise ConfigError(f"{where}.arrival: expected one of {', '.join(ARRIVAL_KINDS)}, got {kind!r}")
@@ -265,7 +266,7 @@ def _build_open(cfg, streams, max_model_len, base_dir) -> OpenWorkload:
 
 def _build_closed(cfg, streams, max_model_len, base_dir) -> ClosedWorkload:
     where = "workload"
-    n = read_int(cfg, "num_requests", where, lo=1)
+    n = read_int(cfg, "num_requests", where, lo=1, hi=MAX_REQUESTS)
     clients = read_int(cfg, "num_clients", where, lo=1)
     mean = read_float(cfg, "think_time", where, default=0.0, lo=0.0)
     dist = cfg.get("think_dist", "fixed")
@@ -302,7 +303,7 @@ def _build_trace(cfg, max_model_len, base_dir) -> OpenWorkload:
     if too_long not in TOO_LONG:
         raise ConfigError(f"{where}.too_long: expected one of {', '.join(TOO_LONG)}, got {too_long!r}")
     if "num_requests" in cfg:
-        opts["limit"] = read_int(cfg, "num_requests", where, lo=1)
+        opts["limit"] = read_int(cfg, "num_requests", where, lo=1, hi=MAX_REQUESTS)
     if too_long == "clip" and max_model_len is not None:
         opts["max_model_len"] = max_model_len
     fmt = cfg.get("format", "auto")

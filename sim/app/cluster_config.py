@@ -46,6 +46,7 @@ from typing import Any
 
 from sim.app.config import RunConfig, apply_overrides, config_from_dict
 from sim.core.errors import ConfigError
+from sim.core.fields import read_utf8
 
 RUN_SECTIONS = ("model", "hardware", "engine", "workload", "simulation", "slo")
 TOP_KEYS = (*RUN_SECTIONS, "cluster", "replica", "stream", "variants")
@@ -125,7 +126,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
     try:
-        return tomllib.loads(p.read_text())
+        return tomllib.loads(read_utf8(p))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: not valid TOML: {exc}") from None
 

@@ -12,6 +12,7 @@ import pandas as pd
 from sim.app.collect import Row, assemble, engine_counters, engine_rows, recorded_end, spec_rows
 from sim.app.replica import Replica
 from sim.app.results import SimResult
+from sim.app.streams import unsent
 from sim.core.request import Request, Status
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def cluster_rows(c: Cluster) -> list[Row]:
         req = Request(spec)
         req.status, req.finish_reason, req.finish_time, req.queued_time = Status.REJECTED, reason, t, None
         rows.append((req, -1, "rejected"))
-    rows.extend(spec_rows(c.source.remaining(), -1, "not_arrived"))
+    rows.extend(spec_rows(unsent(c.source), -1, "not_arrived"))
     return rows
 
 

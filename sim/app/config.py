@@ -14,7 +14,7 @@ from typing import Any
 
 from policies.base import all_preset_keys, parse_engine_options
 from sim.core.errors import ConfigError
-from sim.core.fields import check_type
+from sim.core.fields import MAX_REQUESTS, check_range, check_type, read_utf8
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,8 @@ class RunConfig:
         d["engine"].update(d["engine"].pop("options"))
         return d
 
+
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128)  # vLLM's --block-size choices
 
 _SECTIONS: dict[str, type] = {
     "model": ModelConfig,
@@ -190,8 +192,12 @@ def _validate(cfg: RunConfig) -> None:
         raise ConfigError(
             f"[engine] queue_timeout_s must be a positive number of seconds, got {e.queue_timeout_s}"
         )
-    if e.constant_step_s <= 0:
-        raise ConfigError(f"[engine] constant_step_s must be > 0, got {e.constant_step_s}")
+    check_range("[engine]", "constant_step_s", e.constant_step_s, 0, 3600, lo_open=True, unit="seconds")
+    check_range("[engine]", "overhead_gib", e.overhead_gib, 0, 1024, unit="GiB")
+    if e.block_size is not None and e.block_size not in BLOCK_SIZES:
+        raise ConfigError(f"[engine] block_size: not a supported block size, got {e.block_size}; allowed "
+                          f"{', '.join(map(str, BLOCK_SIZES))} (vLLM's choices)")
+    check_range("[simulation]", "seed", cfg.simulation.seed, 0, 2**64 - 1)
     if cfg.hardware.tensor_parallel_size < 1:
         raise ConfigError(
             f"[hardware] tensor_parallel_size must be >= 1, got {cfg.hardware.tensor_parallel_size}"
@@ -200,8 +206,7 @@ def _validate(cfg: RunConfig) -> None:
     if h is not None and not (h > 0 and math.isfinite(h)):
         raise ConfigError(f"[simulation] horizon must be a positive number of seconds, got {h}")
     n = cfg.simulation.num_requests
-    if n is not None and n < 0:
-        raise ConfigError(f"[simulation] num_requests must be >= 0, got {n}")
+    check_range("[simulation]", "num_requests", n, 0, MAX_REQUESTS)
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
@@ -209,7 +214,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
     try:
-        raw = tomllib.loads(p.read_text())
+        raw = tomllib.loads(read_utf8(p))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: not valid TOML: {exc}") from None
     _resolve_paths(raw, p.parent)

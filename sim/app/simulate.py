@@ -26,7 +26,7 @@ from sim.app.collect import assemble, engine_counters, engine_rows, spec_rows
 from sim.app.config import RunConfig, shared_engine_keys
 from sim.app.memory import plan_memory
 from sim.app.results import SimResult
-from sim.app.streams import source_for
+from sim.app.streams import source_for, unsent
 from sim.core.errors import ConfigError
 from sim.cost.costmodel import make_cost_model
 from sim.cost.hardware import get_gpu
@@ -86,6 +86,9 @@ def _explicit_limits(e: Any, aliases: dict[str, str], given: dict[str, Any]) -> 
     explicit = {key: getattr(e, key) for key in LIMIT_KNOBS}
     for alias, v in given.items():
         target = aliases[alias]
+        if isinstance(v, int) and not isinstance(v, bool) and v < 1:  # a count of sequences/tokens/blocks
+            raise ConfigError(f"[engine] {alias}: must be >= 1, got {v}; allowed integers >= 1 "
+                              f"({target} of preset {e.policy!r})")
         if explicit[target] is not None and explicit[target] != v:
             raise ConfigError(
                 f"[engine] {alias} = {v!r} and {target} = {explicit[target]!r} are the same knob for "
@@ -119,7 +122,8 @@ def resolve(cfg: RunConfig) -> Setup:
     max_num_seqs = pick("max_num_seqs", 256)
     mnbt_explicit = explicit["max_num_batched_tokens"]
     mnbt = mnbt_explicit or cls.LIMITS.get("max_num_batched_tokens", 2048)
-    plan = _plan(cfg, model, gpu, block_size, mnbt, max_num_seqs)
+    profile_len = e.max_model_len or model.max_position_embeddings
+    plan = _plan(cfg, model, gpu, block_size, mnbt, cls.profile_seqs(max_num_seqs, mnbt, profile_len))
     limit_kw: dict[str, Any] = dict(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=mnbt,
@@ -200,7 +204,7 @@ def collect(
     cfg: RunConfig, setup: Setup, engine: Engine, source, recorder: Recorder, wall: float
 ) -> SimResult:
     """The run's SimResult (sim/app/collect.py, the same assembly as a cluster's)."""
-    rows = engine_rows(engine, 0) + spec_rows(source.remaining(), 0, "not_arrived")
+    rows = engine_rows(engine, 0) + spec_rows(unsent(source), 0, "not_arrived")
     kv = engine.policy.kv
     counters = engine_counters(engine, recorder)
     meta = dict(setup.meta)

@@ -25,6 +25,20 @@ def source_for(workload: Any) -> Any:
     return OpenSource(workload.specs)
 
 
+def unsent(source: Any) -> list[RequestSpec]:
+    """Every request the source never handed to an engine, as ``not_arrived`` rows: its remaining() and,
+    for closed-loop clients, the requests no client got round to scheduling (each client still waits
+    for its answer at the horizon). Stamped with the last due time seen; no client (session) is named,
+    since none sent them. With these, finished + rejected + in flight + not arrived = num_requests."""
+    out = source.remaining()
+    if isinstance(source, ClosedSource):
+        w = source.w
+        last = max([s.arrival_time for s in out], default=0.0)
+        for i in range(source.issued + len(out), w.num_requests):
+            out.append(dataclasses.replace(w.spec(i, 0, last), session_id=None))
+    return out
+
+
 def _rename(spec: RequestSpec, stream: str) -> RequestSpec:
     """A stream's request under a cluster-unique id; its content keys are the stream's own too."""
     segs = None if spec.segments is None else tuple(((stream, k), n) for k, n in spec.segments)

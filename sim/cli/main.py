@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,7 +31,9 @@ def _run(args: argparse.Namespace) -> int:
     from sim.app.results import summarize, write_outputs
     from sim.app.simulate import simulate
     from sim.cli import cluster as cli_cluster
+    from sim.cli.outpath import check_out_dir
 
+    check_out_dir(args.out)  # before any simulation, so a bad --out does not waste the run
     if cli_cluster.is_cluster_file(args.config):  # [cluster] / [[replica]] configs: several engines
         return cli_cluster.run(args)
     cfg = load_config(args.config, args.overrides)
@@ -104,6 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_command(func, args)
     except KeyboardInterrupt:  # pragma: no cover
         return 130
+    except BrokenPipeError:  # `servesim run --json | head`: the reader left; say nothing more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not complain
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by a closed pipe
 
 
 if __name__ == "__main__":  # pragma: no cover

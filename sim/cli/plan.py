@@ -12,6 +12,7 @@ from typing import Any
 
 from sim.app.memory import SEEDS_EXAMPLE, GiB, format_seeds_variants, plan_memory
 from sim.core.errors import ConfigError
+from sim.core.fields import check_range
 
 # argparse dest -> plan_memory keyword, for options that map one-to-one.
 _PASSTHROUGH = (
@@ -67,13 +68,11 @@ def add_parser(subparsers: Any) -> None:
 def _kwargs(args: argparse.Namespace) -> dict[str, Any]:
     kw: dict[str, Any] = {k: getattr(args, k) for k in _PASSTHROUGH if getattr(args, k, None) is not None}
     if getattr(args, "overhead_gib", None) is not None:
-        if args.overhead_gib < 0:
-            raise ConfigError(f"--overhead-gib must be >= 0, got {args.overhead_gib}")
+        check_range("", "--overhead-gib", args.overhead_gib, 0, 1024, unit="GiB")
         kw["activation_bytes"] = int(round(args.overhead_gib * GiB))
         kw["non_torch_bytes"] = 0
     if getattr(args, "usable_gib", None) is not None:
-        if args.usable_gib <= 0:
-            raise ConfigError(f"--usable-gib must be > 0, got {args.usable_gib}")
+        check_range("", "--usable-gib", args.usable_gib, 0, 100_000, lo_open=True, unit="GiB")
         kw["usable_memory_bytes"] = int(round(args.usable_gib * GiB))
     if getattr(args, "context_lengths", None):
         kw["context_lengths"] = tuple(args.context_lengths)

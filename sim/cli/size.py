@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from sim.app.config import add_override_option
+from sim.cli.outpath import check_out_dir
 from sim.core.errors import ConfigError
+from sim.core.fields import check_range
 
 
 def parse_slo_args(items: list[str]) -> dict[str, float]:
@@ -117,6 +119,11 @@ def run(args: argparse.Namespace) -> int:
     vary = parse_grid(args.vary) if args.vary else None
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    check_range("", "--min-attainment", args.min_attainment, 0, 1, lo_open=True)
+    check_range("", "--level", args.level, 0, 1, lo_open=True, hi_open=True)
+    check_range("", "--tol", args.tol, 0, 1, lo_open=True, hi_open=True)
+    check_range("", "--replications", args.replications, 1, 1000)
+    check_out_dir(args.out)
     cfg = load_config(args.config, args.overrides)
     res = size(cfg, slo, max_num_seqs=args.max_num_seqs, vary=vary, goal=args.goal,
                replications=args.replications, level=args.level, rel_tol=args.tol,

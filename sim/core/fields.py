@@ -5,11 +5,15 @@ Shared by the run config (sim.app.config) and the policies' own option classes (
 
 from __future__ import annotations
 
+import math
 import types
 import typing
 from typing import Any
 
 from sim.core.errors import ConfigError
+
+# The most requests one workload may hold: every request is a row of the results, so this bounds memory.
+MAX_REQUESTS = 1_000_000  # ~1.4 GB and ~15 s for a run with a horizon that cuts it short
 
 
 def check_type(where: str, key: str, value: Any, annotation: Any) -> Any:
@@ -21,6 +25,8 @@ def check_type(where: str, key: str, value: Any, annotation: Any) -> Any:
         return None
     for t in options:
         if t is float and isinstance(value, int | float) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise ConfigError(f"{where} {key}: must be a finite number, got {value}; allowed: finite numbers")
             return float(value)
         if t is int and isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -38,3 +44,54 @@ def annotation_types(annotation: Any) -> tuple[type, ...]:
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         return tuple(typing.get_args(annotation))
     return (annotation,)
+
+
+def check_range(
+    where: str,
+    key: str,
+    value: Any,
+    lo: float | None = None,
+    hi: float | None = None,
+    *,
+    lo_open: bool = False,
+    hi_open: bool = False,
+    unit: str = "",
+) -> Any:
+    """``value`` (None passes) within [lo, hi] (open ends where asked), finite; else the one message
+    ``[section] key: out of range, got VALUE; allowed LO <= value <= HI``."""
+    if value is None:
+        return None
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and lo is not None:
+        ok = value > lo if lo_open else value >= lo
+    if ok and hi is not None:
+        ok = value < hi if hi_open else value <= hi
+    if not ok:
+        name = f"{where} {key}" if where else key
+        raise ConfigError(f"{name}: out of range, got {value}; allowed {allowed_range(lo, hi, lo_open, hi_open, unit)}")
+    return value
+
+
+def allowed_range(lo: float | None, hi: float | None, lo_open: bool = False, hi_open: bool = False,
+                  unit: str = "") -> str:
+    parts = []
+    if lo is not None:
+        parts.append(f"{lo:g} {'<' if lo_open else '<='} ")
+    parts.append("value")
+    if hi is not None:
+        parts.append(f" {'<' if hi_open else '<='} {hi:g}")
+    return "".join(parts) + (f" {unit}" if unit else "")
+
+
+def read_utf8(path: Any) -> str:
+    """A config file's text; not UTF-8 is a ConfigError naming the file and the byte (TOML is UTF-8)."""
+    from pathlib import Path
+
+    p = Path(path)
+    data = p.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{p}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); allowed: a UTF-8 TOML file"
+        ) from None

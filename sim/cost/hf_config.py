@@ -6,36 +6,62 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from sim.core.errors import ConfigError
 from sim.cost.modelspec import ModelSpec
 
+_MAX_DIM = 10**7  # no real config comes near: a guard against typos and absurd values
 
-def _req(cfg: dict[str, Any], key: str, where: Path) -> Any:
-    if key not in cfg or cfg[key] is None:
-        raise ConfigError(f"{where}: missing required key {key!r}")
-    return cfg[key]
+
+def _int(cfg: dict[str, Any], key: str, where: Path, *, lo: int = 1, default: Any = ..., hi: int = _MAX_DIM) -> Any:
+    """``cfg[key]`` as an integer in [lo, hi] (integral floats accepted); missing/null: ``default``
+    (``...``: required). The error names the file, the key, the value and what is allowed."""
+    v = cfg.get(key)
+    if v is None:
+        if default is ...:
+            raise ConfigError(f"{where}: missing required key {key!r}")
+        return default
+    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ConfigError(f"{where}: {key}: expected an integer in [{lo}, {hi}], got {v!r}")
+    return v
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:
     """Build a ModelSpec from a HF config.json (Llama/Mistral/Qwen/Gemma/Mixtral/DeepSeek/OPT keys)."""
     path = Path(path)
     try:
-        cfg = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"cannot read model config {path}: {exc}") from exc
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a JSON text file (not UTF-8 at byte {exc.start})") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read model config {path}: {exc}") from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"{path}: expected a JSON object")
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = cfg["text_config"]  # multimodal wrappers keep the language model here
     model_type = str(cfg.get("model_type", "")).lower()
-    L = int(_req(cfg, "num_hidden_layers", path))
-    H = int(_req(cfg, "hidden_size", path))
-    nh = int(_req(cfg, "num_attention_heads", path))
-    nkv = int(cfg.get("num_key_value_heads") or nh)
-    hd = int(cfg.get("head_dim") or H // nh)
+    L = _int(cfg, "num_hidden_layers", path)
+    H = _int(cfg, "hidden_size", path)
+    nh = _int(cfg, "num_attention_heads", path)
+    nkv = _int(cfg, "num_key_value_heads", path, default=nh) or nh
+    if nh % nkv:
+        raise ConfigError(f"{path}: num_key_value_heads: must divide num_attention_heads ({nh}), got {nkv}")
+    hd = _int(cfg, "head_dim", path, default=H // nh) or H // nh
+    if hd < 1:
+        raise ConfigError(f"{path}: hidden_size {H} / num_attention_heads {nh} gives head_dim 0; set head_dim")
+    for key in ("max_position_embeddings", "num_local_experts", "num_experts", "n_routed_experts",
+                "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "q_lora_rank",
+                "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size", "first_k_dense_replace",
+                "shared_expert_intermediate_size", "ffn_dim", "intermediate_size", "vocab_size"):
+        _int(cfg, key, path, lo=0, default=None, hi=10**9 if key == "max_position_embeddings" else _MAX_DIM)
+    sw = cfg.get("sliding_window")
+    if sw is not None and sw is not False:
+        _int(cfg, "sliding_window", path, lo=0, hi=10**9)
     is_opt = model_type == "opt" or "ffn_dim" in cfg
     inter = cfg.get("intermediate_size") or cfg.get("ffn_dim")
     if inter is None:
@@ -59,7 +85,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         num_attention_heads=nh,
         num_key_value_heads=nkv,
         head_dim=hd,
-        vocab_size=int(_req(cfg, "vocab_size", path)),
+        vocab_size=_int(cfg, "vocab_size", path),
         max_position_embeddings=max_pos,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", is_opt)),
         gated_mlp=gated,

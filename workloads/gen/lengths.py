@@ -46,6 +46,7 @@ def read_float(
     lo: float | None = None,
     lo_open: bool = False,
     allow_inf: bool = False,
+    hi: float | None = None,
 ) -> float:
     """A number from ``cfg[key]`` (ints accepted, bools and NaN not), checked against a lower bound."""
     if key not in cfg:
@@ -60,11 +61,19 @@ def read_float(
         raise ConfigError(f"{where}.{key}: expected a finite number, got {v}")
     if lo is not None and (v <= lo if lo_open else v < lo):
         raise ConfigError(f"{where}.{key}: must be {'>' if lo_open else '>='} {lo}, got {v}")
+    if hi is not None and v > hi:
+        raise ConfigError(f"{where}.{key}: too large, got {v:g}; allowed at most {hi:g}")
     return v
 
 
 def read_int(
-    cfg: Mapping[str, Any], key: str, where: str, *, default: int | None = None, lo: int | None = None
+    cfg: Mapping[str, Any],
+    key: str,
+    where: str,
+    *,
+    default: int | None = None,
+    lo: int | None = None,
+    hi: int | None = None,
 ) -> int:
     """An integer from ``cfg[key]``; integral floats (``4.0``) are accepted, ``4.5`` and bools are not."""
     if key not in cfg:
@@ -79,10 +88,14 @@ def read_int(
     v = int(v)
     if lo is not None and v < lo:
         raise ConfigError(f"{where}.{key}: must be >= {lo}, got {v}")
+    if hi is not None and v > hi:
+        raise ConfigError(f"{where}.{key}: too large, got {cfg[key]!r}; allowed at most {hi}")
     return v
 
 
 # ---- distributions -----------------------------------------------------------------------------------
+
+MAX_LEN = 10**9  # tokens: no length parameter beyond this makes sense (and floats overflow past it)
 
 DISTS: dict[str, tuple[str, ...]] = {
     "fixed": ("value",),
@@ -202,29 +215,29 @@ class LengthDist:
         if not isinstance(cfg, Mapping):
             raise ConfigError(f'{where}: expected a table like {{dist = "fixed", value = 128}}, got {cfg!r}')
         dist = cfg.get("dist")
-        if dist not in DISTS:
+        if not isinstance(dist, str) or dist not in DISTS:
             raise ConfigError(f"{where}.dist: expected one of {', '.join(DISTS)}, got {dist!r}")
         check_keys(cfg, (*_COMMON, *DISTS[dist]), where)
-        kw: dict[str, Any] = {"dist": dist, "min_len": read_int(cfg, "min", where, default=1, lo=1)}
+        kw: dict[str, Any] = {"dist": dist, "min_len": read_int(cfg, "min", where, default=1, lo=1, hi=MAX_LEN)}
         if "max" in cfg:
-            kw["max_len"] = read_int(cfg, "max", where, lo=kw["min_len"])
+            kw["max_len"] = read_int(cfg, "max", where, lo=kw["min_len"], hi=MAX_LEN)
         if dist == "fixed":
-            kw["value"] = read_int(cfg, "value", where, lo=1)
+            kw["value"] = read_int(cfg, "value", where, lo=1, hi=MAX_LEN)
         elif dist == "uniform":
-            kw["low"] = read_int(cfg, "low", where, lo=1)
-            kw["high"] = read_int(cfg, "high", where, lo=kw["low"])
+            kw["low"] = read_int(cfg, "low", where, lo=1, hi=MAX_LEN)
+            kw["high"] = read_int(cfg, "high", where, lo=kw["low"], hi=MAX_LEN)
         elif dist == "normal":
-            kw["mean"] = read_float(cfg, "mean", where)
-            kw["std"] = read_float(cfg, "std", where, lo=0.0)
+            kw["mean"] = read_float(cfg, "mean", where, lo=-MAX_LEN, hi=MAX_LEN)
+            kw["std"] = read_float(cfg, "std", where, lo=0.0, hi=MAX_LEN)
         elif dist == "lognormal":
             if "mean" in cfg or "std" in cfg:
                 if "mu" in cfg or "sigma" in cfg:
                     raise ConfigError(f"{where}: lognormal takes mean/std or mu/sigma, not both")
-                kw["mean"] = read_float(cfg, "mean", where, lo=0.0, lo_open=True)
-                kw["std"] = read_float(cfg, "std", where, lo=0.0)
+                kw["mean"] = read_float(cfg, "mean", where, lo=0.0, lo_open=True, hi=MAX_LEN)
+                kw["std"] = read_float(cfg, "std", where, lo=0.0, hi=MAX_LEN)
             else:
-                kw["mu"] = read_float(cfg, "mu", where)
-                kw["sigma"] = read_float(cfg, "sigma", where, lo=0.0)
+                kw["mu"] = read_float(cfg, "mu", where, lo=-50.0, hi=50.0)
+                kw["sigma"] = read_float(cfg, "sigma", where, lo=0.0, hi=50.0)
         else:
             kw["values"], kw["source"] = _empirical_values(cfg, where, base_dir)
         try:

@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from sim.core.errors import ConfigError
+from sim.core.fields import MAX_REQUESTS
 from sim.core.request import RequestSpec, Segment
 from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig
 from workloads.gen.lengths import LengthDist, check_keys, clip_to_context, read_float, read_int
@@ -267,7 +268,7 @@ def build_session_workload(
     turns = LengthDist.from_config(cfg["turns"], "workload.turns", base_dir).sample(n, rng["turns"])
     total = int(turns.sum())
     if "num_requests" in cfg:
-        cap = read_int(cfg, "num_requests", where, lo=1)
+        cap = read_int(cfg, "num_requests", where, lo=1, hi=MAX_REQUESTS)
         if cap < total:  # keep whole conversations first, cut the last one short
             ends = np.cumsum(turns)
             keep = int(np.searchsorted(ends, cap, side="left")) + 1

@@ -123,12 +123,13 @@ def sniff_format(path: str | Path) -> str:
             raise TraceFormatError(
                 f"{path}:1: first line is not a JSON object; give format= explicitly"
             ) from None
+        # servesim's own rows first: they may carry hash_ids too (Mooncake style), but never its timestamp
+        if "arrival_time" in keys and ("prompt_len" in keys or "token_ids" in keys):
+            return "jsonl"
         if "hash_ids" in keys or {"timestamp", "input_length"} <= keys:
             return "mooncake"
         if "input_toks" in keys:
             return "vllm-bench"
-        if "arrival_time" in keys and ("prompt_len" in keys or "token_ids" in keys):
-            return "jsonl"
         raise TraceFormatError(f"{path}:1: unrecognised JSON trace; keys found: {', '.join(sorted(keys))}")
     if name.endswith((".json", ".jsonl")):
         raise TraceFormatError(f"{path}:1: does not start with a JSON object or list: {head[:80]!r}")

@@ -167,6 +167,10 @@ def _parse_row(row: Any, extra: str) -> RequestSpec:
         if row.get("hash_block_size") is None:
             raise _RowError("hash_block_size", "missing (required with hash_ids)")
         kw["hash_block_size"] = _int(row, "hash_block_size", 1)
+        want = -(-kw["prompt_len"] // kw["hash_block_size"])
+        if len(kw["hash_ids"]) != want:
+            raise _RowError("hash_ids", f"{len(kw['hash_ids'])} ids for prompt_len {kw['prompt_len']} in blocks of "
+                            f"{kw['hash_block_size']}; allowed exactly {want} (one per block, the last partial)")
     elif row.get("hash_block_size") is not None:
         raise _RowError("hash_block_size", "only meaningful with hash_ids")
     if row.get("segments") is not None:
