@@ -66,3 +66,48 @@ def test_replay_of_the_real_run(fid):
     # regression guards (the report has the exact numbers): within 10 % on the means
     for metric in ("e2el", "ttft", "tpot"):
         assert float(sim[metric].mean()) == pytest.approx(float(real[metric].mean()), rel=0.10), metric
+
+
+# ---- the four H100 runs (bench/fidelity_h100.py): async scheduling + the [frontend] priors ----------------
+H100 = ROOT.parent / "shared" / "data" / "e2e" / "h100-llama-2-7b-vllm-0.15"
+needs_h100 = pytest.mark.skipif(not (H100 / "cases.json").is_file(), reason="../shared H100 runs absent")
+
+
+@pytest.fixture(scope="module")
+def h100():
+    spec = importlib.util.spec_from_file_location("fidelity_h100", ROOT / "bench" / "fidelity_h100.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@needs_h100
+def test_h100_load_profile_rebuilt(h100):
+    cases = {c["id"]: c for c in h100.h100_cases(ROOT.parent / "shared" / "data")}
+    specs, stage = h100.h100_specs(cases["llama-2-7b-tp1-codegen"], frac=0.1)
+    assert len(specs) == 300 + 600 and (stage[:300] == 0).all() and (stage[300:] == 1).all()
+    assert specs[1].arrival_time - specs[0].arrival_time == pytest.approx(0.2)  # 5 req/s, evenly spaced
+    assert specs[301].arrival_time - specs[300].arrival_time == pytest.approx(0.1)
+    assert specs[300].arrival_time == pytest.approx(60.0)  # stage 1 starts when stage 0's sends end
+    assert specs[0].prompt_len == 592 and specs[0].output_len == 247
+    assert specs[0].segments == specs[100].segments  # request i reuses prompt perm[i mod 100] whole
+    assert len({s.segments for s in specs}) == 100 and len({s.segments[0] for s in specs}) == 10
+
+
+@needs_h100
+@pytest.mark.parametrize("run", ["codegen", "general"])
+def test_h100_mean_ttft_with_async_and_frontend(h100, run):
+    """Moderate-load stages, 10 % of each (the report simulates them whole): mean TTFT within the error the
+    report shows (−4 … −6 % at moderate load; general's 20 req/s stage −11 %), E2E and ITL within 3 %.
+    Without the front end and async scheduling servesim is ~50 % low, which the first assert would catch."""
+    case = {c["id"]: c for c in h100.h100_cases(ROOT.parent / "shared" / "data")}[f"llama-2-7b-tp1-{run}"]
+    df, res, wall = h100.simulate_h100(case, frac=0.1)
+    assert (df["status"] == "finished").all() and wall < 20
+    rows = {(r["stage"], r["metric"], r["stat"]): r for r in h100.compare_stages(case, df)}
+    for k, st in enumerate(case["workload"]["stages"]):
+        ttft_bound = 0.08 if st["rate"] <= 10 else 0.15
+        assert abs(rows[(k, "ttft", "mean")]["err"]) <= ttft_bound, (k, rows[(k, "ttft", "mean")])
+        assert abs(rows[(k, "e2e", "mean")]["err"]) <= 0.03 and abs(rows[(k, "itl", "mean")]["err"]) <= 0.03
+    # which TTFT is which: the client-side one is the engine-side one plus a few ms of request path
+    gap = (df["ttft"] - df["ttft_engine"]).to_numpy()
+    assert (gap > 0.002).all() and (gap < 0.01).all()
