@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from policies.base import all_preset_keys, parse_engine_options
+from sim.app.frontend import FrontendConfig, frontend_from_dict
 from sim.core.errors import ConfigError
 from sim.core.fields import MAX_REQUESTS, check_range, check_type, read_utf8
 
@@ -75,6 +76,7 @@ class RunConfig:
     workload: dict[str, Any] = field(default_factory=dict)  # validated by workloads.build_workload
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     slo: dict[str, float] = field(default_factory=dict)  # validated by sim.app.results
+    frontend: FrontendConfig | None = None  # [frontend]: the request path around the engine (sim/app/frontend.py)
 
     def to_dict(self) -> dict[str, Any]:
         """As a raw config (``config_from_dict(cfg.to_dict())`` gives ``cfg`` back): the preset's own
@@ -133,10 +135,11 @@ def _build_engine(raw: dict[str, Any], fields: dict[str, Any]) -> EngineConfig:
 
 
 def config_from_dict(raw: dict[str, Any]) -> RunConfig:
-    unknown = set(raw) - set(_SECTIONS) - {"workload", "slo"}
+    unknown = set(raw) - set(_SECTIONS) - {"workload", "slo", "frontend"}
     if unknown:
         raise ConfigError(
-            f"unknown section(s) {sorted(unknown)}; known: model, hardware, engine, workload, simulation, slo"
+            f"unknown section(s) {sorted(unknown)}; known: model, hardware, engine, workload, simulation, slo, "
+            "frontend"
         )
     raw = _merge_preset(raw)
     parts: dict[str, Any] = {k: _build_section(k, cls, raw.get(k, {})) for k, cls in _SECTIONS.items()}
@@ -147,6 +150,7 @@ def config_from_dict(raw: dict[str, Any]) -> RunConfig:
     for key, value in slo.items():
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
             raise ConfigError(f"[slo] {key}: expected a positive number, got {value!r}")
+    parts["frontend"] = frontend_from_dict(raw.get("frontend"))
     cfg = RunConfig(workload=dict(workload), slo={k: float(v) for k, v in slo.items()}, **parts)
     _validate(cfg)
     return cfg

@@ -89,7 +89,11 @@ def request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     """Copy of ``requests`` with ttft, tpot, e2el, queue_time (seconds; NaN where not reached).
 
     tpot = (finish − first token)/(num_output_tokens − 1), only for finished requests with more than one
-    output token (engines.md §1.7, vllm bench semantics).
+    output token (engines.md §1.7, vllm bench semantics). ``ttft_engine``/``e2el_engine`` are always from the
+    engine's arrival (vLLM's time_to_first_token / e2e_request_latency, engine side). With a ``[frontend]``
+    (``send_time`` etc. present, sim/app/frontend.py) ttft, tpot and e2el are client-side (send → parsed
+    chunk, what ``vllm bench serve`` and inference-perf measure), also as ``ttft_client``/``e2el_client``,
+    and ``input_path_time`` = engine arrival − send; queue_time stays engine-side.
     """
     df = requests.copy()
     arrival = df["arrival_time"].astype(float)
@@ -101,6 +105,14 @@ def request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     df["e2el"] = finish.where(finished) - arrival
     df["tpot"] = ((finish - first) / (n_out - 1)).where(finished & (n_out > 1))
     df["queue_time"] = df["scheduled_time"].astype(float) - arrival
+    df["ttft_engine"], df["e2el_engine"] = df["ttft"], df["e2el"]
+    if "client_first_token_time" in df.columns:
+        send = df["send_time"].astype(float)
+        cfirst, cfin = df["client_first_token_time"].astype(float), df["client_finish_time"].astype(float)
+        df["ttft"] = df["ttft_client"] = cfirst - send
+        df["e2el"] = df["e2el_client"] = cfin.where(finished) - send
+        df["tpot"] = ((cfin - cfirst) / (n_out - 1)).where(finished & (n_out > 1))
+        df["input_path_time"] = arrival - send
     return df
 
 
@@ -264,7 +276,12 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     qs = [float(q) for q in percentiles]
     for m in ("ttft", "tpot", "e2el"):
         s.update(stats_ms(m, fin[m].to_numpy(float), qs))
-    s.update(stats_ms("itl", result.itl_values, qs, result.itl_weights))
+    s.update(stats_ms("itl", result.itl_values, qs, result.itl_weights))  # engine-side gaps
+    client = "ttft_client" in df.columns  # [frontend]: the headline ttft/tpot/e2el are client-side
+    s["latency_basis"] = "client" if client else "engine"
+    if client:
+        for m in ("ttft_engine", "e2el_engine"):
+            s.update(stats_ms(m, fin[m].to_numpy(float), qs))
     # reorder to vllm's print order: ttft, tpot, itl, e2el
     for m in LATENCY_METRICS:
         for k in [k for k in s if k.endswith(f"_{m}_ms")]:

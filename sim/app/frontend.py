@@ -1,0 +1,219 @@
+"""The request path outside the engine: client → API server → engine core, and back out to the client.
+
+A real vLLM V1 server (``vllm serve``) is two processes: the API server (FastAPI/uvicorn, tokenizer,
+detokenizer, SSE streaming) and the engine core (scheduler + GPU), joined by msgpack over ZMQ. A benchmark
+client (``vllm bench serve``, inference-perf) times from its HTTP send to the SSE chunks it parses. The
+engine (sim/engine) models only the engine core; this module adds the rest above it, without touching
+the engine:
+
+* input path: the engine sees a request at ``client send + input_latency(prompt_len)`` (its arrivals are
+  shifted in the source the app builds, so queueing and batching see the later arrival);
+* output path: a token the engine emits at the end of a step with B output rows reaches the client
+  ``output_latency(B)`` later (added to the first-token and finish times after the run).
+
+Both are pure delays: they do not block the engine clock (the API server runs in its own process and
+overlaps GPU work). The one serial term, ``output_s_per_request`` per running request per step, is
+reported as a saturation flag when B × it exceeds the step time (the API server would then be the
+bottleneck, as in vLLM ≤ 0.5.3: vLLM blog v0.6.0, 2024-09-05).
+
+Priors (defaults) come from vLLM's architecture and published figures, *not* from a fit to one run; the
+sources are in ``PRIORS`` below and in docs/frontend.md. They are meant for a vLLM V1 OpenAI-compatible
+server with the prompt sent as text and a client on the same cluster network.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.core.errors import ConfigError
+from sim.core.fields import check_type
+from sim.core.request import RequestSpec
+from sim.engine.sources import OpenSource
+
+# field -> (prior, published range, source). The defaults below are these priors.
+PRIORS: dict[str, tuple[float, str, str]] = {
+    "request_overhead_s": (
+        1.5e-3, "0.5-1.5 ms",
+        "HTTP parse, FastAPI/pydantic CompletionRequest, the hop to the tokenizer thread "
+        "(ThreadPoolExecutor(max_workers=1), vllm-project/vllm PR #10635, issue #25301), input processing "
+        "and detokenizer set-up; HTTP API server = 33 % of the time of a Llama-3-8B H100 run before it moved "
+        "to its own process (vLLM blog v0.6.0, PR #6883); docs/ttft_gap_analysis.md §1.4, §2",
+    ),
+    "tokenize_s_per_token": (
+        1.5e-6, "1-2 us/token",
+        "HF fast tokenizer 1.3-4.2 MB/s single thread (huggingface/tokenizers PR #1582, #1584) at ~4 B/token; "
+        "vLLM PR #10635: a few hundred ms for 256K tokens (~1 us/token). 0 when prompts are sent as token ids",
+    ),
+    "engine_hop_s": (
+        0.15e-3, "50-200 us",
+        "one msgpack + ZMQ ipc hop between the API server and the engine core (vLLM V1 core_client.py), "
+        "plus the engine core's input thread decode / output msgpack; no published benchmark "
+        "(vllm-project/vllm issue #46121), generic ZMQ ipc round trips are tens of us",
+    ),
+    "output_s_per_request": (
+        45e-6, "20-50 us",
+        "API-server work per request with output in a step: output_handler decode, process_outputs "
+        "(incremental detokenization: Rust DecodeStream 0.1-0.4 us/token + the Python call, PR #46723, "
+        "#15137; 20-44 us/token in the old Python detokenizer, issue #5206), queue put, pydantic response "
+        "build and model_dump_json (10-30 us); serial on one asyncio loop, so a chunk waits (B+1)/2 of them",
+    ),
+    "stream_chunk_s": (
+        0.3e-3, "0.1-0.5 ms",
+        "SSE out: generator wake-up, uvicorn/h11 write, client-side SSE parse and json.loads of the chunk "
+        "(inference-perf apis/streaming_parser.py; docs/ttft_gap_analysis.md §1.4)",
+    ),
+    "network_rtt_s": (
+        0.3e-3, "0.1-0.5 ms",
+        "client <-> server round trip on a kept-alive connection inside one cluster; half of it on the way "
+        "in, half on the way out",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class FrontendConfig:
+    """``[frontend]``: the request path around the engine (seconds). An empty table = the priors."""
+
+    enabled: bool = True
+    request_overhead_s: float = PRIORS["request_overhead_s"][0]
+    tokenize_s_per_token: float = PRIORS["tokenize_s_per_token"][0]
+    engine_hop_s: float = PRIORS["engine_hop_s"][0]
+    output_s_per_request: float = PRIORS["output_s_per_request"][0]
+    stream_chunk_s: float = PRIORS["stream_chunk_s"][0]
+    network_rtt_s: float = PRIORS["network_rtt_s"][0]
+
+    def input_latency(self, prompt_len: int | np.ndarray) -> Any:
+        """Client send → the engine core holds the request."""
+        return (self.network_rtt_s / 2 + self.request_overhead_s + self.tokenize_s_per_token * prompt_len
+                + self.engine_hop_s)  # fmt: skip
+
+    def output_latency(self, batch: int | np.ndarray) -> Any:
+        """A token the engine emitted in a step with ``batch`` output rows → parsed by the client."""
+        return (self.engine_hop_s + self.output_s_per_request * (np.asarray(batch, float) + 1) / 2
+                + self.stream_chunk_s + self.network_rtt_s / 2)  # fmt: skip
+
+
+def frontend_from_dict(raw: Any) -> FrontendConfig | None:
+    """The ``[frontend]`` table (None or absent: no front end; ``enabled = false``: none either)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[frontend] must be a table, got {raw!r}")
+    fields = {f.name: f for f in dataclasses.fields(FrontendConfig)}
+    kwargs = {}
+    for key, value in raw.items():
+        if key not in fields:
+            raise ConfigError(f"[frontend] unknown key {key!r}; known keys: {', '.join(fields)}")
+        kwargs[key] = check_type("[frontend]", key, value, fields[key].type)
+        if key != "enabled" and not (math.isfinite(kwargs[key]) and kwargs[key] >= 0):
+            raise ConfigError(
+                f"[frontend] {key} = {value!r}: must be a finite number of seconds >= 0 "
+                f"(prior {PRIORS[key][0]:g}, published range {PRIORS[key][1]})"
+            )
+    fe = FrontendConfig(**kwargs)
+    return fe if fe.enabled else None
+
+
+# ---- the input path: shifted arrivals -----------------------------------------------------------------
+class FrontendSource:
+    """Wraps a dynamic source (closed loop, sessions): a spec the client sends at t reaches the engine at
+    t + input latency; a finish reaches the client (and so its next send) after the output path."""
+
+    def __init__(self, inner: Any, fe: FrontendConfig, send_time: dict[str, float]) -> None:
+        self.inner, self.fe, self.send_time = inner, fe, send_time
+        self.arrivals_ignore_finishes = getattr(inner, "arrivals_ignore_finishes", False)
+        self.heap: list[tuple[float, int, RequestSpec]] = []
+        self.n = 0
+
+    def _pull(self, now: float) -> None:
+        for spec in self.inner.pop_due(now):
+            t = spec.arrival_time + self.fe.input_latency(spec.prompt_len)
+            self.send_time[spec.request_id] = spec.arrival_time
+            heapq.heappush(self.heap, (t, self.n, dataclasses.replace(spec, arrival_time=t)))
+            self.n += 1
+
+    def peek_time(self) -> float | None:
+        times = [t for t in (self.heap[0][0] if self.heap else None, self.inner.peek_time()) if t is not None]
+        return min(times) if times else None
+
+    def pop_due(self, now: float) -> list[RequestSpec]:
+        self._pull(now)
+        out = []
+        while self.heap and self.heap[0][0] <= now:
+            out.append(heapq.heappop(self.heap)[2])
+        return out
+
+    def on_done(self, spec: RequestSpec, now: float) -> None:
+        self.inner.on_done(spec, now + self.fe.output_latency(1))  # B = 1: the batch is not known here
+
+    def remaining(self) -> list[RequestSpec]:
+        return [s for _, _, s in sorted(self.heap)] + list(self.inner.remaining())
+
+
+def with_frontend(source: Any, fe: FrontendConfig | None) -> tuple[Any, dict[str, float]]:
+    """(the source the engine reads, request_id -> client send time). Without a front end: unchanged."""
+    send_time: dict[str, float] = {}
+    if fe is None:
+        return source, send_time
+    if type(source) is OpenSource:  # fixed arrivals: shift them once (keeps the fast-forward's long runs)
+        specs = list(source.specs[source.pos :])
+        for s in specs:
+            send_time[s.request_id] = s.arrival_time
+        return OpenSource([dataclasses.replace(s, arrival_time=s.arrival_time + fe.input_latency(s.prompt_len))
+                           for s in specs]), send_time  # fmt: skip
+    return FrontendSource(source, fe, send_time), send_time
+
+
+# ---- the output path: client-side times -----------------------------------------------------------------
+def _batch_at(steps: pd.DataFrame, t: np.ndarray) -> np.ndarray:
+    """Output rows (num_running) of the step that ended at each time in ``t`` (1 where none is found)."""
+    out = np.ones(len(t))
+    if steps.empty:
+        return out
+    s = steps.sort_values("start", kind="stable")
+    ends = (s["start"] + s["duration"]).to_numpy(float)
+    order = np.argsort(ends, kind="stable")
+    ends, running = ends[order], s["num_running"].to_numpy(float)[order]
+    ok = np.isfinite(t)
+    i = np.clip(np.searchsorted(ends, t[ok] - 1e-12, side="left"), 0, len(ends) - 1)
+    hit = np.abs(ends[i] - t[ok]) <= 1e-9
+    out[np.flatnonzero(ok)[hit]] = np.maximum(running[i[hit]], 1.0)
+    return out
+
+
+def annotate(requests: pd.DataFrame, steps: pd.DataFrame, fe: FrontendConfig,
+             send_time: dict[str, float]) -> pd.DataFrame:  # fmt: skip
+    """Adds ``send_time`` (client send), ``client_first_token_time`` and ``client_finish_time`` (the first
+    and last token as the client parses them). Engine-side columns keep their meaning."""
+    df = requests.copy()
+    arrival = df["arrival_time"].astype(float)
+    df["send_time"] = df["request_id"].map(send_time).astype(float).fillna(arrival)
+    first = df["first_token_time"].to_numpy(float)
+    df["client_first_token_time"] = first + fe.output_latency(_batch_at(steps, first))
+    fin = df["finish_time"].to_numpy(float)
+    done = (df["status"] == "finished").to_numpy()
+    cf = np.where(done, fin + fe.output_latency(_batch_at(steps, np.where(done, fin, np.nan))), np.nan)
+    df["client_finish_time"] = cf
+    return df
+
+
+def frontend_meta(fe: FrontendConfig, steps: pd.DataFrame) -> dict[str, Any]:
+    """The parameters, plus how often the API server's serial output work would outrun the GPU step."""
+    serial = fe.output_s_per_request * steps["num_running"].to_numpy(float) if len(steps) else np.zeros(0)
+    over = serial > steps["duration"].to_numpy(float) if len(steps) else serial.astype(bool)
+    return {**dataclasses.asdict(fe), "saturated_step_fraction": float(over.mean()) if len(over) else 0.0}
+
+
+def apply_frontend(result: Any, fe: FrontendConfig | None, send_time: dict[str, float]) -> Any:
+    """A SimResult with the client-side columns and ``meta["frontend"]`` (unchanged without a front end)."""
+    if fe is not None:
+        result.requests = annotate(result.requests, result.steps, fe, send_time)
+        result.meta["frontend"] = frontend_meta(fe, result.steps)
+    return result

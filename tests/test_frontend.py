@@ -1,0 +1,117 @@
+"""[frontend]: the request path around the engine (sim/app/frontend.py) shifts client-side TTFT and E2E as
+documented, leaves the engine-side columns alone, and is validated like every other section."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.app.config import config_from_dict
+from sim.app.frontend import PRIORS, FrontendConfig
+from sim.app.results import request_metrics, summarize
+from sim.app.simulate import format_summary, simulate
+from sim.core.errors import ConfigError
+
+STEP = 0.02
+FE = {"request_overhead_s": 1e-3, "tokenize_s_per_token": 2e-6, "engine_hop_s": 1e-4,
+      "output_s_per_request": 5e-5, "stream_chunk_s": 3e-4, "network_rtt_s": 4e-4}
+
+
+def _cfg(frontend=None, n=1, rate=1.0, async_scheduling=False, prompt=100, output=20, workload=None):
+    raw = {
+        "engine": {"policy": "vllm", "cost_model": "constant", "constant_step_s": STEP, "max_model_len": 2048,
+                   "async_scheduling": async_scheduling},
+        "workload": workload or {"num_requests": n, "rate": rate, "prompt": {"dist": "fixed", "value": prompt},
+                                 "output": {"dist": "fixed", "value": output}},
+    }
+    if frontend is not None:
+        raw["frontend"] = frontend
+    return config_from_dict(raw)
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_idle_engine_client_ttft_is_engine_ttft_plus_both_paths(async_scheduling):
+    fe = FrontendConfig(**FE)
+    base = request_metrics(simulate(_cfg(None, async_scheduling=async_scheduling)).requests).iloc[0]
+    res = simulate(_cfg(FE, async_scheduling=async_scheduling))
+    r = request_metrics(res.requests).iloc[0]
+    inp = 4e-4 / 2 + 1e-3 + 2e-6 * 100 + 1e-4  # rtt/2 + overhead + tokenize + hop
+    out = 1e-4 + 5e-5 * (1 + 1) / 2 + 3e-4 + 4e-4 / 2  # hop + own output work (B = 1) + chunk + rtt/2
+    assert fe.input_latency(100) == pytest.approx(inp) and fe.output_latency(1) == pytest.approx(out)
+    # the engine sees it input-path later; its own TTFT (an idle engine: one step) does not change
+    assert r.send_time == pytest.approx(base.arrival_time)
+    assert r.arrival_time == pytest.approx(base.arrival_time + inp) and r.input_path_time == pytest.approx(inp)
+    assert r.ttft_engine == pytest.approx(base.ttft_engine) == pytest.approx(STEP)
+    assert r.ttft == r.ttft_client == pytest.approx(STEP + inp + out)
+    assert r.e2el_client == pytest.approx(base.e2el + inp + out)
+    assert r.e2el_engine == pytest.approx(base.e2el)
+    assert r.tpot == pytest.approx(base.tpot)  # the same delay on the first and the last token
+
+
+def test_summary_headline_is_client_side_only_with_a_frontend():
+    cfg = {"num_requests": 40, "rate": 20.0, "prompt": {"dist": "fixed", "value": 300},
+           "output": {"dist": "fixed", "value": 30}}
+    plain = summarize(simulate(_cfg(None, workload=cfg)))
+    res = simulate(_cfg({}, workload=cfg))  # an empty table: the priors
+    s = summarize(res)
+    assert plain["latency_basis"] == "engine" and "mean_ttft_engine_ms" not in plain
+    assert s["latency_basis"] == "client"
+    assert s["mean_ttft_ms"] > s["mean_ttft_engine_ms"] > 0
+    assert s["mean_e2el_ms"] > s["mean_e2el_engine_ms"]
+    # requests are never lost: every one finished, counts add up
+    assert s["completed"] == s["num_requests"] == 40 and s["num_in_flight"] == s["num_not_arrived"] == 0
+    assert res.meta["frontend"]["request_overhead_s"] == PRIORS["request_overhead_s"][0]
+    assert 0 <= res.meta["frontend"]["saturated_step_fraction"] <= 1
+    text = format_summary(s, res)
+    assert "client-side" in text and "engine-side TTFT" in text
+    # queue time stays engine-side (from the engine's arrival)
+    rq = request_metrics(res.requests)
+    assert (rq["queue_time"] >= -1e-12).all()
+    assert (rq["scheduled_time"] - rq["arrival_time"]).to_numpy() == pytest.approx(rq["queue_time"].to_numpy())
+
+
+def test_output_work_grows_with_the_batch():
+    fe = FrontendConfig(**FE)
+    assert fe.output_latency(41) - fe.output_latency(1) == pytest.approx(5e-5 * 20)
+
+
+def test_closed_loop_clients_see_the_frontend():
+    wl = {"num_requests": 6, "num_clients": 2, "think_time": 0.0, "prompt": {"dist": "fixed", "value": 50},
+          "output": {"dist": "fixed", "value": 5}}
+    res = simulate(_cfg(FE, workload={**wl, "kind": "closed"}))
+    rq = request_metrics(res.requests)
+    assert len(rq) == 6 and (rq["status"] == "finished").all()
+    assert (rq["arrival_time"] > rq["send_time"]).all()
+    assert (rq["ttft_client"] > rq["ttft_engine"]).all()
+    # a client sends its next request only after the previous one's last chunk came back (the wake-up
+    # uses the output path of a lone request, B = 1: the source does not see the batch)
+    by_send = rq.sort_values("send_time")
+    first_done = (by_send["finish_time"].iloc[:2] + FrontendConfig(**FE).output_latency(1)).min()
+    assert by_send["send_time"].iloc[2] == pytest.approx(first_done)
+
+
+@pytest.mark.parametrize("key,value,allowed", [
+    ("request_overhead_s", -0.001, ">= 0"),
+    ("engine_hop_s", float("inf"), ">= 0"),
+    ("tokenize_s_per_token", "fast", "expected float"),
+    ("stream_chunk_s", True, "expected float"),
+])
+def test_bad_frontend_value_is_one_config_error(key, value, allowed):
+    with pytest.raises(ConfigError) as exc:
+        _cfg({key: value})
+    msg = str(exc.value)
+    assert "[frontend]" in msg and key in msg and repr(value) in msg and allowed in msg
+
+
+def test_unknown_frontend_key_and_non_table():
+    with pytest.raises(ConfigError, match=r"\[frontend\] unknown key 'latency'.*known keys: enabled"):
+        _cfg({"latency": 1.0})
+    with pytest.raises(ConfigError, match=r"\[frontend\] must be a table"):
+        _cfg(3)
+
+
+def test_frontend_round_trips_and_can_be_turned_off():
+    cfg = _cfg(FE)
+    assert config_from_dict(cfg.to_dict()) == cfg
+    assert cfg.frontend == FrontendConfig(**FE)
+    assert _cfg({"enabled": False}).frontend is None
+    assert config_from_dict(_cfg(None).to_dict()).frontend is None
