@@ -92,9 +92,10 @@ def h100_config(case: dict[str, Any], async_scheduling: bool = True, frontend: d
 
 
 def simulate_h100(case: dict[str, Any], frac: float = 1.0, async_scheduling: bool = True,
-                  frontend: dict | None = None, horizon: float | None = None) -> tuple[pd.DataFrame, Any, float]:  # fmt: skip
+                  frontend: dict | None = None, horizon: float | None = None,
+                  client_timeout_s: float | None = None) -> tuple[pd.DataFrame, Any, float]:  # fmt: skip
     """(per-request metrics with a ``stage`` column, the SimResult, wall seconds). ``frontend`` None: the
-    priors; pass ``{"enabled": False}`` for none."""
+    priors; pass ``{"enabled": False}`` for none. ``client_timeout_s``: clients give up (the engine aborts)."""
     cfg = h100_config(case, async_scheduling, {} if frontend is None else frontend)
     setup = resolve(cfg)
     specs, stage_of = h100_specs(case, frac)
@@ -103,7 +104,7 @@ def simulate_h100(case: dict[str, Any], frac: float = 1.0, async_scheduling: boo
     src, send = with_frontend(OpenSource(specs), cfg.frontend)
     rec = Recorder()
     eng = Engine(env, setup.make_policy(), setup.cost_model, src, rec, horizon,
-                 async_scheduling=setup.limits.async_scheduling)
+                 async_scheduling=setup.limits.async_scheduling, client_timeout_s=client_timeout_s)
     env.run()
     res = apply_frontend(collect(cfg, setup, eng, src, rec, time.perf_counter() - t0), cfg.frontend, send)
     df = request_metrics(res.requests)
@@ -120,18 +121,28 @@ def _stats(x: pd.Series) -> dict[str, float]:
     return {"mean": float(a.mean()), "p90": float(np.percentile(a, 90)), "p99": float(np.percentile(a, 99))}
 
 
-CLIENT_TIMEOUT_S = 300.0  # aiohttp's ClientTimeout(total=300) when inference-perf has request_timeout: null
+# aiohttp's ClientTimeout(total=300) when inference-perf has request_timeout: null; the real failures land at
+# 300.0-301.0 s (the deadline is checked on whole seconds), so clients give up at 301 s at the latest.
+CLIENT_TIMEOUT_S = 300.0
 
 
 def compare_stages(case: dict[str, Any], df: pd.DataFrame) -> list[dict[str, Any]]:
-    """One row per (stage, metric, stat): real, sim, signed error (sim/real − 1). The overloaded run counts
-    only the requests whose client-side E2E is within the client's 300 s deadline (the real metrics are over
-    successes); servesim does not abort the others yet (issue 11 item 4), so they still load the engine."""
+    """One row per (stage, metric, stat): real, sim, signed error (sim/real − 1), over the successes (the
+    overloaded run is simulated with its clients' 300 s timeout: the engine aborts who gives up), and one
+    row of failures per stage (real failed vs simulated timed out)."""
     rows = []
     for k, real in enumerate(case["measured_stages"]):
         fin = df[(df["stage"] == k) & (df["status"] == "finished")]
         if case["overload"]:
-            fin = fin[fin["e2el"] <= CLIENT_TIMEOUT_S]
+            fin = fin[fin["e2el"] <= CLIENT_TIMEOUT_S]  # a client-side E2E past the deadline is a failure too
+        failed = int(((df["stage"] == k) & (df["status"] != "finished")).sum()) + int(
+            ((df["stage"] == k) & (df["status"] == "finished")).sum()) - len(fin)
+        rows.append(dict(run=case["id"].removeprefix("llama-2-7b-tp1-"), stage=k,
+                         rate=case["workload"]["stages"][k]["rate"], metric="failed", stat="count",
+                         real=float(real.get("n_failed", 0)), sim=float(failed),
+                         err=(failed / real["n_failed"] - 1) if real.get("n_failed") else float("nan"),
+                         overload=case["overload"], n_sim=len(fin), n_real=int(real["n_success"]),
+                         ttft_engine_mean=float("nan")))  # fmt: skip
         sim = {"ttft": _stats(fin["ttft"]), "e2e": _stats(fin["e2el"]), "itl": _stats(fin["itl_true"])}
         for metric, keys in (("ttft", {s: f"ttft_{s}_s" for s in STATS}),
                              ("e2e", {s: f"e2e_{s}_s" for s in STATS}), ("itl", {"mean": "itl_true_mean_s"})):
@@ -150,7 +161,7 @@ def h100_section(data: Path, frac: float = 1.0) -> tuple[list[str], pd.DataFrame
     mean TTFT of the ablations (today's default: sync, no front end; async only) for the moderate stages."""
     rows, abl, walls = [], [], []
     for case in h100_cases(data):
-        df, res, wall = simulate_h100(case, frac)
+        df, res, wall = simulate_h100(case, frac, client_timeout_s=CLIENT_TIMEOUT_S if case["overload"] else None)
         walls.append(wall)
         rows += compare_stages(case, df)
         print(f"{case['id']}: {len(df)} requests simulated in {wall:.1f} s")
@@ -172,15 +183,23 @@ def h100_section(data: Path, frac: float = 1.0) -> tuple[list[str], pd.DataFrame
           "TTFT and E2E client-side (send → first / last chunk), ITL = (E2E − TTFT)/(output_len − 1) (mean "
           "only: the run's own ITL percentiles are per SSE chunk). Error = sim/real − 1. Targets (issue 11, "
           "moderate-load stages): mean TTFT ±10 %, P99 TTFT ±20 %, mean E2E and ITL ±5 %, P99 E2E ±8 %. The "
-          "reasoning run is overloaded (4068 of 4800 requests fail at the client's 300 s deadline): its sim "
-          "numbers are over the requests whose E2E ≤ 300 s, without client aborts (not modelled yet), so it "
-          "is a check of overload behaviour, not of latency.", "",
+          "reasoning run is overloaded (4068 of 4800 requests fail at the client's 300 s deadline): it is "
+          "simulated with `workload.client_timeout_s = 300` (the engine aborts a request whose client gave up "
+          "and frees its KV) and its latency numbers are over the successes; the FAILED rows compare failure "
+          "counts.", "",
           "| run | stage | rate | metric | real mean | sim mean | err | real P90 | sim P90 | err | real P99 | sim P99 "
           "| err | n real / sim |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     scale = {"ttft": 1e3, "e2e": 1.0, "itl": 1e3}
     unit = {"ttft": "ms", "e2e": "s", "itl": "ms"}
     for (run, stage, metric), g in t.groupby(["run", "stage", "metric"], sort=False):
         g = g.set_index("stat")
+        if metric == "failed":
+            r = g.loc["count"]
+            if r.real or r.sim:
+                err = f"{100 * r.err:+.1f} %" if np.isfinite(r.err) else "-"
+                md.append(f"| {run} | {stage} | {r.rate:g} | FAILED (count) | {r.real:.0f} | {r.sim:.0f} | {err} "
+                          "| - | - | - | - | - | - | - |")
+            continue
         cells = []
         for st in STATS:
             if st in g.index:
