@@ -409,10 +409,11 @@ def _apply_async(policy: Any, rows: list[Request], c0: list[int], fin: np.ndarra
                                f"{free0 - free_after[b - 1]} predicted")
         for i in done:  # their last token landed with batch i+b
             req = rows[i]
-            steps = b - 1  # schedules taken in the run
-            req.num_computed_tokens += steps
+            req.num_computed_tokens += b - 1  # schedules taken in the run
             req.num_output_tokens += b
             req.num_tokens += b
+            # Landing, it caches all it computed (a row that took no schedule in this segment too).
+            kv.cache_blocks(req, req.num_computed_tokens)
         if done:
             reqs = [rows[i] for i in done]
             policy.finish(reqs, float(ends[b - 1]))
