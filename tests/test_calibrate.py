@@ -35,7 +35,7 @@ TRUE = replace(
     eta_elementwise=0.7, layer_fixed_s=14e-6, step_elementwise_fixed_s=5e-6,
     sampler_t0_s=30e-6, sampler_bytes_per_elem=6.0,
     step_overhead_s=200e-6, per_seq_overhead_s=3e-6,
-    allreduce_latency_s=12e-6, allreduce_bw_eff=0.6,
+    allreduce_model="profile", allreduce_latency_s=12e-6, allreduce_bw_eff=0.6,
 )
 
 HEADS = dict(nh=32, nkv=8, hd=128, kv_bytes=2, a_bytes=2)

@@ -16,6 +16,7 @@ import numpy as np
 
 from sim.core.batch import BatchSummary
 from sim.core.errors import ConfigError, UnknownNameError
+from sim.cost.collectives import allreduce_seconds
 from sim.cost.hardware import GpuSpec
 from sim.cost.models import DTYPE_BYTES, ModelSpec, activation_dtype_bytes, kv_dtype_bytes, normalize_dtype
 from sim.cost.profiles import CalibrationProfile, get_profile
@@ -144,6 +145,7 @@ class RooflineCostModel:
         self._ew_tok_layer = ew_tok_layer
         link = gpu.interconnect_bandwidth if gpu.interconnect_bandwidth > 0 else gpu.host_bandwidth
         self._ar_bw = link * pr.allreduce_bw_eff
+        self._graph_max = max(pr.cuda_graph_sizes) if pr.cuda_graphs else 0
 
         # ---- per-step constants
         self._step_oh, self._seq_oh = pr.step_overhead_s, pr.per_seq_overhead_s
@@ -214,8 +216,16 @@ class RooflineCostModel:
         elementwise = L * np.maximum(M * self._ew_tok_layer / self._ew_bw, pr.layer_fixed_s) + np.maximum(
             M * 4 * H * self._b_a / self._ew_bw, pr.step_elementwise_fixed_s
         )  # embedding gather + final norm, once
-        if t > 1:  # two ring all-reduces of M·H·b_a per layer (Megatron); costmodel.md §1.2, §2.2
+        if t > 1 and pr.allreduce_model == "profile":  # the profile's own ring fit (servesim calibrate)
             allreduce = 2 * L * (pr.allreduce_latency_s + 2 * (t - 1) / t * M * H * self._b_a / self._ar_bw)
+        elif t > 1:  # two all-reduces of M·H·b_a per layer (Megatron), per interconnect (sim/cost/collectives.py)
+            nb = M * H * self._b_a
+            graph = M <= self._graph_max  # V1 runs batches up to the largest capture size inside a graph
+            allreduce = 2 * L * np.where(
+                graph,
+                allreduce_seconds(nb, t, self.gpu, graph=True),
+                allreduce_seconds(nb, t, self.gpu, graph=False),
+            )
         else:
             allreduce = np.zeros_like(M)
         parts = {"gemm": gemm, "moe": moe, "elementwise": elementwise, "allreduce": allreduce}

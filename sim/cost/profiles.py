@@ -81,7 +81,10 @@ class CalibrationProfile:
     # --- engine (CPU, sync) overheads per step and per scheduled sequence
     step_overhead_s: float = 126e-6
     per_seq_overhead_s: float = 4.4e-6
-    # --- tensor-parallel all-reduce: α + 2(t−1)/t · bytes / (link BW · eff)
+    # --- tensor-parallel all-reduce. "interconnect": the per-interconnect alpha-beta model with published
+    #     figures (sim/cost/collectives.py, data/allreduce.json); "profile": α + 2(t−1)/t · bytes / (link BW ·
+    #     eff) with the two fields below (what `servesim fit` sets when it has measured all-reduces).
+    allreduce_model: str = "interconnect"
     allreduce_latency_s: float = 8e-6
     allreduce_bw_eff: float = 0.80
     # --- CUDA graphs: decode-only batches run padded to the next capture size
@@ -142,6 +145,10 @@ class CalibrationProfile:
         if not (isinstance(self.prefill_kv_sat_tokens, int | float) and self.prefill_kv_sat_tokens > 0):
             raise ConfigError(
                 f"profile field prefill_kv_sat_tokens={self.prefill_kv_sat_tokens!r}: must be > 0"
+            )
+        if self.allreduce_model not in ("interconnect", "profile"):
+            raise ConfigError(
+                f"profile field allreduce_model={self.allreduce_model!r}: expected 'interconnect' or 'profile'"
             )
         if not isinstance(self.metadata, dict):
             raise ConfigError(f"profile field metadata={self.metadata!r}: must be a JSON object")

@@ -265,6 +265,8 @@ def fit_profile(
                 "params": {p.name: getattr(prof, p.name) for p in g.params},
             }
             continue
+        if g.name == "allreduce":  # measured all-reduces replace the published per-interconnect figures
+            prof = replace(prof, allreduce_model="profile")
         prof = _fit_group(g, prof, gpu, rows, set(freeze))
         groups[g.name] = {
             "status": "fitted",

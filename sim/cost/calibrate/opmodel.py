@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from sim.cost.collectives import allreduce_seconds
 from sim.cost.costmodel import _smooth
 from sim.cost.hardware import GpuSpec
 from sim.cost.profiles import CalibrationProfile
@@ -106,8 +107,17 @@ def copy(p: CalibrationProfile, gpu: GpuSpec, df: pd.DataFrame) -> np.ndarray:
 
 
 def allreduce(p: CalibrationProfile, gpu: GpuSpec, df: pd.DataFrame) -> np.ndarray:
-    """One ring all-reduce: α + 2(t−1)/t · bytes / (link BW · eff) (sim/cost/costmodel.py, costmodel.md §2.2)."""
+    """One all-reduce (eager: the benchmark suite times torch.distributed calls outside a CUDA graph).
+
+    ``allreduce_model == "profile"``: the ring α + 2(t−1)/t · bytes / (link BW · eff); else the per-interconnect
+    model of sim/cost/collectives.py, as in sim/cost/costmodel.py."""
     t, nb = np.maximum(_col(df, "tp", 1.0), 1.0), _col(df, "nbytes")
+    if p.allreduce_model != "profile":
+        out = np.zeros(len(df))
+        for tp in np.unique(t):
+            sel = t == tp
+            out[sel] = allreduce_seconds(nb[sel], int(tp), gpu, graph=False)
+        return out
     link = gpu.interconnect_bandwidth if gpu.interconnect_bandwidth > 0 else gpu.host_bandwidth
     return p.allreduce_latency_s + 2 * (t - 1) / t * nb / (link * p.allreduce_bw_eff)
 
