@@ -91,7 +91,7 @@ def test_closed_loop_clients_see_the_frontend():
 
 @pytest.mark.parametrize("key,value,allowed", [
     ("request_overhead_s", -0.001, ">= 0"),
-    ("engine_hop_s", float("inf"), ">= 0"),
+    ("engine_hop_s", float("inf"), "finite"),
     ("tokenize_s_per_token", "fast", "expected float"),
     ("stream_chunk_s", True, "expected float"),
 ])
