@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from itertools import islice, repeat
 
 from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
@@ -144,6 +145,20 @@ class VllmPolicy(QueuedPolicy):
         # V1-2 / V1-3: running requests first, in list order.
         i = 0
         while i < len(running) and budget > 0:
+            if not asyn:
+                # A stretch of decode rows (one token each; synchronous rows below max_model_len, or they
+                # would have finished) in one tight pass; the row that ends it is handled below.
+                j = i
+                for req in islice(running, i, i + budget):
+                    if req.num_tokens - req.num_computed_tokens != 1 or alloc(req, 1) is None:
+                        break
+                    j += 1
+                if j > i:
+                    scheduled.extend(zip(running[i:j], repeat(1)))
+                    budget -= j - i
+                    i = j
+                    if i >= len(running) or budget <= 0:
+                        break
             req = running[i]
             c = req.num_computed_tokens
             n = req.num_tokens - c
