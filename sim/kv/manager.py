@@ -153,22 +153,24 @@ class KVCacheManager(DecodeGrowth):
         ``watermark_blocks``: vLLM V1's watermark, blocks that must stay free after this allocation
         (the caller passes it for admissions only, as vLLM applies it to waiting/preempted requests).
         """
-        if num_new_tokens == 1 and not (new_computed_blocks or num_new_computed_tokens or num_lookahead_tokens
-                                        or full_sequence_must_fit or watermark_blocks):
+        if num_new_tokens == 1 and not num_lookahead_tokens:
             # A decode row (or a one-token chunk), O(1): it needs a new block only when its computed
             # tokens sit on a block boundary (c > 0 off a boundary: its blocks cover slot c + 1), and
             # cache bookkeeping only when the new token completes a block (what is cached never lags
-            # more than the one token in flight under async scheduling). Content nobody shares needs
-            # no hashing, so its bookkeeping is inlined here, for a row whose token is known (async
-            # scheduling: c >= num_tokens while a token is in flight; the general path then).
+            # more than the one token in flight under async scheduling). An admission (prefix hits,
+            # the full-sequence gate, the watermark) has c = 0 or whole hit blocks: never off a boundary.
             c = req.num_computed_tokens
             bs = self.block_size
             caching = self.enable_caching
             if c % bs and ((c + 1) % bs or not caching):
                 return _NO_BLOCKS
+            # Content nobody shares needs no hashing, so its bookkeeping is inlined here, for a running
+            # row whose token is known (async scheduling: c >= num_tokens while one is in flight).
             st = self._reqs.get(req.request_id)
             if (st is not None and c < req.num_tokens and c < self.max_model_len
-                    and not (caching and req.spec.shares_content)):
+                    and not (caching and req.spec.shares_content)
+                    and not (new_computed_blocks or num_new_computed_tokens or full_sequence_must_fit
+                             or watermark_blocks)):
                 blocks = st.blocks
                 need = c // bs + 1 - len(blocks)
                 new = _NO_BLOCKS
