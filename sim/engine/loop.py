@@ -120,6 +120,14 @@ class Engine:
         yield self.env.timeout(max(t - now, 0.0))
         return False
 
+    def _boundary(self, now: float) -> bool:
+        """What a step boundary takes in before scheduling: arrivals (queued up to the horizon: in
+        flight, not lost) and the clients that gave up. True at the horizon: the loop ends."""
+        self._admit(now)
+        if self._deadlines:
+            self._expire(now)
+        return now >= self.horizon
+
     # ---- the loop --------------------------------------------------------------------------------
     def _loop(self):
         env, policy, rec, source = self.env, self.policy, self.rec, self.source
@@ -128,10 +136,7 @@ class Engine:
         ff = self.ff
         while True:
             now = env.now
-            self._admit(now)  # arrivals up to the horizon are queued (in flight), not lost
-            if self._deadlines:
-                self._expire(now)
-            if now >= self.horizon:
+            if self._boundary(now):
                 return
             if not policy.has_unfinished():
                 if (yield from self._wait_for_arrival(now)):
@@ -173,10 +178,7 @@ class Engine:
         aff = self.ff
         while True:
             now = env.now
-            self._admit(now)  # arrivals up to the horizon are queued (in flight), not lost
-            if self._deadlines:
-                self._expire(now)
-            if now >= self.horizon:
+            if self._boundary(now):
                 return  # batches still on the GPU are in flight at the horizon
             if policy.has_unfinished():
                 plan = policy.schedule(now)
