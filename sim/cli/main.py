@@ -68,8 +68,18 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("servesim")
+    except PackageNotFoundError:  # pragma: no cover - a checkout that was never installed
+        return "0+unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="servesim", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"servesim {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run(sub)
     _add_demo(sub)
