@@ -10,6 +10,7 @@ Each policy registers with its options class (policies/options.py), in its own f
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -50,6 +51,30 @@ def _check_name(name: str) -> None:
     _load_builtins()
     if name not in _REGISTRY:
         raise UnknownNameError(f"unknown policy {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+
+
+def resolve_policy_name(spec: str) -> str:
+    """A registered policy name, or ``"package.module:name"``: the module is imported (its ``@register``
+    runs) and ``name`` (a registered name, or the factory or class registered) is what it registered. So
+    a policy in the user's own file works from a config and the CLI, as Ciw takes plug-ins by argument."""
+    _load_builtins()
+    if spec in _REGISTRY or ":" not in spec:
+        return spec
+    mod, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(mod)
+    except ImportError as exc:
+        raise UnknownNameError(f"[engine] policy = {spec!r}: cannot import module {mod!r} ({exc})") from None
+    if attr in _REGISTRY:
+        return attr
+    obj = getattr(module, attr, None)
+    for name, factory in _REGISTRY.items():
+        if obj is not None and factory is obj:
+            return name
+    raise UnknownNameError(
+        f"[engine] policy = {spec!r}: module {mod!r} registers no policy {attr!r} "
+        "(decorate its factory or class with policies.base.register(name, options=...))"
+    )
 
 
 def policy_names() -> list[str]:

@@ -124,3 +124,30 @@ def test_other_presets_refuse_the_knob():
     with pytest.raises(ConfigError, match=r"max_queue_len does not apply to preset 'vllm'; it is a knob "
                                           r"of: fifo-capped"):  # fmt: skip
         config_from_dict({"engine": {"preset": "vllm", "max_queue_len": 4}})
+
+
+def test_the_cli_finds_a_policy_in_the_users_own_module(tmp_path):
+    """``policy = "package.module:name"``: a fresh CLI process imports the module (its @register runs);
+    before, a policy registered in the user's own file was "unknown policy" to the CLI."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = tmp_path / "plugin.toml"
+    cfg.write_text(
+        '[engine]\npolicy = "tests.test_policy_own_options:fifo-capped"\nmax_queue_len = 3\nmax_model_len = 2048\n'
+        '[workload]\nnum_requests = 20\nrate = 1000.0\nprompt = {dist = "fixed", value = 100}\n'
+        'output = {dist = "fixed", value = 50}\n'
+    )
+    out = subprocess.run([sys.executable, "-m", "sim.cli.main", "run", str(cfg), "--json"], cwd=root,
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["config"]["engine"]["policy"] == "fifo-capped" and summary["num_rejected"] > 0
+    by_factory = config_from_dict({"engine": {"policy": "tests.test_policy_own_options:_make"}})
+    assert by_factory.engine.policy == "fifo-capped"
+    for bad, match in (("no_such_module_xyz:fifo-capped", "cannot import module 'no_such_module_xyz'"),
+                       ("tests.test_policy_own_options:nope", "registers no policy 'nope'")):
+        with pytest.raises(Exception, match=match):
+            config_from_dict({"engine": {"policy": bad}})

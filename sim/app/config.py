@@ -141,7 +141,7 @@ def config_from_dict(raw: dict[str, Any]) -> RunConfig:
             f"unknown section(s) {sorted(unknown)}; known: model, hardware, engine, workload, simulation, slo, "
             "frontend"
         )
-    raw = _merge_preset(raw)
+    raw = _resolve_plugin(_merge_preset(raw))
     parts: dict[str, Any] = {k: _build_section(k, cls, raw.get(k, {})) for k, cls in _SECTIONS.items()}
     workload = raw.get("workload", {})
     slo = raw.get("slo", {})
@@ -168,6 +168,16 @@ def _merge_preset(raw: dict[str, Any]) -> dict[str, Any]:
             f"[engine] preset = {preset!r} and policy = {eng['policy']!r} disagree; give one of them"
         )
     return {**raw, "engine": {**eng, "policy": preset}}
+
+
+def _resolve_plugin(raw: dict[str, Any]) -> dict[str, Any]:
+    """``[engine] policy = "package.module:name"``: import the user's module, keep the registered name."""
+    eng = raw.get("engine")
+    if not isinstance(eng, dict) or not isinstance(eng.get("policy"), str) or ":" not in eng["policy"]:
+        return raw
+    from policies.base import resolve_policy_name
+
+    return {**raw, "engine": {**eng, "policy": resolve_policy_name(eng["policy"])}}
 
 
 def _validate(cfg: RunConfig) -> None:
