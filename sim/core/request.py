@@ -9,7 +9,7 @@ content of the tokens it covers, chained with its parent's hash as vLLM does (en
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -148,15 +148,50 @@ class Request:
             return hashes
         parent = hashes[-1] if hashes else NONE_HASH
         token_ids = self.spec.token_ids
+        if token_ids is None:  # one pass over the segments for all the new blocks (not one per block)
+            for ident in self._segment_idents(len(hashes), want, block_size):
+                parent = hash((parent, ident))
+                hashes.append(parent)
+            return hashes
         for i in range(len(hashes), want):
             lo, hi = i * block_size, (i + 1) * block_size
-            if token_ids is not None and hi <= self.prompt_len:
+            if hi <= self.prompt_len:
                 ident: Hashable = token_ids[lo:hi]
             else:
                 ident = self._content(lo, hi)
             parent = hash((parent, ident))
             hashes.append(parent)
         return hashes
+
+    def _segment_idents(self, first: int, last: int, bs: int) -> Iterator[tuple]:
+        """``_content`` of blocks ``first..last-1`` (no token ids), walking the segments once: a cursor
+        stays on the first segment that ends after the block's start (sessions' prompts have many)."""
+        out_key = self.spec.output_key if self.spec.output_key is not None else ("o", self.request_id)
+        segs = (*self.spec.prompt_segments(), (out_key, self.output_len))
+        nseg = len(segs)
+        j = pos = 0
+        lo = first * bs
+        while j < nseg and pos + segs[j][1] <= lo:
+            pos += segs[j][1]
+            j += 1
+        for i in range(first, last):
+            lo, hi = i * bs, (i + 1) * bs
+            parts = []
+            k, p = j, pos
+            while k < nseg:
+                key, n = segs[k]
+                a = lo if lo > p else p
+                b = hi if hi < p + n else p + n
+                if a < b:
+                    parts.append((key, a - p, b - p))
+                if p + n >= hi:
+                    break
+                p += n
+                k += 1
+            yield tuple(parts)
+            while j < nseg and pos + segs[j][1] <= hi:
+                pos += segs[j][1]
+                j += 1
 
     def _content(self, lo: int, hi: int) -> tuple:
         """Identity of tokens [lo, hi) as (segment key, start, end) triples."""
