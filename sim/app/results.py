@@ -439,9 +439,18 @@ def _write_step_trace(result: SimResult, path: Path) -> None:
         text = frame.to_json(orient="records", lines=True, double_precision=15) if len(frame) else ""
         path.write_text(text if not text or text.endswith("\n") else text + "\n", encoding="utf-8")
         return
+    # The records are plain Python already (the recorder builds them so): the C encoder takes them as
+    # they are; only a record it refuses (a numpy value, a NaN) goes through to_jsonable first.
+    encode = json.JSONEncoder(allow_nan=False).encode
     with path.open("w", encoding="utf-8") as fh:
+        write = fh.write
         for rec in result.step_trace:
-            fh.write(json.dumps(to_jsonable(rec), allow_nan=False) + "\n")
+            try:
+                line = encode(rec)
+            except (TypeError, ValueError):
+                line = encode(to_jsonable(rec))
+            write(line)
+            write("\n")
 
 
 def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, float] | None = None, *,

@@ -162,21 +162,29 @@ class Recorder:
         if self.trace is not None:
             ids = [r.request_id for r in run.requests]
             fin_list = fin.tolist()
+            row_of = {id(r): i for i, r in enumerate(run.requests)}
             done_at: dict[int, list[str]] = {}
             for r in finished:
-                done_at.setdefault(fin_list[run.requests.index(r)] - 1, []).append(r.request_id)
+                done_at.setdefault(fin_list[row_of[id(r)]] - 1, []).append(r.request_id)
+            # A row is in step j while its last step is later (fin > j): the list changes only where rows
+            # leave, so consecutive steps share one list (the records are output, never changed).
+            leaves = set(fin_list)
+            scheduled = [[rid, 1] for rid in ids]
+            starts_l, durations_l, free_l = starts.tolist(), durations.tolist(), free_blocks.tolist()
             for j in range(k):
+                if j and j in leaves:
+                    scheduled = [[rid, 1] for rid, f in zip(ids, fin_list, strict=True) if f > j]
                 self.trace.append(
                     {
-                        "time": float(starts[j]),
-                        "duration": float(durations[j]),
-                        "scheduled": [[rid, 1] for rid, f in zip(ids, fin_list, strict=True) if f > j],
+                        "time": starts_l[j],
+                        "duration": durations_l[j],
+                        "scheduled": scheduled,
                         "preempted": [],
                         "finished": done_at.get(j, []),
                         "num_running": running_list[j],
                         "num_waiting": num_waiting,
-                        "num_free_blocks": int(free_blocks[j]),
-                        "kv_usage": float(1.0 - free_blocks[j] / usable_blocks),
+                        "num_free_blocks": free_l[j],
+                        "kv_usage": 1.0 - free_l[j] / usable_blocks,
                     }
                 )
 
