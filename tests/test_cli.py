@@ -40,7 +40,7 @@ def cfg(tmp_path: Path) -> Path:
 
 def test_run_writes_every_output(cfg: Path, tmp_path: Path, capsys):
     out = tmp_path / "out"
-    assert main(["run", str(cfg), "--out", str(out)]) == 0
+    assert main(["run", str(cfg), "--out", str(out), "--step-trace"]) == 0
     for name in ("requests.parquet", "steps.parquet", "steps.jsonl", "summary.json", "report.html"):
         assert (out / name).is_file(), name
     summary = json.loads((out / "summary.json").read_text())
@@ -61,6 +61,14 @@ def test_run_writes_every_output(cfg: Path, tmp_path: Path, capsys):
     total = sum(n for rec in map(json.loads, (out / "steps.jsonl").read_text().splitlines())
                 for _, n in rec["scheduled"])
     assert total == steps["num_scheduled_tokens"].sum()
+
+
+def test_without_step_trace_steps_jsonl_has_counts(cfg: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out)]) == 0
+    lines = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines()]
+    steps = pd.read_parquet(out / "steps.parquet")
+    assert len(lines) == len(steps) and sum(rec["scheduled"] for rec in lines) == steps["num_scheduled_tokens"].sum()
 
 
 def test_set_override_and_json(cfg: Path, capsys):

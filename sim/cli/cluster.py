@@ -32,6 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     add_override_option(p, "override a config value (repeatable), e.g. --set cluster.router=least-kv")
     p.add_argument("--variant", action="append", default=[], help="run only this variant (repeatable)")
     p.add_argument("--out", help="directory for tables, reports and (with variants) comparison.html")
+    p.add_argument("--step-trace", action="store_true",
+                   help="with --out: steps.jsonl lists each step's scheduled requests (slower, larger)")
     p.add_argument("--json", action="store_true", help="print the summary (or summaries) as JSON")
     p.set_defaults(func=run)
     return p
@@ -61,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         cfgs = {k: cfgs[k] for k in wanted}
     runs = {}
     for name, cfg in cfgs.items():
-        if args.out and not cfg.base.simulation.record_step_trace:
+        if args.out and getattr(args, "step_trace", False) and not cfg.base.simulation.record_step_trace:
             from dataclasses import replace
 
             cfg = replace_base(cfg, simulation=replace(cfg.base.simulation, record_step_trace=True))

@@ -21,6 +21,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "--out", help="directory for requests.parquet, steps.parquet, steps.jsonl, summary.json, report.html"
     )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--step-trace", action="store_true",
+                   help="with --out: steps.jsonl lists each step's scheduled requests ([id, tokens]) instead of "
+                        "its counts (records every step's rows: slower and larger)")
     p.set_defaults(func=_run)
 
 
@@ -37,7 +40,7 @@ def _run(args: argparse.Namespace) -> int:
     if cli_cluster.is_cluster_file(args.config):  # [cluster] / [[replica]] configs: several engines
         return cli_cluster.run(args)
     cfg = load_config(args.config, args.overrides)
-    if args.out and not cfg.simulation.record_step_trace:
+    if args.out and args.step_trace and not cfg.simulation.record_step_trace:
         cfg = replace(cfg, simulation=replace(cfg.simulation, record_step_trace=True))
     result = simulate(cfg)
     summary = summarize(result, slo=cfg.slo or None)
