@@ -63,3 +63,23 @@ def assert_same_steps(a, b) -> None:
             assert np.allclose(x, y, rtol=1e-9, atol=1e-12), col
         else:
             assert (x == y).all(), col
+
+
+def small_toml(num_requests: int = 40, max_output: int = 120) -> str:
+    """A small run config (Mistral-7B on an RTX 4090, Poisson at 4 req/s) for the CLI tests."""
+    return f"""
+[model]
+name = "Mistral-7B"
+[hardware]
+gpu = "RTX 4090"
+[engine]
+max_model_len = 4096
+[workload]
+arrival = "poisson"
+rate = 4.0
+num_requests = {num_requests}
+prompt = {{ dist = "uniform", low = 100, high = 900 }}
+output = {{ dist = "uniform", low = 10, high = {max_output} }}
+[slo]
+ttft_ms = 500
+"""

@@ -26,12 +26,11 @@ import pandas as pd
 
 import sim.app.simulate as simulate_mod
 from sim.app.config import RunConfig
-from sim.app.results import SimResult
+from sim.app.results import STATUSES, SimResult
 from sim.engine.recorder import REQUEST_COLUMNS, Recorder
 from sim.kv.manager import KVCacheManager
 from workloads.synthetic import build_workload
 
-STATUSES = ("finished", "rejected", "timed_out", "in_flight", "not_arrived")
 TIME_COLUMNS = ("arrival_time", "queued_time", "scheduled_time", "first_token_time", "finish_time")
 
 

@@ -12,28 +12,14 @@ from pathlib import Path
 import pytest
 
 from sim.cli.main import main
+from tests.helpers import small_toml
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = str(ROOT / "examples" / "quickstart.toml")
 SEED = str(ROOT / "examples" / "seed_24gb.toml")
 SIZING = str(ROOT / "examples" / "sizing_7b_24gb.toml")
 
-SMALL = """
-[model]
-name = "Mistral-7B"
-[hardware]
-gpu = "RTX 4090"
-[engine]
-max_model_len = 4096
-[workload]
-arrival = "poisson"
-rate = 4.0
-num_requests = 20
-prompt = { dist = "uniform", low = 100, high = 900 }
-output = { dist = "uniform", low = 10, high = 60 }
-[slo]
-ttft_ms = 500
-"""
+SMALL = small_toml(20, 60)
 
 LLAMA = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,

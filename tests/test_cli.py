@@ -11,24 +11,10 @@ import pandas as pd
 import pytest
 
 from sim.cli.main import main
+from tests.helpers import small_toml
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL = """
-[model]
-name = "Mistral-7B"
-[hardware]
-gpu = "RTX 4090"
-[engine]
-max_model_len = 4096
-[workload]
-arrival = "poisson"
-rate = 4.0
-num_requests = 40
-prompt = { dist = "uniform", low = 100, high = 900 }
-output = { dist = "uniform", low = 10, high = 120 }
-[slo]
-ttft_ms = 500
-"""
+SMALL = small_toml(40, 120)
 
 
 @pytest.fixture

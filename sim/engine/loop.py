@@ -41,7 +41,7 @@ class Engine:
         self.rec = recorder
         self.horizon = math.inf if horizon is None else horizon
         self.async_scheduling = async_scheduling
-        self.fast_forward = fast_forward
+        # The decode fast-forward of the loop that runs (None: every step through the policy).
         self.ff = None if not fast_forward else AsyncFastForward(self) if async_scheduling else FastForward(self)
         self.requests: list[Request] = []
         self.rejected: list[Request] = []
