@@ -53,7 +53,12 @@ def workload_ids(cfg: RunConfig, max_model_len: int) -> list[str]:
     wl.pop("client_timeout_s", None)  # the engine's, not the generator's
     if cfg.simulation.num_requests is not None:
         wl["num_requests"] = cfg.simulation.num_requests
-    return [s.request_id for s in build_workload(wl, seed=cfg.simulation.seed, max_model_len=max_model_len).specs]
+    w = build_workload(wl, seed=cfg.simulation.seed, max_model_len=max_model_len)
+    if hasattr(w, "conversations"):  # sessions: every turn of every conversation
+        return [f"s{c.index}t{k}" for c in w.conversations for k in range(c.num_turns)]
+    if hasattr(w, "num_clients"):  # closed loop: r0.. in issue order
+        return [f"r{i}" for i in range(w.num_requests)]
+    return [s.request_id for s in w.specs]
 
 
 def check_requests_conserved(res: SimResult, expected_ids: list[str], horizon: float | None) -> dict[str, int]:

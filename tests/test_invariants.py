@@ -56,15 +56,29 @@ def run_configs(draw, policy: str, prefix: bool, *, horizon: bool = True, admiss
     if admission and draw(st.booleans()):
         engine["queue_timeout_s"] = draw(st.floats(0.05, 5.0))
     engine = {k: v for k, v in engine.items() if v is not None}
-    workload = {
-        "num_requests": draw(st.integers(1, 30)),
-        "rate": draw(st.floats(1.0, 60.0)),
-        "prompt": {"dist": "uniform", "low": 1, "high": draw(st.integers(2, 400))},
-        "output": {"dist": "uniform", "low": 1, "high": draw(st.integers(2, 100))},
-    }
+    prompt = {"dist": "uniform", "low": 1, "high": draw(st.integers(2, 400))}
+    output = {"dist": "uniform", "low": 1, "high": draw(st.integers(2, 100))}
+    kind = draw(st.sampled_from(["open", "closed", "sessions"]))  # every workload kind's source
+    if kind == "open":
+        workload = {"num_requests": draw(st.integers(1, 30)), "rate": draw(st.floats(1.0, 60.0)),
+                    "prompt": prompt, "output": output}  # fmt: skip
+    elif kind == "closed":
+        workload = {"kind": "closed", "num_clients": draw(st.integers(1, 6)), "num_requests": draw(st.integers(1, 30)),
+                    "think_time": draw(st.floats(0.0, 1.0)),
+                    "think_dist": draw(st.sampled_from(["fixed", "exponential"])), "prompt": prompt, "output": output}
+    else:
+        workload = {"kind": "sessions", "num_sessions": draw(st.integers(1, 6)),
+                    "turns": {"dist": "uniform", "low": 1, "high": draw(st.integers(1, 4))},
+                    "message": prompt, "output": output, "think_time": draw(st.floats(0.0, 1.0))}
+        if draw(st.booleans()):
+            workload["num_clients"] = draw(st.integers(1, 4))
+        else:
+            workload["rate"] = draw(st.floats(1.0, 30.0))
+        if draw(st.booleans()):
+            workload["system_prompt"] = {"num_prompts": draw(st.integers(1, 2)), "len": draw(st.integers(8, 96))}
     if admission and draw(st.booleans()):
         workload["client_timeout_s"] = draw(st.floats(0.05, 5.0))
-    if draw(st.booleans()):
+    if kind != "sessions" and draw(st.booleans()):
         workload["shared_prefix"] = {"num_groups": draw(st.integers(1, 3)), "prefix_len": draw(st.integers(8, 96))}
     raw = {"engine": engine, "workload": workload, "simulation": {"seed": draw(st.integers(0, 2**16))}}
     if horizon and draw(st.booleans()):

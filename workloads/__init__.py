@@ -4,13 +4,13 @@ Real-trace loaders (Azure, BurstGPT, Mooncake) live in ``workloads.tracefmt``.
 """
 
 from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig, constant, gamma, make_arrivals, poisson
+from workloads.gen.draws import PriorityMix, SharedPrefix
 from workloads.gen.lengths import LengthDist, clip_to_context, load_csv_column
 from workloads.synthetic import (
     STREAMS,
     ClosedWorkload,
     OpenWorkload,
-    PriorityMix,
-    SharedPrefix,
+    SyntheticOpenWorkload,
     build_workload,
     spawn_streams,
 )
@@ -26,6 +26,7 @@ __all__ = [
     "OpenWorkload",
     "PriorityMix",
     "SharedPrefix",
+    "SyntheticOpenWorkload",
     "build_workload",
     "clip_to_context",
     "constant",

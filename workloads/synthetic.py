@@ -34,18 +34,19 @@ number of changed requests is reported as ``num_clipped``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sim.core.errors import ConfigError, TraceFormatError
-from sim.core.fields import MAX_REQUESTS
+from sim.core.fields import MAX_GENERATED, MAX_REQUESTS
 from sim.core.request import RequestSpec
-from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig
-from workloads.gen.lengths import LengthDist, check_keys, clip_to_context, read_float, read_int
+from sim.engine.sources import OpenSource
+from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig, ArrivalStream
+from workloads.gen.draws import Drawer, Draws
+from workloads.gen.lengths import check_keys, read_float, read_int
 
 STREAMS = ("arrivals", "prompt", "output", "prefix_group", "priority", "think")
 
@@ -67,140 +68,114 @@ def spawn_streams(seed: int | np.random.SeedSequence) -> dict[str, np.random.Gen
     }
 
 
-# ---- parts -------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SharedPrefix:
-    num_groups: int
-    prefix_len: int
-
-    @classmethod
-    def from_config(cls, cfg: Any, where: str) -> SharedPrefix:
-        if not isinstance(cfg, Mapping):
-            raise ConfigError(
-                f"{where}: expected a table {{num_groups = ..., prefix_len = ...}}, got {cfg!r}"
-            )
-        check_keys(cfg, ("num_groups", "prefix_len"), where)
-        return cls(read_int(cfg, "num_groups", where, lo=1), read_int(cfg, "prefix_len", where, lo=1))
-
-
-@dataclass(frozen=True, slots=True)
-class PriorityMix:
-    levels: tuple[int, ...]
-    weights: tuple[float, ...]  # normalised to sum 1
-
-    @classmethod
-    def from_config(cls, cfg: Any, where: str) -> PriorityMix:
-        if not isinstance(cfg, Mapping):
-            raise ConfigError(f"{where}: expected a table {{levels = [...], weights = [...]}}, got {cfg!r}")
-        check_keys(cfg, ("levels", "weights"), where)
-        levels = cfg.get("levels")
-        if not isinstance(levels, list | tuple) or not levels:
-            raise ConfigError(f"{where}.levels: expected a non-empty list of integers, got {levels!r}")
-        lv = tuple(read_int({"levels": x}, "levels", where) for x in levels)
-        w_raw = cfg.get("weights", [1.0] * len(lv))
-        if not isinstance(w_raw, list | tuple) or len(w_raw) != len(lv):
-            raise ConfigError(
-                f"{where}.weights: expected a list of {len(lv)} numbers (one per level), got {w_raw!r}"
-            )
-        w = [read_float({"weights": x}, "weights", where, lo=0.0) for x in w_raw]
-        if sum(w) <= 0:
-            raise ConfigError(f"{where}.weights: must not all be zero")
-        return cls(lv, tuple(x / sum(w) for x in w))
-
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        idx = rng.choice(len(self.levels), size=n, p=np.asarray(self.weights))
-        return np.asarray(self.levels, dtype=np.int64)[idx]
-
-
-@dataclass(frozen=True)
-class _Draws:
-    """Everything about request i except its arrival time; identical for any arrival setting."""
-
-    prompt_lens: np.ndarray  # total prompt, prefix included
-    output_lens: np.ndarray
-    priorities: np.ndarray
-    groups: np.ndarray | None
-    prefix_len: int
-    num_clipped: int
-
-
-def _segments(rid: str, group: int, prefix_len: int, prompt_len: int) -> tuple:
-    return ((("sys", group), prefix_len), (("u", rid), prompt_len - prefix_len))
-
-
-def _draw(
-    cfg: Mapping[str, Any],
-    n: int,
-    streams: dict[str, np.random.Generator],
-    where: str,
-    max_model_len: int | None,
-    base_dir: str | Path | None,
-) -> _Draws:
-    for key in ("prompt", "output"):
-        if key not in cfg:
-            raise ConfigError(
-                f'{where}.{key}: required (a length distribution, e.g. {{dist = "fixed", value = 128}})'
-            )
-    prompt = LengthDist.from_config(cfg["prompt"], f"{where}.prompt", base_dir).sample(n, streams["prompt"])
-    output = LengthDist.from_config(cfg["output"], f"{where}.output", base_dir).sample(n, streams["output"])
-    groups, prefix_len = None, 0
-    if cfg.get("shared_prefix") is not None:
-        sp = SharedPrefix.from_config(cfg["shared_prefix"], f"{where}.shared_prefix")
-        groups = streams["prefix_group"].integers(0, sp.num_groups, size=n)
-        prefix_len = sp.prefix_len
-        prompt = prompt + prefix_len
-    if cfg.get("priority") is not None:
-        priorities = PriorityMix.from_config(cfg["priority"], f"{where}.priority").sample(
-            n, streams["priority"]
-        )
-    else:
-        priorities = np.zeros(n, dtype=np.int64)
-    num_clipped = 0
-    if max_model_len is not None:
-        if prefix_len + 2 > max_model_len:
-            raise ConfigError(
-                f"{where}.shared_prefix.prefix_len: {prefix_len} leaves no room for a prompt and an output "
-                f"within max_model_len {max_model_len}"
-            )
-        prompt, output, changed = clip_to_context(prompt, output, max_model_len, min_prompt=prefix_len + 1)
-        num_clipped = int(changed.sum())
-    return _Draws(prompt, output, priorities, groups, prefix_len, num_clipped)
-
-
 # ---- workloads ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class OpenWorkload:
-    """A fixed list of requests in arrival order (synthetic open loop, or a loaded trace)."""
+CHUNK = 4096  # requests per lazily generated chunk
+MAX_LISTED = MAX_REQUESTS  # a workload this large can still be listed whole (rows, .specs)
 
-    specs: list[RequestSpec]
-    num_clipped: int = 0
-    num_skipped: int = 0  # trace rows dropped by skip_bad_rows
+
+class OpenWorkload:
+    """A fixed list of requests in arrival order (a loaded trace, a merge of streams)."""
+
+    def __init__(self, specs: list[RequestSpec], num_clipped: int = 0, num_skipped: int = 0) -> None:
+        self.specs = specs
+        self.num_clipped = num_clipped
+        self.num_skipped = num_skipped  # trace rows dropped by skip_bad_rows
 
     def __len__(self) -> int:
         return len(self.specs)
 
 
-@dataclass
+class SyntheticOpenWorkload(OpenWorkload):
+    """Open-loop requests generated as the run reaches them, a chunk at a time, from the seed alone: a
+    horizon bounds the work and the memory, whatever ``num_requests`` says. ``specs`` lists them all
+    (the same requests, bit for bit), for workloads of at most MAX_LISTED requests."""
+
+    def __init__(self, n: int, seed: int | np.random.SeedSequence, arrivals: ArrivalConfig,
+                 drawer: Drawer) -> None:  # fmt: skip
+        self.n, self.seed, self.arrivals, self.drawer = n, seed, arrivals, drawer
+        self.num_skipped = 0
+        self._specs: list[RequestSpec] | None = None
+        self._num_clipped: int | None = None
+
+    def __len__(self) -> int:
+        return self.n
+
+    def chunks(self, size: int = CHUNK) -> Iterator[list[RequestSpec]]:
+        """Every request in arrival order, ``size`` at a time; each call starts afresh from the seed."""
+        streams = spawn_streams(self.seed)
+        times = ArrivalStream(self.arrivals, self.n, streams["arrivals"])
+        clipped = 0
+        for i0 in range(0, self.n, size):
+            k = min(size, self.n - i0)
+            t, d = times.take(k), self.drawer.draw(k, streams)
+            clipped += d.num_clipped
+            if i0 + k == self.n:
+                self._num_clipped = clipped
+            yield d.specs(i0, t.tolist())
+
+    @property
+    def specs(self) -> list[RequestSpec]:  # type: ignore[override]
+        if self._specs is None:
+            if self.n > MAX_LISTED:
+                raise ConfigError(f"workload.num_requests: {self.n} requests are too many to list at once "
+                                  f"(at most {MAX_LISTED}); they are generated as a run reaches them")
+            self._specs = [s for chunk in self.chunks(CHUNK) for s in chunk]
+        return self._specs
+
+    @property
+    def num_clipped(self) -> int:  # type: ignore[override]
+        """Requests cut to fit max_model_len (a pass over the length draws, when not yet counted)."""
+        if self._num_clipped is None:
+            streams = spawn_streams(self.seed)
+            self._num_clipped = sum(self.drawer.draw(min(CHUNK, self.n - i0), streams).num_clipped
+                                    for i0 in range(0, self.n, CHUNK))  # fmt: skip
+        return self._num_clipped
+
+    def make_source(self) -> OpenSource:
+        if self._specs is not None:
+            return OpenSource(self._specs)
+        return OpenSource(chunks=self.chunks(), total=self.n)
+
+
 class ClosedWorkload:
     """``num_clients`` clients issue ``num_requests`` requests in total, each waiting for its previous
-    answer plus a think time. Lengths, groups, priorities and think times are drawn at construction and
-    indexed by request number, so request ``i`` is the same under every policy (common random numbers),
-    whichever client happens to send it and whenever.
-    """
+    answer plus a think time. Request ``i`` (lengths, group, priority, think time) is drawn from the seed
+    by its number, so it is the same under every policy (common random numbers), whichever client
+    happens to send it and whenever. Requests are drawn a chunk at a time as the clients reach them:
+    ``spec`` and ``think_time`` are asked in (nearly) increasing order; an older index is drawn again."""
 
-    num_clients: int
-    num_requests: int
-    prompt_lens: np.ndarray
-    output_lens: np.ndarray
-    think_times: np.ndarray  # think_times[i]: pause after request i finishes, before its client's next
-    priorities: np.ndarray
-    groups: np.ndarray | None = None
-    prefix_len: int = 0
-    num_clipped: int = 0
+    def __init__(self, num_clients: int, num_requests: int, seed: int | np.random.SeedSequence,
+                 drawer: Drawer, think: Callable[[int, np.random.Generator], np.ndarray]) -> None:  # fmt: skip
+        self.num_clients, self.num_requests = num_clients, num_requests
+        self.seed, self.drawer, self._think = seed, drawer, think
+        self.prefix_len = drawer.prefix_len
+        self._rewind()
+
+    def __len__(self) -> int:
+        return self.num_requests
+
+    def _rewind(self) -> None:
+        self._streams = spawn_streams(self.seed)
+        self._chunks: dict[int, tuple[Draws, np.ndarray]] = {}
+        self._next = 0  # the next chunk to draw
+        self._clipped = 0
+
+    def _chunk(self, index: int) -> tuple[Draws, np.ndarray, int]:
+        c = index // CHUNK
+        if c not in self._chunks:
+            if c < self._next:
+                self._rewind()
+            while self._next <= c:
+                k = min(CHUNK, self.num_requests - self._next * CHUNK)
+                d = self.drawer.draw(k, self._streams)
+                self._clipped += d.num_clipped
+                self._chunks[self._next] = (d, self._think(k, self._streams["think"]))
+                self._chunks.pop(self._next - 2, None)  # keep two: in flight spans at most num_clients
+                self._next += 1
+        d, think = self._chunks[c]
+        return d, think, index - c * CHUNK
 
     def _check_index(self, index: int) -> int:
         if not 0 <= index < self.num_requests:
@@ -212,26 +187,37 @@ class ClosedWorkload:
         i = self._check_index(index)
         if not 0 <= client < self.num_clients:
             raise IndexError(f"client {client} outside 0..{self.num_clients - 1}")
-        rid = f"r{i}"
-        p = int(self.prompt_lens[i])
-        segs = None if self.groups is None else _segments(rid, int(self.groups[i]), self.prefix_len, p)
-        return RequestSpec(
-            request_id=rid,
-            arrival_time=float(arrival_time),
-            prompt_len=p,
-            output_len=int(self.output_lens[i]),
-            priority=int(self.priorities[i]),
-            session_id=f"c{client}",
-            segments=segs,
-        )
+        d, _, j = self._chunk(i)
+        return d.spec(i, j, float(arrival_time), session_id=f"c{client}")
 
     def think_time(self, index: int) -> float:
-        return float(self.think_times[self._check_index(index)])
+        _, think, j = self._chunk(self._check_index(index))
+        return float(think[j])
+
+    def _all(self) -> list[Draws]:
+        if self.num_requests > MAX_LISTED:
+            raise ConfigError(f"workload.num_requests: {self.num_requests} requests are too many to list "
+                              f"at once (at most {MAX_LISTED})")
+        streams = spawn_streams(self.seed)
+        return [self.drawer.draw(min(CHUNK, self.num_requests - i0), streams)
+                for i0 in range(0, self.num_requests, CHUNK)]  # fmt: skip
+
+    @property
+    def prompt_lens(self) -> np.ndarray:
+        return np.concatenate([d.prompt_lens for d in self._all()])
+
+    @property
+    def output_lens(self) -> np.ndarray:
+        return np.concatenate([d.output_lens for d in self._all()])
+
+    @property
+    def num_clipped(self) -> int:
+        return sum(d.num_clipped for d in self._all())
 
 
-def _build_open(cfg, streams, max_model_len, base_dir) -> OpenWorkload:
+def _build_open(cfg, seed, max_model_len, base_dir) -> SyntheticOpenWorkload:
     where = "workload"
-    n = read_int(cfg, "num_requests", where, lo=1, hi=MAX_REQUESTS)
+    n = read_int(cfg, "num_requests", where, lo=1, hi=MAX_GENERATED)
     kind = cfg.get("arrival", "poisson")
     if kind not in ARRIVAL_KINDS:
         raise ConfigError(f"{where}.arrival: expected one of {', '.join(ARRIVAL_KINDS)}, got {kind!r}")
@@ -244,42 +230,24 @@ def _build_open(cfg, streams, max_model_len, base_dir) -> OpenWorkload:
         arrivals = ArrivalConfig(kind, rate, burstiness, rescale)
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
-    times = arrivals.sample(n, streams["arrivals"])
-    d = _draw(cfg, n, streams, where, max_model_len, base_dir)
-    specs = []
-    for i in range(n):
-        rid = f"r{i}"
-        p = int(d.prompt_lens[i])
-        segs = None if d.groups is None else _segments(rid, int(d.groups[i]), d.prefix_len, p)
-        specs.append(
-            RequestSpec(
-                request_id=rid,
-                arrival_time=float(times[i]),
-                prompt_len=p,
-                output_len=int(d.output_lens[i]),
-                priority=int(d.priorities[i]),
-                segments=segs,
-            )
-        )
-    return OpenWorkload(specs, num_clipped=d.num_clipped)
+    return SyntheticOpenWorkload(n, seed, arrivals, Drawer(cfg, where, max_model_len, base_dir))
 
 
-def _build_closed(cfg, streams, max_model_len, base_dir) -> ClosedWorkload:
+def _build_closed(cfg, seed, max_model_len, base_dir) -> ClosedWorkload:
     where = "workload"
-    n = read_int(cfg, "num_requests", where, lo=1, hi=MAX_REQUESTS)
+    n = read_int(cfg, "num_requests", where, lo=1, hi=MAX_GENERATED)
     clients = read_int(cfg, "num_clients", where, lo=1)
     mean = read_float(cfg, "think_time", where, default=0.0, lo=0.0)
     dist = cfg.get("think_dist", "fixed")
     if dist == "fixed":
-        think = np.full(n, mean)
+        def think(k: int, rng: np.random.Generator) -> np.ndarray:
+            return np.full(k, mean)
     elif dist == "exponential":
-        think = streams["think"].exponential(mean, size=n) if mean > 0 else np.zeros(n)
+        def think(k: int, rng: np.random.Generator) -> np.ndarray:
+            return rng.exponential(mean, size=k) if mean > 0 else np.zeros(k)
     else:
         raise ConfigError(f"{where}.think_dist: expected 'fixed' or 'exponential', got {dist!r}")
-    d = _draw(cfg, n, streams, where, max_model_len, base_dir)
-    return ClosedWorkload(
-        clients, n, d.prompt_lens, d.output_lens, think, d.priorities, d.groups, d.prefix_len, d.num_clipped
-    )
+    return ClosedWorkload(clients, n, seed, Drawer(cfg, where, max_model_len, base_dir), think)
 
 
 TOO_LONG = ("error", "reject", "clip")
@@ -341,10 +309,10 @@ def build_workload(
         return _build_trace(cfg, max_model_len, base_dir)
     if kind == "open":
         check_keys(cfg, OPEN_KEYS, "workload (open loop)")
-        return _build_open(cfg, spawn_streams(seed), max_model_len, base_dir)
+        return _build_open(cfg, seed, max_model_len, base_dir)
     if kind == "closed":
         check_keys(cfg, CLOSED_KEYS, "workload (closed loop)")
-        return _build_closed(cfg, spawn_streams(seed), max_model_len, base_dir)
+        return _build_closed(cfg, seed, max_model_len, base_dir)
     if kind == "sessions":
         from workloads.gen.sessions import build_session_workload
 

@@ -26,7 +26,7 @@ from sim.app.devices import Devices
 from sim.app.gateway import Gateway
 from sim.app.replica import Replica, build_replica
 from sim.app.results import SimResult
-from sim.app.streams import cluster_source
+from sim.app.streams import check_listable, cluster_source
 from sim.core.errors import ConfigError
 from sim.core.request import RequestSpec
 
@@ -55,6 +55,8 @@ class Cluster:
         ]
         self.max_model_len = max(r.setup.limits.max_model_len for r in self.replicas)
         self.workload, self.source = cluster_source(cfg, self.max_model_len)
+        self.listed = check_listable(self.workload, sim.horizon)
+        self.num_unlisted = 0  # set when the rows are collected (sim/app/cluster_results.py)
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(sim.seed, spawn_key=(500,))))
         front = [r.view for r in self.replicas if r.spec.role in ("mixed", "prefill")]
         router = make_router(cfg.router.name, cfg.router.options, RouterContext(front, rng))

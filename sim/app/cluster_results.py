@@ -34,7 +34,8 @@ def cluster_rows(c: Cluster) -> list[Row]:
         req = Request(spec)
         req.status, req.finish_reason, req.finish_time, req.queued_time = Status.REJECTED, reason, t, None
         rows.append((req, -1, "rejected"))
-    rows.extend(spec_rows(unsent(c.source), -1, "not_arrived"))
+    never, c.num_unlisted = unsent(c.source, c.listed, c.env.now)
+    rows.extend(spec_rows(never, -1, "not_arrived"))
     return rows
 
 
@@ -98,8 +99,10 @@ def collect_cluster(c: Cluster, wall: float) -> SimResult:
         "end_time": recorded_end([r.recorder for r in c.replicas]),
         "disagg": None if c.disagg is None else c.disagg.meta(),
     }
+    rows = cluster_rows(c)
+    meta["num_unlisted"] = c.num_unlisted
     return assemble(
-        cluster_rows(c),
+        rows,
         [r.recorder for r in c.replicas],
         config=cfg.to_dict(),
         horizon=sim.horizon,

@@ -156,13 +156,16 @@ class FrontendSource:
     def remaining(self) -> list[RequestSpec]:
         return [s for _, _, s in sorted(self.heap)] + list(self.inner.remaining())
 
+    def num_remaining(self) -> int:
+        return len(self.heap) + self.inner.num_remaining()
+
 
 def with_frontend(source: Any, fe: FrontendConfig | None) -> tuple[Any, dict[str, float]]:
     """(the source the engine reads, request_id -> client send time). Without a front end: unchanged."""
     send_time: dict[str, float] = {}
     if fe is None:
         return source, send_time
-    if type(source) is OpenSource:  # fixed arrivals: shift them once (keeps the fast-forward's long runs)
+    if type(source) is OpenSource and not source.lazy:  # fixed arrivals: shift them once (keeps the fast-forward's long runs)
         specs = list(source.specs[source.pos :])
         for s in specs:
             send_time[s.request_id] = s.arrival_time

@@ -128,8 +128,9 @@ def _check_counts(df: pd.DataFrame, meta: Mapping[str, Any]) -> dict[str, int]:
     dup = df["request_id"][df["request_id"].duplicated()]
     if len(dup):
         raise ResultsIntegrityError(f"request_id recorded twice: {list(dup.head(5))}")
+    counts["not_arrived"] += int(meta.get("num_unlisted") or 0)  # never came, not listed as rows
     expected = meta.get("num_requests")
-    if expected is not None and int(expected) != n:
+    if expected is not None and int(expected) != sum(counts.values()):
         raise ResultsIntegrityError(f"workload had {expected} requests but {n} were recorded")
     fin = df[status == "finished"]
     bad_rows = fin["request_id"][~np.isfinite(fin["finish_time"].astype(float))
@@ -260,7 +261,7 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     good = _good_mask(fin, limits) if limits else None
     peak_tok, peak_conc = _peaks(fin, steps)
     s: dict[str, Any] = {
-        "num_prompts": len(df),
+        "num_prompts": sum(counts.values()),
         "duration": duration,
         "completed": completed,
         "failed": counts["rejected"] + counts["timed_out"],  # vllm bench / inference-perf count both
@@ -288,7 +289,7 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
             s[k] = s.pop(k)
 
     s.update({f"num_{k}": v for k, v in counts.items()})
-    s["num_requests"] = len(df)
+    s["num_requests"] = sum(counts.values())
     rej = df.loc[df["status"] == "rejected", "finish_reason"].fillna("unknown").astype(str)
     s["rejection_reasons"] = {str(k): int(v) for k, v in rej.value_counts().items()}
     s["num_preemptions"] = int(df["num_preemptions"].fillna(0).sum())

@@ -27,7 +27,7 @@ from sim.app.config import RunConfig, shared_engine_keys
 from sim.app.frontend import apply_frontend, with_frontend
 from sim.app.memory import plan_memory
 from sim.app.results import SimResult
-from sim.app.streams import source_for, unsent
+from sim.app.streams import check_listable, source_for, unsent
 from sim.core.errors import ConfigError
 from sim.cost.costmodel import make_cost_model
 from sim.cost.hardware import get_gpu
@@ -191,6 +191,7 @@ def simulate(cfg: RunConfig, *, fast_forward: bool = True) -> SimResult:
         timeout = read_float(wl_cfg, "client_timeout_s", "workload", lo=0.0, lo_open=True)
         del wl_cfg["client_timeout_s"]
     workload = build_workload(wl_cfg, seed=cfg.simulation.seed, max_model_len=setup.limits.max_model_len)
+    listed = check_listable(workload, cfg.simulation.horizon)
     source, send_time = with_frontend(source_for(workload), cfg.frontend)  # arrivals after the input path
     env = simpy.Environment()
     policy = setup.make_policy()
@@ -198,15 +199,17 @@ def simulate(cfg: RunConfig, *, fast_forward: bool = True) -> SimResult:
     engine = Engine(env, policy, setup.cost_model, source, recorder, cfg.simulation.horizon, fast_forward,
                     async_scheduling=setup.limits.async_scheduling, client_timeout_s=timeout)
     env.run()
-    return apply_frontend(collect(cfg, setup, engine, source, recorder, time.perf_counter() - t0),
+    return apply_frontend(collect(cfg, setup, engine, source, recorder, time.perf_counter() - t0, listed),
                           cfg.frontend, send_time)
 
 
 def collect(
-    cfg: RunConfig, setup: Setup, engine: Engine, source, recorder: Recorder, wall: float
+    cfg: RunConfig, setup: Setup, engine: Engine, source, recorder: Recorder, wall: float,
+    listed: bool = True,
 ) -> SimResult:
     """The run's SimResult (sim/app/collect.py, the same assembly as a cluster's)."""
-    rows = engine_rows(engine, 0) + spec_rows(unsent(source), 0, "not_arrived")
+    never, unlisted = unsent(source, listed, engine.env.now)
+    rows = engine_rows(engine, 0) + spec_rows(never, 0, "not_arrived")
     kv = engine.policy.kv
     counters = engine_counters(engine, recorder)
     meta = dict(setup.meta)
@@ -220,6 +223,7 @@ def collect(
         swap=kv.swap_stats() if hasattr(kv, "swap_stats") else None,
         policy_options=setup.options.to_dict() if setup.options is not None else {},
         end_time=engine.env.now,
+        num_unlisted=unlisted,  # requests that never came and are not rows (more than MAX_LISTED)
     )
     return assemble(rows, [recorder], config=cfg.to_dict(), horizon=cfg.simulation.horizon, meta=meta)
 

@@ -12,7 +12,7 @@ from sim.app.cluster_config import ClusterConfig
 from sim.core.errors import ConfigError
 from sim.core.request import RequestSpec
 from sim.engine.sources import ClosedSource, OpenSource
-from workloads.synthetic import ClosedWorkload, OpenWorkload, build_workload
+from workloads.synthetic import MAX_LISTED, ClosedWorkload, OpenWorkload, build_workload
 
 
 def source_for(workload: Any) -> Any:
@@ -22,21 +22,36 @@ def source_for(workload: Any) -> Any:
         return workload.make_source()
     if isinstance(workload, ClosedWorkload):
         return ClosedSource(workload)
-    return OpenSource(workload.specs)
+    return OpenSource(workload.specs)  # a trace or merged streams: listed already
 
 
-def unsent(source: Any) -> list[RequestSpec]:
-    """Every request the source never handed to an engine, as ``not_arrived`` rows: its remaining() and,
-    for closed-loop clients, the requests no client got round to scheduling (each client still waits
-    for its answer at the horizon). Stamped with the last due time seen; no client (session) is named,
-    since none sent them. With these, finished + rejected + in flight + not arrived = num_requests."""
+def unsent(source: Any, listed: bool = True, end: float = 0.0) -> tuple[list[RequestSpec], int]:
+    """The requests the source never handed to an engine: (``not_arrived`` rows, how many more were not
+    listed). Rows are its remaining() and, for closed-loop clients, the requests no client got round to
+    scheduling (each client still waits for its answer at the horizon), stamped with the earliest they
+    could come: the last due time seen or the run's ``end``, whichever is later; no client (session) is named, since none sent them. A workload of more than MAX_LISTED
+    requests (``listed`` False) is not listed: the count alone says how many never came. With these,
+    finished + rejected + timed out + in flight + not arrived = num_requests."""
+    if not listed:
+        return [], source.num_remaining()
     out = source.remaining()
     if isinstance(source, ClosedSource):
         w = source.w
-        last = max([s.arrival_time for s in out], default=0.0)
+        last = max([end, *(s.arrival_time for s in out)])
         for i in range(source.issued + len(out), w.num_requests):
             out.append(dataclasses.replace(w.spec(i, 0, last), session_id=None))
-    return out
+    return out, 0
+
+
+def check_listable(workload: Any, horizon: float | None) -> bool:
+    """Whether a run of ``workload`` can list every request (else: a horizon must bound it)."""
+    if len(workload) <= MAX_LISTED:
+        return True
+    if horizon is None:
+        raise ConfigError(f"workload.num_requests: {len(workload)} requests need simulation.horizon (more "
+                          f"than {MAX_LISTED} are generated as the clock reaches them, and a run without a "
+                          "horizon would hold every one of them)")
+    return False
 
 
 def _rename(spec: RequestSpec, stream: str) -> RequestSpec:

@@ -13,7 +13,8 @@ from typing import Any
 from sim.core.errors import ConfigError
 
 # The most requests one workload may hold: every request is a row of the results, so this bounds memory.
-MAX_REQUESTS = 1_000_000  # ~1.4 GB and ~15 s for a run with a horizon that cuts it short
+MAX_REQUESTS = 1_000_000  # the most a run lists whole (rows of the requests table, a trace, sessions)
+MAX_GENERATED = 1_000_000_000  # open and closed loops are generated as the clock reaches them
 
 
 def check_type(where: str, key: str, value: Any, annotation: Any) -> Any:

@@ -122,8 +122,9 @@ class Engine:
 
     def _boundary(self, now: float) -> bool:
         """What a step boundary takes in before scheduling: arrivals (queued up to the horizon: in
-        flight, not lost) and the clients that gave up. True at the horizon: the loop ends."""
-        self._admit(now)
+        flight, not lost; one due after the horizon is not arrived, even when the step that crossed it
+        ends later) and the clients that gave up. True at the horizon: the loop ends."""
+        self._admit(min(now, self.horizon))
         if self._deadlines:
             self._expire(now)
         return now >= self.horizon

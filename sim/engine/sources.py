@@ -7,7 +7,7 @@ now, and what happens when a request ends (a closed-loop client thinks, then sen
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
 from sim.core.request import RequestSpec
@@ -23,32 +23,73 @@ class ClosedWorkloadLike(Protocol):
 
 
 class OpenSource:
-    """Requests at fixed arrival times. Since no arrival depends on a finish, the engine lets rows
-    finish inside a fast-forwarded decode run (sim/engine/fastforward.py); a subclass whose ``on_done``
-    brings arrivals must set ``arrivals_ignore_finishes = False``."""
+    """Requests at fixed arrival times: a list, or chunks of one generated as the clock reaches them
+    (``chunks``, ``total``: a lazy synthetic workload; each chunk in arrival order, chunks in turn). Since
+    no arrival depends on a finish, the engine lets rows finish inside a fast-forwarded decode run
+    (sim/engine/fastforward.py); a subclass whose ``on_done`` brings arrivals must set
+    ``arrivals_ignore_finishes = False``."""
 
     arrivals_ignore_finishes = True
 
-    def __init__(self, specs: Sequence[RequestSpec]) -> None:
-        self.specs = sorted(specs, key=lambda s: s.arrival_time)
+    def __init__(self, specs: Sequence[RequestSpec] = (), *, chunks: Iterable[list[RequestSpec]] | None = None,
+                 total: int | None = None) -> None:  # fmt: skip
+        if chunks is None:
+            self.specs = sorted(specs, key=lambda s: s.arrival_time)
+            self._more: Iterator[list[RequestSpec]] = iter(())
+            self.total = len(self.specs)
+        else:
+            self._more = iter(chunks)
+            self.specs = next(self._more, [])
+            self.total = len(self.specs) if total is None else total
         self.pos = 0
+        self.num_sent = 0  # requests handed out before the current chunk
+
+    @property
+    def lazy(self) -> bool:
+        """Whether requests are still to be generated (``specs`` is only the current chunk)."""
+        return self.num_sent + len(self.specs) < self.total
+
+    def _advance(self) -> bool:
+        """Move to the next non-empty chunk once this one is used up; False when none is left."""
+        while self.pos >= len(self.specs):
+            nxt = next(self._more, None)
+            if nxt is None:
+                return False
+            self.num_sent += len(self.specs)
+            self.specs, self.pos = nxt, 0
+        return True
 
     def peek_time(self) -> float | None:
-        return self.specs[self.pos].arrival_time if self.pos < len(self.specs) else None
+        if self.pos >= len(self.specs) and not self._advance():
+            return None
+        return self.specs[self.pos].arrival_time
 
     def pop_due(self, now: float) -> list[RequestSpec]:
-        specs, i = self.specs, self.pos
-        j = i
-        while j < len(specs) and specs[j].arrival_time <= now:
-            j += 1
-        self.pos = j
-        return list(specs[i:j])
+        out: list[RequestSpec] = []
+        while self.pos < len(self.specs) or self._advance():
+            specs, i = self.specs, self.pos
+            j = i
+            while j < len(specs) and specs[j].arrival_time <= now:
+                j += 1
+            self.pos = j
+            out.extend(specs[i:j])
+            if j < len(specs):
+                break
+        return out
 
     def on_done(self, spec: RequestSpec, now: float) -> None:
         pass
 
+    def num_remaining(self) -> int:
+        return self.total - self.num_sent - self.pos
+
     def remaining(self) -> list[RequestSpec]:
-        return list(self.specs[self.pos :])
+        """Every request not handed out yet (generating the rest of a lazy workload)."""
+        out = list(self.specs[self.pos :])
+        for chunk in self._more:
+            out.extend(chunk)
+        self.num_sent, self.specs, self.pos = self.num_sent + self.pos, out, 0
+        return list(out)
 
 
 class ClosedSource:
@@ -59,7 +100,7 @@ class ClosedSource:
         self.issued = 0
         self.heap: list[tuple[float, int, int]] = []  # (time, order, client)
         self.client_of: dict[str, int] = {}
-        self.index_of: dict[str, int] = {}
+        self.think_of: dict[str, float] = {}  # taken when sent: the workload draws in issue order
         self.pending_count = 0
         for client in range(min(workload.num_clients, workload.num_requests)):
             self._schedule(client, 0.0)
@@ -80,7 +121,7 @@ class ClosedSource:
             self.pending_count -= 1
             spec = self.w.spec(self.issued, client, t)
             self.client_of[spec.request_id] = client
-            self.index_of[spec.request_id] = self.issued
+            self.think_of[spec.request_id] = self.w.think_time(self.issued)
             self.issued += 1
             out.append(spec)
         return out
@@ -88,8 +129,10 @@ class ClosedSource:
     def on_done(self, spec: RequestSpec, now: float) -> None:
         client = self.client_of.pop(spec.request_id, None)
         if client is not None:
-            idx = self.index_of.pop(spec.request_id)
-            self._schedule(client, now + self.w.think_time(idx))
+            self._schedule(client, now + self.think_of.pop(spec.request_id))
+
+    def num_remaining(self) -> int:
+        return self.w.num_requests - self.issued
 
     def remaining(self) -> list[RequestSpec]:
         """Requests the clients would still send: specs are made with their due times for the report."""

@@ -18,6 +18,7 @@ different rate scales every time by the same factor: common random numbers acros
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -127,3 +128,62 @@ def make_arrivals(
 ) -> np.ndarray:
     """``n`` arrival times (seconds from t = 0) for ``kind`` in poisson | gamma | constant."""
     return ArrivalConfig(kind, rate, burstiness, rescale).sample(n, rng)
+
+
+PREPASS_CHUNK = 1 << 20
+
+
+class ArrivalStream:
+    """The same times as ``ArrivalConfig.sample(n, rng)``, element for element, handed out in chunks so a
+    million-request workload never holds its arrival array. Gap draws are sequential in numpy, and the
+    cumulative sum is carried across chunks in the same order of additions, so chunking changes no bit.
+    vLLM's rescale needs the last time before the first: a pre-pass over a copy of the generator sums the
+    gaps (O(n) draws, 8 MB of memory)."""
+
+    def __init__(self, arrivals: ArrivalConfig, n: int, rng: np.random.Generator) -> None:
+        self.cfg, self.n, self.rng = arrivals, _check_n(n), rng
+        self.done = 0
+        self.carry = 0.0
+        self.factor: float | None = None  # the rescale: (n / rate) / t_last
+        a = arrivals
+        self.renewal = a.kind != "constant" and math.isfinite(a.rate) and math.isfinite(a.burstiness)
+        if self.renewal and a.rescale and n:
+            probe = copy.deepcopy(rng)
+            buf = np.empty(min(n, PREPASS_CHUNK))
+            last, left = 0.0, n
+            while left:
+                k = min(left, PREPASS_CHUNK)
+                last = float(self._cumsum(probe, buf[:k], last)[-1])
+                left -= k
+            if last > 0:
+                self.factor = (n / a.rate) / last
+
+    def _cumsum(self, rng: np.random.Generator, out: np.ndarray, carry: float) -> np.ndarray:
+        """The next ``len(out)`` cumulative times (before any rescale), after ``carry``, into ``out``."""
+        b = self.cfg.burstiness
+        if b == 1.0:
+            rng.standard_exponential(out=out)  # what standard_gamma(1.0) draws, without its overhead
+        else:
+            rng.standard_gamma(b, out=out)
+        np.divide(out, self.cfg.rate * b, out=out)
+        out[0] += carry  # carry + g0, then the sums in the order one cumsum over every gap makes them
+        return np.cumsum(out, out=out)
+
+    def take(self, k: int) -> np.ndarray:
+        """The next ``min(k, left)`` arrival times."""
+        k = min(k, self.n - self.done)
+        a, i0 = self.cfg, self.done
+        self.done += k
+        if k <= 0:
+            return np.zeros(0)
+        if math.isinf(a.rate):
+            return np.zeros(k)
+        if not self.renewal:  # constant gaps (kind constant, or gamma with burstiness inf)
+            return np.arange(i0 + 1, i0 + k + 1, dtype=float) / a.rate
+        times = self._cumsum(self.rng, np.empty(k), self.carry)
+        self.carry = float(times[-1])
+        if self.factor is not None:
+            times *= self.factor
+            if self.done == self.n:
+                times[-1] = self.n / a.rate  # exact, not off by one ulp (as _finish)
+        return times

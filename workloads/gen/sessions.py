@@ -248,7 +248,7 @@ def build_session_workload(
     check_keys(cfg, SESSION_KEYS, where)
     if cfg.get("kind", "sessions") != "sessions":
         raise ConfigError(f"workload.kind: expected 'sessions', got {cfg.get('kind')!r}")
-    n = read_int(cfg, "num_sessions", where, lo=1)
+    n = read_int(cfg, "num_sessions", where, lo=1, hi=MAX_REQUESTS)
     has_clients, has_rate = "num_clients" in cfg, "rate" in cfg
     if has_clients == has_rate:
         raise ConfigError(
