@@ -248,3 +248,29 @@ def run_checked(cfg: RunConfig, *, fast_forward: bool = True, check_kv: bool = T
     with _observed(obs, check_kv):
         res = simulate_mod.simulate(cfg, fast_forward=fast_forward)
     return res, obs
+
+
+# ---- on every result: tests/conftest.py ----------------------------------------------------------------
+
+
+def check_any_result(res: SimResult) -> None:
+    """What holds for any result, whatever made it: each request once and in one of STATUSES, a finished
+    one's times ordered (arrival <= scheduled <= first token <= finish) and its token count within its
+    output, a rejected or timed-out one with a reason, KV usage in [0, 1], steps of non-negative length."""
+    df = res.requests
+    assert not df["request_id"].duplicated().any(), "a request is reported twice"
+    status = df["status"]
+    assert status.isin(STATUSES).all(), sorted(set(status) - set(STATUSES))
+    fin = df[status == "finished"]
+    t = [fin[c].to_numpy(float) for c in ("arrival_time", "scheduled_time", "first_token_time", "finish_time")]
+    for a, b in zip(t, t[1:], strict=False):
+        assert (a <= b + 1e-9).all(), "a finished request's times are out of order"
+    n_out = fin["num_output_tokens"].to_numpy(float)
+    assert ((n_out >= 1) & (n_out <= fin["output_len"].to_numpy(float))).all(), "output tokens out of range"
+    ended = df[status.isin(["rejected", "timed_out"])]
+    assert ended["finish_reason"].notna().all(), "a request ended without a reason"
+    steps = res.steps
+    if len(steps):
+        kv = steps["kv_usage"].to_numpy(float)
+        assert ((kv >= -1e-12) & (kv <= 1 + 1e-12)).all(), "KV usage outside [0, 1]"
+        assert (steps["duration"].to_numpy(float) >= 0).all(), "a step of negative length"

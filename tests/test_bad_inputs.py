@@ -162,10 +162,10 @@ def no_simulation(monkeypatch):
     monkeypatch.setattr(simulate_mod, "Engine", boom)
 
 
-@pytest.mark.parametrize("name,argv,fragments", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_one_line_exit_2(name, argv, fragments, tmp_path, capsys, no_simulation):
+def run_bad_case(argv: list[str], fragments: list[str], capsys) -> None:
+    """``servesim ARGV`` in-process: exit code 2, one line on stderr holding every fragment, no traceback."""
     try:
-        rc = main(argv(tmp_path))
+        rc = main(argv)
     except SystemExit as exc:  # argparse
         rc = exc.code
     err = capsys.readouterr().err
@@ -175,6 +175,11 @@ def test_bad_input_one_line_exit_2(name, argv, fragments, tmp_path, capsys, no_s
     assert "Traceback" not in err
     for frag in fragments:
         assert frag in lines[0], (frag, lines[0])
+
+
+@pytest.mark.parametrize("name,argv,fragments", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_one_line_exit_2(name, argv, fragments, tmp_path, capsys, no_simulation):
+    run_bad_case(argv(tmp_path), fragments, capsys)
 
 
 # ---- valid inputs that used to fail, and the counts -------------------------------------------------

@@ -46,7 +46,7 @@ from typing import Any
 
 from sim.app.config import RunConfig, apply_overrides, config_from_dict
 from sim.core.errors import ConfigError
-from sim.core.fields import read_utf8
+from sim.core.fields import missing_file, read_utf8
 
 RUN_SECTIONS = ("model", "hardware", "engine", "workload", "simulation", "slo")
 TOP_KEYS = (*RUN_SECTIONS, "cluster", "replica", "stream", "variants")
@@ -123,8 +123,8 @@ class ClusterConfig:
 # ---- raw dicts ---------------------------------------------------------------------------------------
 def read_toml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file not found: {p}")
+    if (why := missing_file(p, "config file")) is not None:
+        raise ConfigError(why)
     try:
         return tomllib.loads(read_utf8(p))
     except tomllib.TOMLDecodeError as exc:

@@ -15,7 +15,7 @@ from typing import Any
 from policies.base import all_preset_keys, parse_engine_options
 from sim.app.frontend import FrontendConfig, frontend_from_dict
 from sim.core.errors import ConfigError
-from sim.core.fields import MAX_REQUESTS, check_range, check_type, read_utf8
+from sim.core.fields import MAX_REQUESTS, check_range, check_type, missing_file, read_utf8
 
 
 @dataclass(frozen=True)
@@ -220,13 +220,34 @@ def _validate(cfg: RunConfig) -> None:
     if h is not None and not (h > 0 and math.isfinite(h)):
         raise ConfigError(f"[simulation] horizon must be a positive number of seconds, got {h}")
     n = cfg.simulation.num_requests
-    check_range("[simulation]", "num_requests", n, 0, MAX_REQUESTS)
+    check_range("[simulation]", "num_requests", n, 1, MAX_REQUESTS)
+    if cfg.slo:
+        from sim.app.results import parse_slo
+
+        try:
+            parse_slo(cfg.slo)  # before the run, not when its summary is made
+        except ConfigError as exc:
+            raise ConfigError(f"[slo] {exc}") from None
+    from sim.cost.costmodel import cost_model_names
+    from sim.cost.modelspec import kv_dtype_bytes, normalize_dtype
+
+    for section, key, check in (("[model]", "dtype", normalize_dtype),
+                                ("[engine]", "kv_cache_dtype", kv_dtype_bytes)):  # fmt: skip
+        value = getattr(cfg.model if section == "[model]" else e, key)
+        try:
+            check(value)
+        except ConfigError as exc:
+            raise ConfigError(f"{section} {key}: {exc}") from None
+
+    if e.cost_model not in cost_model_names():
+        raise ConfigError(f"[engine] cost_model: unknown cost model {e.cost_model!r}; known: "
+                          f"{', '.join(cost_model_names())}")
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file not found: {p}")
+    if (why := missing_file(p, "config file")) is not None:
+        raise ConfigError(why)
     try:
         raw = tomllib.loads(read_utf8(p))
     except tomllib.TOMLDecodeError as exc:

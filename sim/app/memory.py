@@ -20,6 +20,7 @@ from typing import Any
 from sim.core.errors import ConfigError, MemoryPlanError
 from sim.cost.hardware import GpuSpec, get_gpu, validate_tp
 from sim.cost.models import ModelSpec, activation_dtype_bytes, get_model, kv_dtype_bytes, normalize_dtype
+from sim.cost.quantconfig import weight_dtype
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -227,6 +228,7 @@ def plan_memory(
     """
     spec = get_model(model) if isinstance(model, str) else model
     card = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    dtype = weight_dtype(dtype, spec.quantization)  # a quantized checkpoint decides its weights
     if isinstance(gpu_memory_utilization, bool) or not 0 < gpu_memory_utilization <= 1:
         raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
     for key, val in (

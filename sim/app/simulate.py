@@ -33,6 +33,7 @@ from sim.cost.costmodel import make_cost_model
 from sim.cost.hardware import get_gpu
 from sim.cost.models import get_model
 from sim.cost.profiles import get_profile
+from sim.cost.quantconfig import weight_dtype
 from sim.engine.loop import Engine
 from sim.engine.recorder import Recorder
 from workloads.gen.lengths import read_float
@@ -159,7 +160,7 @@ def resolve(cfg: RunConfig) -> Setup:
             e.cost_model,
             model=model,
             gpu=gpu,
-            dtype=cfg.model.dtype,
+            dtype=weight_dtype(cfg.model.dtype, model.quantization),
             kv_cache_dtype=e.kv_cache_dtype,
             tensor_parallel_size=cfg.hardware.tensor_parallel_size,
             profile=profile,

@@ -82,6 +82,9 @@ def cluster_source(cfg: ClusterConfig, max_model_len: int) -> tuple[Any, Any]:
         wl = OpenWorkload(specs)
         return wl, OpenSource(wl.specs)
     table = dict(cfg.base.workload)
+    if "client_timeout_s" in table:
+        raise ConfigError("workload.client_timeout_s: modelled for a single engine only, not a [cluster] run "
+                          "(the gateway does not abort requests yet); remove it")
     if n_override is not None:
         table["num_requests"] = n_override
     wl = build_workload(table, seed=seed, max_model_len=max_model_len, base_dir=cfg.base_dir)

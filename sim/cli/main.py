@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from sim.app.config import add_override_option
 from sim.core.errors import run_command
@@ -80,8 +81,16 @@ def _version() -> str:
         return "0+unknown"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (what was wrong and where to look), exit code 2, like
+    every other bad input; ``--help`` still prints the whole usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="servesim", description=__doc__)
+    parser = OneLineParser(prog="servesim", description=__doc__)
     parser.add_argument("--version", action="version", version=f"servesim {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run(sub)

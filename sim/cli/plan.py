@@ -10,6 +10,7 @@ import argparse
 import json
 from typing import Any
 
+from sim.app.config import BLOCK_SIZES
 from sim.app.memory import SEEDS_EXAMPLE, GiB, format_seeds_variants, plan_memory
 from sim.core.errors import ConfigError
 from sim.core.fields import check_range
@@ -67,6 +68,9 @@ def add_parser(subparsers: Any) -> None:
 
 def _kwargs(args: argparse.Namespace) -> dict[str, Any]:
     kw: dict[str, Any] = {k: getattr(args, k) for k in _PASSTHROUGH if getattr(args, k, None) is not None}
+    if kw.get("block_size") is not None and kw["block_size"] not in BLOCK_SIZES:
+        raise ConfigError(f"--block-size: not a supported block size, got {kw['block_size']}; allowed "
+                          f"{', '.join(map(str, BLOCK_SIZES))} (vLLM's choices)")
     if getattr(args, "overhead_gib", None) is not None:
         check_range("", "--overhead-gib", args.overhead_gib, 0, 1024, unit="GiB")
         kw["activation_bytes"] = int(round(args.overhead_gib * GiB))

@@ -84,6 +84,18 @@ def allowed_range(lo: float | None, hi: float | None, lo_open: bool = False, hi_
     return "".join(parts) + (f" {unit}" if unit else "")
 
 
+def missing_file(path: Any, what: str) -> str | None:
+    """Why ``path`` cannot be read as ``what`` (None: it is a file): not found, or a directory."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_file():
+        return None
+    if p.is_dir():
+        return f"{p}: is a directory; expected a {what}"
+    return f"{what} not found: {p}"
+
+
 def read_utf8(path: Any) -> str:
     """A config file's text; not UTF-8 is a ConfigError naming the file and the byte (TOML is UTF-8)."""
     from pathlib import Path

@@ -440,6 +440,11 @@ class ConstantCostModel:
 _REGISTRY: dict[str, type] = {"roofline": RooflineCostModel, "constant": ConstantCostModel}
 
 
+def cost_model_names() -> list[str]:
+    """The registered cost models' names (``engine.cost_model``)."""
+    return sorted(_REGISTRY)
+
+
 def make_cost_model(name: str, **kwargs: Any) -> CostModel:
     """Build a registered cost model. For "roofline", `model` and `gpu` may also be catalogue names."""
     if name not in _REGISTRY:

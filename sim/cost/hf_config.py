@@ -12,6 +12,7 @@ from typing import Any
 
 from sim.core.errors import ConfigError
 from sim.cost.modelspec import ModelSpec
+from sim.cost.quantconfig import checkpoint_dtype
 
 _MAX_DIM = 10**7  # no real config comes near: a guard against typos and absurd values
 
@@ -42,6 +43,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         raise ConfigError(f"cannot read model config {path}: {exc}") from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"{path}: expected a JSON object")
+    quant = cfg.get("quantization_config")  # top level, also for multimodal wrappers
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = cfg["text_config"]  # multimodal wrappers keep the language model here
     model_type = str(cfg.get("model_type", "")).lower()
@@ -71,6 +73,13 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     n_experts = int(
         cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0
     )
+    per_tok = int(cfg.get("num_experts_per_tok") or 0)
+    if n_experts and not 1 <= per_tok <= n_experts:
+        raise ConfigError(f"{path}: num_experts_per_tok: expected an integer in [1, {n_experts}] (the routed "
+                          f"experts), got {cfg.get('num_experts_per_tok')!r}")
+    if not n_experts and per_tok and any(k in cfg for k in ("num_local_experts", "num_experts", "n_routed_experts")):
+        raise ConfigError(f"{path}: num_experts_per_tok {per_tok} with 0 routed experts; allowed: experts >= "
+                          f"{per_tok}, or no expert keys for a dense model")
     kv_lora = int(cfg.get("kv_lora_rank") or 0)
     qk_rope = int(cfg.get("qk_rope_head_dim") or 0)
     if kv_lora:
@@ -109,4 +118,5 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         v_head_dim=int(cfg.get("v_head_dim") or 0),
         q_lora_rank=int(cfg.get("q_lora_rank") or 0),
         shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0),
+        quantization=checkpoint_dtype(quant, path),
     )

@@ -133,6 +133,7 @@ class ModelSpec:
     v_head_dim: int = 0  # MLA
     q_lora_rank: int = 0  # MLA; 0 = plain q projection
     shared_expert_intermediate_size: int = 0  # 0 = num_shared_experts × expert width
+    quantization: str | None = None  # the checkpoint's weight dtype (quantization_config), None: as run
 
     # ---- dims the cost model needs ----------------------------------------------------------------
     @property

@@ -130,7 +130,13 @@ def sniff_format(path: str | Path) -> str:
             return "mooncake"
         if "input_toks" in keys:
             return "vllm-bench"
-        raise TraceFormatError(f"{path}:1: unrecognised JSON trace; keys found: {', '.join(sorted(keys))}")
+        if "arrival_time" in keys:  # servesim's own, missing its lengths
+            missing = [k for k in ("prompt_len", "output_len") if k not in keys]
+            raise TraceFormatError(f"{path}:1: servesim JSONL row without {' and '.join(missing)} (prompt_len or "
+                                   f"token_ids, and output_len, are required); keys found: {', '.join(sorted(keys))}")
+        raise TraceFormatError(f"{path}:1: unrecognised JSON trace; keys found: {', '.join(sorted(keys))}; "
+                               "expected servesim JSONL (arrival_time, prompt_len, output_len), Mooncake (timestamp, "
+                               "input_length, output_length) or vllm-bench (input_toks), or give the format")
     if name.endswith((".json", ".jsonl")):
         raise TraceFormatError(f"{path}:1: does not start with a JSON object or list: {head[:80]!r}")
     cols = {norm_col(c) for c in next(csv.reader([head]))}

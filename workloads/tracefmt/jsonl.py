@@ -231,6 +231,8 @@ def load_jsonl(
     if extra not in ("error", "ignore"):
         raise ConfigError(f"load_jsonl: extra must be 'error' or 'ignore', got {extra!r}")
     path = Path(path)
+    if path.is_dir():
+        raise TraceFormatError(f"{path}: is a directory; expected a trace file")
     if not path.is_file():
         raise TraceFormatError(f"{path}: no such trace file")
     rows: list[tuple[RequestSpec, int]] = []

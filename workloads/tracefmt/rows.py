@@ -34,6 +34,8 @@ def open_text(path: Path) -> IO[str]:
 
 
 def check_file(path: Path) -> None:
+    if path.is_dir():
+        raise TraceFormatError(f"{path}: is a directory; expected a trace file")
     if not path.is_file():
         raise TraceFormatError(f"{path}: no such trace file")
 
