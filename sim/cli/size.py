@@ -89,10 +89,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--goal",
-        choices=("slo", "throughput"),
+        choices=("slo", "throughput", "knee"),
         default="slo",
-        help="slo: most load meeting the SLOs; throughput: most offline throughput",
+        help="slo: most load meeting the SLOs; throughput: most offline throughput; knee: the smallest "
+        "max_num_seqs past which throughput gains less than --knee-gain per doubling",
     )
+    p.add_argument("--knee-gain", type=float, default=0.1, metavar="FRACTION",
+                   help="--goal knee: throughput gain per doubling of max_num_seqs below which the curve is flat "
+                        "(default 0.1)")
     p.add_argument("--replications", type=int, default=3, help="seeds per load level (default 3)")
     p.add_argument("--level", type=float, default=0.95, help="confidence level of the t-intervals")
     p.add_argument("--tol", type=float, default=0.05, help="relative width at which bisection stops")
@@ -127,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     res = size(cfg, slo, max_num_seqs=args.max_num_seqs, vary=vary, goal=args.goal,
                replications=args.replications, level=args.level, rel_tol=args.tol,
-               min_attainment=args.min_attainment, jobs=args.jobs, progress=args.progress)  # fmt: skip
+               min_attainment=args.min_attainment, jobs=args.jobs, progress=args.progress,
+               knee_gain=args.knee_gain)  # fmt: skip
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
