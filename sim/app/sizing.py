@@ -331,9 +331,10 @@ def size(
     cfgs = [with_params(cfg, c.params) for c in cands]
     nsim = run_searches(cands, cfgs, knob, seeds, slo, goal=goal, rel_tol=rel_tol, level=level,
                         min_attainment=min_attainment, jobs=jobs, progress=progress,
-                        fixed_load=cfg.workload.get("num_clients") if goal == "knee" else None)  # fmt: skip
+                        fixed_loads=[cfg.workload.get("num_clients")] * len(cands)
+                        if goal == "knee" and knob.per_unit is None else None)  # fmt: skip
     notes += capacity_notes(cands, knob, goal)
-    rec = _recommend(cands, goal, rel_tol)
+    rec = recommend(cands, goal, rel_tol)
     knees = sizing_knees(cands, knee_gain) if goal == "knee" else []
     if goal == "knee":
         rec = knee_index(cands, knees)
@@ -386,17 +387,17 @@ def run_searches(
     jobs: int | None = 1,
     progress: bool = False,
     runners: Sequence[Any] | None = None,
-    fixed_load: float | None = None,
+    fixed_loads: Sequence[float] | None = None,
 ) -> int:
     """Search every candidate (its config ``cfgs[i]``, run by ``runners[i]``: None = one engine) in
     lockstep; fills each candidate's evaluations, bracket and capacity. Returns the simulations run.
-    ``fixed_load``: a closed loop's knee, one run per candidate at that many clients."""
+    ``fixed_loads``: no search, one evaluation of candidate i at load ``fixed_loads[i]`` (knob units)."""
     searches = [Search(knob, rel_tol, goal) for _ in cands]
-    if knob.per_unit is None:
-        for srch in searches:
+    for i, srch in enumerate(searches):
+        if knob.per_unit is None:
             srch.phase = "search"
-            if fixed_load is not None:
-                srch.phase, srch.x0 = "once", float(fixed_load)
+        if fixed_loads is not None:
+            srch.phase, srch.x0 = "once", float(fixed_loads[i])
     jobs = default_jobs() if jobs is None else jobs
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
@@ -456,7 +457,7 @@ def _fmt_params(params: Mapping[str, Any]) -> str:
     return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in params.items())
 
 
-def _recommend(cands: Sequence[CandidateResult], goal: str, rel_tol: float) -> int | None:
+def recommend(cands: Sequence[CandidateResult], goal: str, rel_tol: float) -> int | None:
     if goal == "knee":
         return None  # sim/app/knee.py picks it
     if goal == "throughput":
