@@ -145,8 +145,9 @@ class CardSearchResult:
             f"capacity per GPU ({self.target_unit}) vs price", f"cost of {_fmt_num(self.target)} {self.target_unit}"))  # fmt: skip
         if not ok.empty:
             per_gpu = ok[capcol] / ok["tensor_parallel_size"]
-            err = dict(type="data", symmetric=False, array=(ok["capacity_hi"] / ok["tensor_parallel_size"] - per_gpu),
-                       arrayminus=(per_gpu - ok["capacity_lo"] / ok["tensor_parallel_size"]))  # fmt: skip
+            tp = ok["tensor_parallel_size"]  # (the pooled capacity can sit outside the per-replication interval)
+            err = dict(type="data", symmetric=False, array=(ok["capacity_hi"] / tp - per_gpu).clip(lower=0),
+                       arrayminus=(per_gpu - ok["capacity_lo"] / tp).clip(lower=0))  # fmt: skip
             fig.add_trace(go.Scatter(x=per_gpu, y=ok["price_per_gpu_hour"], mode="markers+text", text=ok["deployment"],
                                      textposition="top center", error_x=err, showlegend=False), 1, 1)  # fmt: skip
             fig.add_trace(go.Bar(x=ok["deployment"], y=ok["cost_per_hour"], text=ok["gpus"].astype(int).astype(str)
