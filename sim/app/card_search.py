@@ -265,7 +265,11 @@ def search_cards(
         ci = _capacity_ci(res, knob, goal, level)
         lo, hi = (None if not (c is not None and c > 0) else max(1, math.ceil(target / c - 1e-9))
                   for c in (ci[2], ci[1]))  # more capacity, fewer units
-        res.units_range = (lo, hi)
+        # the interval of the per-replication capacities, widened to hold the pooled (robust) answer
+        res.units_range = (min(lo or res.units, res.units), None if hi is None else max(hi, res.units))
+        if goal == "slo" and res.chosen.bracket[1] is None:
+            notes.append(f"{res.deployment.label}: still meets the SLOs at the highest load tried "
+                         f"({res.chosen.bracket[0]:.4g} {knob.unit}), so its capacity is a lower bound (add requests)")
         share = target / res.units
         j = mine[res.best]
         checks.append(CandidateResult(dict(res.chosen.params)))
