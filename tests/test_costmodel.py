@@ -171,9 +171,11 @@ def test_fp8_weights_roughly_halve_memory_bound_decode():
     assert g8 / g16 == pytest.approx(0.5, abs=0.03)
     # fp8 compute peak is used where the GPU has one: compute-bound prefill gets faster too
     assert fp8.breakdown(prefill(4096))["gemm"] < 0.7 * bf16.breakdown(prefill(4096))["gemm"]
-    # A100 has no fp8 peak: weight-only fp8 keeps the bf16 compute rate
+    # A100 has no fp8 peak: weight-only fp8 (FP8 Marlin) computes at the bf16 rate plus its dequantization
+    # work (sim/cost/quant.py), so compute-bound prefill is a little slower, not faster
     a_bf16, a_fp8 = RooflineCostModel(LLAMA8B, A100), RooflineCostModel(LLAMA8B, A100, dtype="fp8")
-    assert a_fp8.breakdown(prefill(4096))["gemm"] == pytest.approx(a_bf16.breakdown(prefill(4096))["gemm"], rel=0.05)
+    ratio = a_fp8.breakdown(prefill(4096))["gemm"] / a_bf16.breakdown(prefill(4096))["gemm"]
+    assert 1.05 < ratio < 1.2
 
 
 def test_fp8_kv_cache_halves_decode_attention_bytes():

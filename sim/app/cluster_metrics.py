@@ -57,6 +57,9 @@ COMPARE_KEYS = (
     "prefix_cache_hit_rate",
     "num_preemptions",
     "load_imbalance",
+    "cost_per_hour",
+    "cost_per_1m_output_tokens",
+    "cost_per_1m_goodput_tokens",
 )
 
 
@@ -291,6 +294,10 @@ def format_cluster_summary(summary: Mapping[str, Any]) -> str:
             f"{m.upper():5s} ms: p50 {_f(summary.get(f'median_{m}_ms'))}  p90 "
             f"{_f(summary.get(f'p90_{m}_ms'))}  p99 {_f(summary.get(f'p99_{m}_ms'))}"
         )
+    if summary.get("cost_per_hour") is not None:  # sim/app/cost_metrics.py
+        lines.append(f"cost {_f(summary['cost_per_hour'], 2)} {summary.get('cost_currency')}/h; per 1M output tokens "
+                     f"{_f(summary.get('cost_per_1m_output_tokens'), 3)}, per 1M goodput "
+                     f"{_f(summary.get('cost_per_1m_goodput_tokens'), 3)}")  # fmt: skip
     if summary.get("disagg"):
         d = summary["disagg"]
         lines.append(

@@ -14,6 +14,7 @@ from typing import Any
 
 from policies.base import all_preset_keys, parse_engine_options
 from sim.app.frontend import FrontendConfig, frontend_from_dict
+from sim.app.prices import CostConfig, cost_from_dict
 from sim.core.errors import ConfigError
 from sim.core.fields import MAX_REQUESTS, check_range, check_type, missing_file, read_utf8
 
@@ -77,6 +78,7 @@ class RunConfig:
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     slo: dict[str, float] = field(default_factory=dict)  # validated by sim.app.results
     frontend: FrontendConfig | None = None  # [frontend]: the request path around the engine (sim/app/frontend.py)
+    cost: CostConfig | None = None  # [cost]: GPU prices for the cost metrics (sim/app/prices.py)
 
     def to_dict(self) -> dict[str, Any]:
         """As a raw config (``config_from_dict(cfg.to_dict())`` gives ``cfg`` back): the preset's own
@@ -135,11 +137,11 @@ def _build_engine(raw: dict[str, Any], fields: dict[str, Any]) -> EngineConfig:
 
 
 def config_from_dict(raw: dict[str, Any]) -> RunConfig:
-    unknown = set(raw) - set(_SECTIONS) - {"workload", "slo", "frontend"}
+    unknown = set(raw) - set(_SECTIONS) - {"workload", "slo", "frontend", "cost"}
     if unknown:
         raise ConfigError(
             f"unknown section(s) {sorted(unknown)}; known: model, hardware, engine, workload, simulation, slo, "
-            "frontend"
+            "frontend, cost"
         )
     raw = _resolve_plugin(_merge_preset(raw))
     parts: dict[str, Any] = {k: _build_section(k, cls, raw.get(k, {})) for k, cls in _SECTIONS.items()}
@@ -151,6 +153,7 @@ def config_from_dict(raw: dict[str, Any]) -> RunConfig:
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
             raise ConfigError(f"[slo] {key}: expected a positive number, got {value!r}")
     parts["frontend"] = frontend_from_dict(raw.get("frontend"))
+    parts["cost"] = cost_from_dict(raw.get("cost"))
     cfg = RunConfig(workload=dict(workload), slo={k: float(v) for k, v in slo.items()}, **parts)
     _validate(cfg)
     return cfg

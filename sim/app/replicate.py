@@ -44,6 +44,7 @@ SCALAR_METRICS = (
     "mean_queue_time_ms", "p99_queue_time_ms", "num_finished", "num_rejected", "num_timed_out", "num_in_flight",
     "num_not_arrived", "num_preemptions", "prefix_cache_hit_rate", "mean_kv_cache_usage",
     "max_kv_cache_usage", "mean_num_running", "mean_num_waiting", "max_num_waiting", "slo_attainment",
+    "cost_per_hour", "cost_per_1m_output_tokens", "cost_per_1m_total_tokens", "cost_per_1m_goodput_tokens",
 )  # fmt: skip
 STABILITY_METRICS = ("offered_rate", "queue_growth", "final_queue", "finished_fraction", "saturated")
 

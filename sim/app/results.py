@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sim.app.cost_metrics import cost_summary
 from sim.app.stats import (  # noqa: F401  (weighted_percentiles is re-exported)
     clean_weighted,
     p_word,
@@ -309,6 +310,8 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     s["slo_attainment"] = float(good.mean()) if good is not None and completed else None
     s["goodput"] = s["request_goodput"]
     s["slo_checks"] = _percentile_checks(pct_slos, fin, df, result) if pct_slos else None
+    good_tok = int(fin["num_output_tokens"].to_numpy()[good].sum()) if good is not None else None
+    s.update(cost_summary(result.config, result.meta, s, good_tok))  # sim/app/cost_metrics.py
     s["horizon"] = result.horizon
     s["config"] = result.config
     s["meta"] = result.meta

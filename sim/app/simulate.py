@@ -270,4 +270,15 @@ def format_summary(summary: dict[str, Any], result: SimResult) -> str:
         + f"prefix hit rate {_fmt(summary.get('prefix_cache_hit_rate'), 100)}%, "
         f"mean waiting {_fmt(summary.get('mean_num_waiting'), 1, 1)}"
     )
+    cost = summary.get("cost") or {}
+    if summary.get("cost_per_hour") is not None:  # sim/app/cost_metrics.py
+        cur = summary.get("cost_currency")
+        gpus = ", ".join(f"{g['count']} x {g['gpu']} at {g['per_hour']:.4g}/h ({g['origin']}, {g['date']})"
+                         for g in cost.get("gpus", []))  # fmt: skip
+        lines.append(f"cost: {_fmt(summary['cost_per_hour'], 1, 2)} {cur}/h ({gpus}); per 1M output tokens "
+                     f"{_fmt(summary.get('cost_per_1m_output_tokens'), 1, 3)}, per 1M total "
+                     f"{_fmt(summary.get('cost_per_1m_total_tokens'), 1, 3)}, per 1M goodput "
+                     f"{_fmt(summary.get('cost_per_1m_goodput_tokens'), 1, 3)} {cur}")  # fmt: skip
+    elif cost.get("error"):
+        lines.append(f"cost: - ({cost['error']})")
     return "\n".join(lines)

@@ -50,6 +50,7 @@ from sim.core.errors import ConfigError
 OFFLINE_SCALE = 1e12  # rate_scale that puts a whole trace at t ≈ 0
 MAX_HALVINGS = 10
 MAX_OVERLOAD = 4.0  # stop doubling past this multiple of the offline throughput: the run is too short
+GOALS = ("slo", "throughput", "knee")
 CURVE_METRICS = (
     "request_throughput", "request_goodput", "output_throughput", "median_ttft_ms", "p90_ttft_ms",
     "p99_ttft_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "p99_e2el_ms", "mean_num_waiting",
@@ -200,6 +201,8 @@ class Search:
     def next_load(self) -> float | None:
         if self.phase == "offline":
             return math.inf
+        if self.phase == "once":  # one run at the configured load (the knee of a closed loop)
+            return self.x0
         if self.phase == "done":
             return None
         if self.lo is None:
@@ -221,8 +224,11 @@ class Search:
         return (self.lo + self.hi) / 2
 
     def record(self, x: float, passed: bool, offline_throughput: float | None = None) -> None:
+        if self.phase == "once":
+            self.lo, self.phase = x, "done"
+            return
         if self.phase == "offline":
-            if self.goal == "throughput":
+            if self.goal in ("throughput", "knee"):
                 self.phase = "done"
                 return
             if offline_throughput is None or not offline_throughput > 0:
@@ -267,15 +273,16 @@ def default_max_num_seqs(cfg: RunConfig, limit: int = 6) -> list[int]:
         ctx = float(setup.limits.max_model_len) / 2
     conc = setup.limits.num_gpu_blocks * setup.limits.block_size / max(ctx, 1.0)
     top = min(512, 2 ** math.ceil(math.log2(max(2 * conc, 8))))
-    seqs = [2**k for k in range(3, int(math.log2(top)) + 1)]
+    seqs = [2**k for k in range(0 if limit > 6 else 3, int(math.log2(top)) + 1)]  # a knee curve starts at 1
     return seqs[-limit:]
 
 
 def candidate_grid(
-    cfg: RunConfig, max_num_seqs: Sequence[int] | None, vary: Mapping[str, Sequence[Any]] | None
+    cfg: RunConfig, max_num_seqs: Sequence[int] | None, vary: Mapping[str, Sequence[Any]] | None,
+    limit: int = 6,
 ) -> list[dict[str, Any]]:
     """Every combination of the engine settings to compare (``max_num_seqs`` first)."""
-    seqs = list(max_num_seqs) if max_num_seqs else default_max_num_seqs(cfg)
+    seqs = list(max_num_seqs) if max_num_seqs else default_max_num_seqs(cfg, limit=limit)
     for s in seqs:
         if isinstance(s, bool) or not isinstance(s, int) or s < 1:
             raise ConfigError(f"--max-num-seqs: expected integers >= 1, got {s!r}")
@@ -305,17 +312,44 @@ def size(
     min_attainment: float = 0.99,
     jobs: int | None = 1,
     progress: bool = False,
+    knee_gain: float = 0.1,
 ) -> SizingResult:
     """Search every candidate setting for its capacity under ``slo`` (default: the config's [slo]);
     recommend the one with the highest capacity (ties within ``rel_tol``: the smallest max_num_seqs, the
     one that leaves memory for the length tail). ``goal="throughput"``: the offline runs only, ranked by
-    output tokens/s (the offline-batch goal: no latency SLO). ``jobs``: processes (None: every CPU)."""
+    output tokens/s (the offline-batch goal: no latency SLO). ``goal="knee"``: the same runs (a closed
+    loop: one run at its clients) over max_num_seqs from 1, and the knee of that curve (sim/app/knee.py,
+    ``knee_gain`` per doubling). ``jobs``: processes (None: every CPU)."""
+    from sim.app.knee import check_gain, knee_index, sizing_knees
+
     t0 = time.perf_counter()
-    if goal not in ("slo", "throughput"):
-        raise ConfigError(f"--goal {goal!r}: expected 'slo' or 'throughput'")
+    check_gain(knee_gain)
+    slo = dict(cfg.slo if slo is None else slo)
+    knob, seeds, notes = prepare(cfg, slo, goal, rel_tol, replications)
+    limit = 10 if goal == "knee" else 6
+    cands = [CandidateResult(p) for p in candidate_grid(cfg, max_num_seqs, vary, limit=limit)]
+    cfgs = [with_params(cfg, c.params) for c in cands]
+    nsim = run_searches(cands, cfgs, knob, seeds, slo, goal=goal, rel_tol=rel_tol, level=level,
+                        min_attainment=min_attainment, jobs=jobs, progress=progress,
+                        fixed_loads=[cfg.workload.get("num_clients")] * len(cands)
+                        if goal == "knee" and knob.per_unit is None else None)  # fmt: skip
+    notes += capacity_notes(cands, knob, goal)
+    rec = recommend(cands, goal, rel_tol)
+    knees = sizing_knees(cands, knee_gain) if goal == "knee" else []
+    if goal == "knee":
+        rec = knee_index(cands, knees)
+    return SizingResult(knob, slo, goal, cands, rec, len(seeds), level, nsim, time.perf_counter() - t0,
+                        notes=notes, knees=knees, knee_gain=knee_gain)  # fmt: skip
+
+
+def prepare(
+    cfg: RunConfig, slo: Mapping[str, float], goal: str, rel_tol: float, replications: int
+) -> tuple[LoadKnob, list[int], list[str]]:
+    """Check the search's inputs before any simulation; its load knob, seeds and first notes."""
+    if goal not in GOALS:
+        raise ConfigError(f"--goal {goal!r}: expected one of {', '.join(GOALS)}")
     if not 0 < rel_tol < 1:
         raise ConfigError(f"--tol must be in (0, 1), got {rel_tol}")
-    slo = dict(cfg.slo if slo is None else slo)
     parse_slo(slo)  # bad keys/values fail before any simulation
     if goal == "slo" and not slo:
         raise ConfigError("no SLO: give --slo KEY=VALUE (e.g. ttft_p99=1.0) or [slo] in the config, "
@@ -331,41 +365,65 @@ def size(
         )
     if goal == "throughput" and knob.per_unit is None:
         raise ConfigError("--goal throughput needs an open-loop, trace or open sessions workload")
-    cands = [CandidateResult(p) for p in candidate_grid(cfg, max_num_seqs, vary)]
-    cfgs = [with_params(cfg, c.params) for c in cands]
-    searches = [Search(knob, rel_tol, goal) for _ in cands]
-    if knob.per_unit is None:
-        for s in searches:
-            s.phase = "search"
-    jobs = default_jobs() if jobs is None else jobs
-    if jobs < 1:
-        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
-    pool = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
-    try:
-        nsim = _search(cands, cfgs, searches, knob, seeds, slo, level, min_attainment, pool, progress)
-    finally:
-        if pool is not None:
-            pool.shutdown()
     if knob.unit == "sessions/s":
         notes.append(
             f"sessions: the load is conversations started per second; req/s = x {knob.per_unit:.2f} mean turns "
             "is the long-run rate, reached only when the run is long compared with one conversation"
         )
-    for c, s in zip(cands, searches, strict=True):
-        if s.lo is not None and s.hi is None and goal == "slo":
-            notes.append(
-                f"{_fmt_params(c.params)} still meets the SLOs at the highest load tried ({s.lo:.4g} {knob.unit}): "
-                "the workload is too small to overload it, so its capacity is a lower bound (add requests)"
-            )
-        c.bracket = (s.lo, s.hi)
-        c.capacity = s.lo if s.lo is not None else (0.0 if goal == "slo" else None)
-    rec = _recommend(cands, goal, rel_tol)
-    return SizingResult(
-        knob, slo, goal, cands, rec, len(seeds), level, nsim, time.perf_counter() - t0, notes=notes
-    )
+    return knob, seeds, notes
 
 
-def _search(cands, cfgs, searches, knob, seeds, slo, level, min_attainment, pool, progress) -> int:
+def run_searches(
+    cands: Sequence[CandidateResult],
+    cfgs: Sequence[RunConfig],
+    knob: LoadKnob,
+    seeds: Sequence[int],
+    slo: Mapping[str, float],
+    *,
+    goal: str = "slo",
+    rel_tol: float = 0.05,
+    level: float = DEFAULT_LEVEL,
+    min_attainment: float = 0.99,
+    jobs: int | None = 1,
+    progress: bool = False,
+    runners: Sequence[Any] | None = None,
+    fixed_loads: Sequence[float] | None = None,
+) -> int:
+    """Search every candidate (its config ``cfgs[i]``, run by ``runners[i]``: None = one engine) in
+    lockstep; fills each candidate's evaluations, bracket and capacity. Returns the simulations run.
+    ``fixed_loads``: no search, one evaluation of candidate i at load ``fixed_loads[i]`` (knob units)."""
+    searches = [Search(knob, rel_tol, goal) for _ in cands]
+    for i, srch in enumerate(searches):
+        if knob.per_unit is None:
+            srch.phase = "search"
+        if fixed_loads is not None:
+            srch.phase, srch.x0 = "once", float(fixed_loads[i])
+    jobs = default_jobs() if jobs is None else jobs
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    pool = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
+    try:
+        nsim = _search(cands, cfgs, searches, knob, seeds, slo, level, min_attainment, pool, progress, runners)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    for c, srch in zip(cands, searches, strict=True):
+        c.bracket = (srch.lo, srch.hi)
+        c.capacity = srch.lo if srch.lo is not None else (0.0 if goal == "slo" else None)
+    return nsim
+
+
+def capacity_notes(cands: Sequence[CandidateResult], knob: LoadKnob, goal: str) -> list[str]:
+    """A note per candidate whose capacity is only a lower bound (the SLO never bound)."""
+    return [
+        f"{_fmt_params(c.params)} still meets the SLOs at the highest load tried ({c.bracket[0]:.4g} {knob.unit}): "
+        "the workload is too small to overload it, so its capacity is a lower bound (add requests)"
+        for c in cands
+        if goal == "slo" and c.bracket[0] is not None and c.bracket[1] is None
+    ]
+
+
+def _search(cands, cfgs, searches, knob, seeds, slo, level, min_attainment, pool, progress, runners=None) -> int:
     """Advance every candidate's search in lockstep until all are done; returns the simulations run."""
     nsim = 0
     while True:
@@ -375,7 +433,8 @@ def _search(cands, cfgs, searches, knob, seeds, slo, level, min_attainment, pool
             break
         tasks = []
         for i, x in todo:
-            tasks += [Task((i, x, r), knob.apply(cfgs[i], x, r), s, slo) for r, s in enumerate(seeds)]
+            run = runners[i] if runners else None
+            tasks += [Task((i, x, r), knob.apply(cfgs[i], x, r), s, slo, run) for r, s in enumerate(seeds)]
         rows = run_tasks(tasks, jobs=1, pool=pool, progress=progress, label=f"size: {len(todo)} loads")
         nsim += len(tasks)
         for j, (i, x) in enumerate(todo):
@@ -398,7 +457,9 @@ def _fmt_params(params: Mapping[str, Any]) -> str:
     return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in params.items())
 
 
-def _recommend(cands: Sequence[CandidateResult], goal: str, rel_tol: float) -> int | None:
+def recommend(cands: Sequence[CandidateResult], goal: str, rel_tol: float) -> int | None:
+    if goal == "knee":
+        return None  # sim/app/knee.py picks it
     if goal == "throughput":
         vals = [c.offline.metrics["output_throughput"][0] if c.offline else -1.0 for c in cands]
     else:

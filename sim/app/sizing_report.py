@@ -13,6 +13,7 @@ import pandas as pd
 if TYPE_CHECKING:
     from sim.app.sizing import LoadKnob
 
+_GOAL_TEXT = {"throughput": "maximum throughput", "knee": "the knee of the throughput curve"}
 NEAR_SATURATION = 0.9  # offered load / μ_max above which a capacity is reported as near saturation
 
 
@@ -89,10 +90,16 @@ class SizingResult:
     num_simulations: int
     wall_time_s: float
     notes: list[str] = field(default_factory=list)
+    knees: list[Any] = field(default_factory=list)  # goal "knee": sim.app.knee.Knee per curve
+    knee_gain: float = 0.1
 
     # ---- tables ----
     def table(self) -> pd.DataFrame:
-        """One row per candidate: its settings, capacity, throughput at capacity (CI), offline throughput."""
+        """One row per candidate: its settings, capacity, throughput at capacity (CI), offline throughput;
+        for the knee goal its gain per doubling and whether it is the knee."""
+        from sim.app.knee import knee_rows
+
+        knees = knee_rows(self) if self.knees else {}
         rows = []
         for i, c in enumerate(self.candidates):
             r: dict[str, Any] = {**c.params}
@@ -108,10 +115,17 @@ class SizingResult:
                     r[m], r[f"{m}_lo"], r[f"{m}_hi"] = mean, lo, hi
                 r["min_margin"] = _min_margin(cap)
                 r["load_fraction"] = _load_fraction(self.knob, c)
+            if self.goal == "knee" and off is None and c.evaluations:  # a closed loop's one fixed-load run
+                for m in ("request_throughput", "output_throughput", "median_tpot_ms", "mean_kv_cache_usage"):
+                    r[m] = c.evaluations[0].metrics.get(m, (None,))[0]
             if off:
                 for m in ("request_throughput", "output_throughput"):
                     mean, lo, hi = off.metrics.get(m, (None,) * 3)
                     r[f"offline_{m}"], r[f"offline_{m}_lo"], r[f"offline_{m}_hi"] = mean, lo, hi
+            if off and self.goal == "knee":
+                for m in ("median_tpot_ms", "mean_kv_cache_usage"):
+                    r[f"offline_{m}"] = off.metrics.get(m, (None,))[0]
+            r.update(knees.get(i, {}))
             r["recommended"] = i == self.recommended
             rows.append(r)
         return pd.DataFrame(rows)
@@ -145,6 +159,9 @@ class SizingResult:
             "notes": self.notes,
             "curve": self.curve().to_dict("records"),
         }
+        if self.goal == "knee":
+            out["knee_gain"] = self.knee_gain
+            out["knees"] = [k.to_dict() for k in self.knees]
         if rec is not None:
             cap, off = rec.at_capacity, rec.offline
             out["recommendation"] = {
@@ -168,7 +185,7 @@ class SizingResult:
     def format(self) -> str:
         d = self.to_dict()
         lines = [
-            f"sizing for {'the SLOs ' + _fmt_slo(self.slo) if self.goal == 'slo' else 'maximum throughput'}: "
+            f"sizing for {_GOAL_TEXT.get(self.goal) or 'the SLOs ' + _fmt_slo(self.slo)}: "
             f"{len(self.candidates)} candidates, {self.replications} replications each, "
             f"{self.num_simulations} simulations in {self.wall_time_s:.1f} s",
             *(f"note: {n}" for n in self.notes),
@@ -178,8 +195,13 @@ class SizingResult:
             cols = [c for c in tab.columns if not c.endswith(("_lo", "_hi")) and tab[c].notna().any()]
             lines.append(tab[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
         rec = d["recommendation"]
+        if self.goal == "knee":
+            from sim.app.knee import format_knees
+
+            lines += format_knees(self)
         if rec is None:
-            lines.append("no candidate meets the SLOs at any load tried")
+            lines.append("no knee in the settings tried" if self.goal == "knee" else
+                         "no candidate meets the SLOs at any load tried")  # fmt: skip
             return "\n".join(lines)
         s = ", ".join(f"{k}={v}" for k, v in rec["settings"].items())
         lines.append(f"recommended: {s}")
@@ -209,10 +231,15 @@ class SizingResult:
                     "throughput; little headroom for bursts"
                 )
         else:
-            lines.append(f"offline throughput: {_fmt_ci(rec['output_throughput_tok_s'])} output tok/s")
+            at = "offline" if self.knob.per_unit else f"at {rec['capacity']:.0f} clients"
+            lines.append(f"throughput {at}: {_fmt_ci(rec['output_throughput_tok_s'])} output tok/s")
         return "\n".join(lines)
 
     def figure(self):
+        if self.goal == "knee":
+            from sim.app.knee import knee_figure
+
+            return knee_figure(self)
         return sizing_figure(self)
 
 

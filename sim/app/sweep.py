@@ -167,12 +167,13 @@ class Task:
     cfg: RunConfig
     seed: int
     slo: Mapping[str, float] | None = None
+    runner: Callable[..., dict[str, Any]] | None = None  # (cfg, seed, slo) -> row; None: run_one (one engine)
 
 
 def execute(task: Task) -> dict[str, Any]:
     """Run one task; a ServesimError becomes an ``error`` field (a bug still raises)."""
     try:
-        return run_one(task.cfg, task.seed, task.slo)
+        return (task.runner or run_one)(task.cfg, task.seed, task.slo)
     except ServesimError as e:
         return {"seed": task.seed, "error": f"{type(e).__name__}: {e}"}
 

@@ -35,6 +35,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--step-trace", action="store_true",
                    help="with --out: steps.jsonl lists each step's scheduled requests (slower, larger)")
     p.add_argument("--json", action="store_true", help="print the summary (or summaries) as JSON")
+    from sim.cli.prices import add_price_options
+
+    add_price_options(p)
     p.set_defaults(func=run)
     return p
 
@@ -51,8 +54,9 @@ def run(args: argparse.Namespace) -> int:
         write_cluster_outputs,
         write_comparison,
     )
+    from sim.cli.prices import price_overrides
 
-    cfgs = load_cluster(args.config, list(getattr(args, "overrides", []) or []))
+    cfgs = load_cluster(args.config, [*(getattr(args, "overrides", []) or []), *price_overrides(args)])
     wanted = list(getattr(args, "variant", []) or [])
     if wanted:
         missing = [v for v in wanted if v not in cfgs]

@@ -25,6 +25,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--step-trace", action="store_true",
                    help="with --out: steps.jsonl lists each step's scheduled requests ([id, tokens]) instead of "
                         "its counts (records every step's rows: slower and larger)")
+    from sim.cli.prices import add_price_options
+
+    add_price_options(p)
     p.set_defaults(func=_run)
 
 
@@ -36,8 +39,10 @@ def _run(args: argparse.Namespace) -> int:
     from sim.app.simulate import simulate
     from sim.cli import cluster as cli_cluster
     from sim.cli.outpath import check_out_dir
+    from sim.cli.prices import price_overrides
 
     check_out_dir(args.out)  # before any simulation, so a bad --out does not waste the run
+    args.overrides = [*args.overrides, *price_overrides(args)]  # --gpu-hour-usd etc. are [cost] overrides
     if cli_cluster.is_cluster_file(args.config):  # [cluster] / [[replica]] configs: several engines
         return cli_cluster.run(args)
     cfg = load_config(args.config, args.overrides)

@@ -2,6 +2,9 @@
 
     servesim size CONFIG.toml --slo ttft_p99=1.0 --slo tpot_p99=0.05 [--max-num-seqs 8,16,32,64]
                   [--vary engine.kv_cache_dtype=auto,fp8] [--replications 3] [--jobs N] [--json] [--out DIR]
+    servesim size CONFIG.toml --goal knee [--knee-gain 0.1]          # the knee of the max_num_seqs curve
+    servesim size CONFIG.toml --gpus "RTX 4090,A100 40GB" --target-concurrency 20 [--dtypes fp16,int8]
+                  [--kv-dtypes auto,fp8] [--tp 1,2] [--instances-per-gpu 1,2]   # which card, how many, cost
 
 Percentile SLOs (``ttft_p99``, ``tpot_p99``, ``itl_p99``, ``e2el_p99``, ``queue_time_p99``; any q) are in
 seconds; per-request SLOs (``ttft_ms``, ``tpot_ms``, ...) in ms, judged by the fraction of requests that
@@ -89,10 +92,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--goal",
-        choices=("slo", "throughput"),
+        choices=("slo", "throughput", "knee"),
         default="slo",
-        help="slo: most load meeting the SLOs; throughput: most offline throughput",
+        help="slo: most load meeting the SLOs; throughput: most offline throughput; knee: the smallest "
+        "max_num_seqs past which throughput gains less than --knee-gain per doubling",
     )
+    p.add_argument("--knee-gain", type=float, default=0.1, metavar="FRACTION",
+                   help="--goal knee: throughput gain per doubling of max_num_seqs below which the curve is flat "
+                        "(default 0.1)")
     p.add_argument("--replications", type=int, default=3, help="seeds per load level (default 3)")
     p.add_argument("--level", type=float, default=0.95, help="confidence level of the t-intervals")
     p.add_argument("--tol", type=float, default=0.05, help="relative width at which bisection stops")
@@ -106,6 +113,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--progress", action="store_true", help="a progress line per search round on stderr")
     p.add_argument("--json", action="store_true", help="print the whole answer as JSON")
     p.add_argument("--out", help="directory for size.json, candidates.csv, curve.csv and size.html")
+    from sim.cli.prices import add_price_options
+    from sim.cli.size_cards import add_card_options
+
+    add_card_options(p, _int_list)
+    add_price_options(p)
     p.set_defaults(func=run)  # fmt: skip
     return p
 
@@ -124,20 +136,37 @@ def run(args: argparse.Namespace) -> int:
     check_range("", "--tol", args.tol, 0, 1, lo_open=True, hi_open=True)
     check_range("", "--replications", args.replications, 1, 1000)
     check_out_dir(args.out)
-    cfg = load_config(args.config, args.overrides)
+    from sim.cli.prices import price_overrides
+
+    cfg = load_config(args.config, [*args.overrides, *price_overrides(args)])
+    if args.gpus:  # which card, how many, at what cost (sim/cli/size_cards.py)
+        from sim.cli import size_cards
+
+        return size_cards.run(args, cfg, slo)
+    if args.target_rate is not None or args.target_concurrency is not None:
+        raise ConfigError("--target-rate / --target-concurrency need --gpus (the cards to compare)")
     res = size(cfg, slo, max_num_seqs=args.max_num_seqs, vary=vary, goal=args.goal,
                replications=args.replications, level=args.level, rel_tol=args.tol,
-               min_attainment=args.min_attainment, jobs=args.jobs, progress=args.progress)  # fmt: skip
+               min_attainment=args.min_attainment, jobs=args.jobs, progress=args.progress,
+               knee_gain=args.knee_gain)  # fmt: skip
+    files = {"size.json": lambda p: p.write_text(json.dumps(res.to_dict(), indent=2) + "\n", encoding="utf-8"),
+             "candidates.csv": lambda p: res.table().to_csv(p, index=False),
+             "curve.csv": lambda p: res.curve().to_csv(p, index=False),
+             "size.html": lambda p: res.figure().write_html(p, include_plotlyjs=True)}  # fmt: skip
+    return emit(res, args, files, res.recommended is not None)
+
+
+def emit(res: Any, args: argparse.Namespace, files: dict[str, Any], ok: bool) -> int:
+    """Write ``files`` (name -> writer of that path) under ``--out``, print the answer (``--json``: all of
+    it); exit code 0 when there is an answer, 1 when none."""
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "size.json").write_text(json.dumps(res.to_dict(), indent=2) + "\n", encoding="utf-8")
-        res.table().to_csv(out / "candidates.csv", index=False)
-        res.curve().to_csv(out / "curve.csv", index=False)
-        res.figure().write_html(out / "size.html", include_plotlyjs=True)
-        print(f"wrote {out}/size.json, candidates.csv, curve.csv, size.html", file=sys.stderr)
+        for name, write in files.items():
+            write(out / name)
+        print(f"wrote {out}/{', '.join(files)}", file=sys.stderr)
     if args.json:
         print(json.dumps(res.to_dict(), indent=2))
     else:
         print(res.format())
-    return 0 if res.recommended is not None else 1
+    return 0 if ok else 1

@@ -61,6 +61,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="results table: .parquet (or .csv)")
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     p.add_argument("--json", action="store_true", help="print the per-point table as JSON")
+    p.add_argument("--knee-gain", type=float, default=0.1, metavar="FRACTION",
+                   help="with an engine.max_num_seqs axis: the knee is where throughput gains less than this "
+                        "per doubling (default 0.1); columns gain_per_doubling and knee")
     p.set_defaults(func=run)  # fmt: skip
     return p
 
@@ -81,7 +84,10 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.grid:
         raise ConfigError("sweep: give at least one --grid SECTION.KEY=V1,V2,...")
+    from sim.app.knee import check_gain, sweep_knees
+
     grid = parse_grid(args.grid)
+    check_gain(args.knee_gain)
     slo = parse_slo_args(args.slo) if args.slo else None
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
@@ -99,6 +105,9 @@ def run(args: argparse.Namespace) -> int:
                    address=args.address, progress=not args.no_progress)  # fmt: skip
     path = write_table(df, args.out)
     agg = aggregate(df, list(grid), level=args.level)
+    knees = sweep_knees(df, list(grid), args.knee_gain)  # empty without an engine.max_num_seqs axis
+    if len(knees):
+        agg = agg.merge(knees, on="point", how="left")
     if args.json:
         print(json.dumps(to_jsonable(agg.to_dict("records")), indent=2))
     else:
@@ -108,6 +117,9 @@ def run(args: argparse.Namespace) -> int:
                 view[m] = [
                     _cell(a, b, c) for a, b, c in zip(agg[m], agg[f"{m}_lo"], agg[f"{m}_hi"], strict=True)
                 ]
+        for m in ("gain_per_doubling", "knee"):
+            if m in agg:
+                view[m] = agg[m]
         with pd.option_context("display.width", 200, "display.max_columns", 30):
             print(view.to_string(index=False))
         note = (

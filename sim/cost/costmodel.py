@@ -18,8 +18,9 @@ from sim.core.batch import BatchSummary
 from sim.core.errors import ConfigError, UnknownNameError
 from sim.cost.collectives import allreduce_seconds
 from sim.cost.hardware import GpuSpec
-from sim.cost.models import DTYPE_BYTES, ModelSpec, activation_dtype_bytes, kv_dtype_bytes, normalize_dtype
+from sim.cost.models import ModelSpec, activation_dtype_bytes, kv_dtype_bytes, normalize_dtype
 from sim.cost.profiles import CalibrationProfile, get_profile
+from sim.cost.quant import select_kernel
 
 
 @runtime_checkable
@@ -73,16 +74,18 @@ class RooflineCostModel:
         self.block_size = block_size
         pr = profile
 
-        self._b_w = DTYPE_BYTES[self.dtype]
         self._b_a = float(activation_dtype_bytes(self.dtype))  # 16-bit activations for quantized weights
         self._b_kv = float(b_kv)
         half_peak = gpu.fp16_flops if self.dtype == "fp16" else gpu.bf16_flops
         if self.dtype == "fp32":
             half_peak = gpu.bf16_flops / 2  # TF32 tensor cores run at half the bf16 rate (A100, H100, Ada)
-        gemm_peak = {"fp8": gpu.fp8_flops, "int8": gpu.int8_ops}.get(self.dtype) or half_peak
-        self._gemm_peak = gemm_peak * pr.eta_compute
+        # The linear layers' kernel (sim/cost/quant.py): FP8/INT8 tensor cores, or weight-only with dequant work
+        self.quant_kernel = select_kernel(dtype, gpu, half_peak)
+        self._b_w = self.quant_kernel.weight_bytes
+        self._gemm_peak = self.quant_kernel.peak * pr.eta_compute
         self._head_peak = half_peak * pr.eta_compute  # the LM head stays 16-bit in quantized checkpoints
-        self._gemm_bw = gpu.mem_bandwidth * pr.eta_bandwidth
+        self._head_bw = gpu.mem_bandwidth * pr.eta_bandwidth
+        self._gemm_bw = self._head_bw * self.quant_kernel.bandwidth_factor
         self._ew_bw = gpu.mem_bandwidth * pr.eta_elementwise
         self._attn_peak = half_peak * pr.eta_fa
 
@@ -243,7 +246,7 @@ class RooflineCostModel:
             2.0 * S * H * vr,
             H * vr * b16 + S * (H + vr) * b16,
             self._head_peak,
-            self._gemm_bw,
+            self._head_bw,
             pr.roofline_p,
             pr.t0_gemm_s,
         )

@@ -1,0 +1,235 @@
+"""GPU prices: the sourced catalogue (``sim/app/data/gpu_prices.toml``), the ``[cost]`` config section and
+the price of one GPU-hour of a card, so that summaries and ``servesim size --gpus`` can say what a
+deployment costs.
+
+::
+
+    [cost]                                  # every key optional
+    price_set = "on-demand"                 # a set of the catalogue: on-demand (USD) | seeds-idc10000 (CNY)
+    currency = "USD"                        # what every cost figure is in (default: the set's currency)
+    gpu_hour_usd = 2.0                      # one price for every card, in USD
+    gpu_hour_price = 14.0                   # one price for every card, in `currency`
+    gpu_hour = { "A100 40GB SXM" = 1.29 }   # per card, in `currency` (catalogue names or aliases)
+    usd_rate = 7.1                          # units of `currency` per USD: converts USD figures
+    hours_per_month = 730                   # for the monthly figures
+
+A card's price is the first of: its ``gpu_hour`` entry, ``gpu_hour_price``, ``gpu_hour_usd`` (converted),
+the price set's entry (converted from the set's currency when that is USD and ``usd_rate`` is given).
+Every figure carries its source and date; a user's figure says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sim.core.errors import ConfigError
+from sim.cost.hardware import get_gpu, list_gpus
+
+CATALOGUE_PATH = Path(__file__).resolve().parent / "data" / "gpu_prices.toml"
+DEFAULT_SET = "on-demand"
+HOURS_PER_MONTH = 730.0  # 365 × 24 / 12
+COST_KEYS = ("price_set", "currency", "gpu_hour_usd", "gpu_hour_price", "gpu_hour", "usd_rate", "hours_per_month")
+_CURRENCY = re.compile(r"^[A-Za-z]{3}$")
+_ENTRY_KEYS = ("gpu", "price", "per", "provider", "source", "via", "date")
+
+
+@dataclass(frozen=True)
+class PriceEntry:
+    gpu: str
+    per_hour: float  # in the set's currency
+    price: float  # as listed
+    per: str  # "hour" | "month"
+    provider: str
+    source: str
+    date: str
+    via: str = ""
+
+
+@dataclass(frozen=True)
+class PriceSet:
+    name: str
+    currency: str
+    description: str
+    hours_per_month: float
+    entries: dict[str, PriceEntry]
+
+
+@functools.cache
+def load_catalogue(path: str | None = None) -> dict[str, PriceSet]:
+    """The price sets of the catalogue file, validated (a GPU servesim does not know is an error)."""
+    p = Path(path) if path else CATALOGUE_PATH
+    raw = tomllib.loads(p.read_text(encoding="utf-8"))
+    sets: dict[str, PriceSet] = {}
+    for name, table in raw.get("sets", {}).items():
+        where = f"{p.name} [sets.{name}]"
+        hpm = float(table.get("hours_per_month", HOURS_PER_MONTH))
+        entries: dict[str, PriceEntry] = {}
+        for row in table.get("prices", []):
+            bad = sorted(set(row) - set(_ENTRY_KEYS))
+            missing = [k for k in ("gpu", "price", "per", "source", "date") if k not in row]
+            if bad or missing:
+                raise ConfigError(f"{where}: entry {row.get('gpu')!r} has unknown keys {bad} / lacks {missing}")
+            gpu = get_gpu(row["gpu"]).name
+            price = float(row["price"])
+            if not (price > 0 and math.isfinite(price)) or row["per"] not in ("hour", "month"):
+                raise ConfigError(f"{where} {gpu}: price must be > 0 per hour or month, got {row['price']!r} "
+                                  f"per {row['per']!r}")  # fmt: skip
+            per_hour = price if row["per"] == "hour" else price / hpm
+            entries[gpu] = PriceEntry(gpu, per_hour, price, row["per"], str(row.get("provider", "")),
+                                      str(row["source"]), str(row["date"]), str(row.get("via", "")))  # fmt: skip
+        sets[name] = PriceSet(name, str(table["currency"]).upper(), str(table.get("description", "")), hpm, entries)
+    return sets
+
+
+# ---- [cost] ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CostConfig:
+    price_set: str = DEFAULT_SET
+    currency: str | None = None  # None: the price set's
+    gpu_hour_usd: float | None = None
+    gpu_hour_price: float | None = None
+    gpu_hour: dict[str, float] = field(default_factory=dict)  # catalogue name -> price in `currency`
+    usd_rate: float | None = None
+    hours_per_month: float = HOURS_PER_MONTH
+
+    @property
+    def unit(self) -> str:
+        """The currency every figure is in."""
+        return self.currency or load_catalogue()[self.price_set].currency
+
+
+def _positive(key: str, value: Any, hi: float = 1e6) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not 0 < value <= hi:
+        raise ConfigError(f"[cost] {key}: expected a number > 0 and <= {hi:g}, got {value!r}")
+    return float(value)
+
+
+def cost_from_dict(raw: Any) -> CostConfig | None:
+    """Validate a ``[cost]`` table (None or absent: the defaults apply where a price is needed)."""
+    if raw is None:
+        return None
+    if isinstance(raw, CostConfig):
+        return raw
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[cost] must be a table, got {raw!r}")
+    bad = sorted(set(raw) - set(COST_KEYS))
+    if bad:
+        raise ConfigError(f"[cost] unknown key(s) {bad}; known: {', '.join(COST_KEYS)}")
+    sets = load_catalogue()
+    ps = raw.get("price_set", DEFAULT_SET)
+    if ps not in sets:
+        raise ConfigError(f"[cost] price_set: unknown set {ps!r}; allowed: {', '.join(sets)}")
+    cur = raw.get("currency")
+    if cur is not None:
+        if not isinstance(cur, str) or not _CURRENCY.match(cur):
+            raise ConfigError(f"[cost] currency: expected a 3-letter currency code (ISO 4217: USD, CNY, EUR, ...), "
+                              f"got {cur!r}")  # fmt: skip
+        cur = cur.upper()
+    table = raw.get("gpu_hour", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"[cost] gpu_hour: expected a table of GPU name = price, e.g. "
+                          f"{{ \"A100 40GB SXM\" = 1.29 }}, got {table!r} (one price for every card: gpu_hour_price)")
+    per_gpu: dict[str, float] = {}
+    for name, price in table.items():
+        try:
+            gpu = get_gpu(str(name)).name
+        except ConfigError as e:
+            raise ConfigError(f"[cost] gpu_hour: {e}") from None
+        per_gpu[gpu] = _positive(f"gpu_hour.{name}", price)
+    cfg = CostConfig(
+        price_set=ps,
+        currency=cur,
+        gpu_hour_usd=None if raw.get("gpu_hour_usd") is None else _positive("gpu_hour_usd", raw["gpu_hour_usd"]),
+        gpu_hour_price=None if raw.get("gpu_hour_price") is None else _positive("gpu_hour_price", raw["gpu_hour_price"]),
+        gpu_hour=per_gpu,
+        usd_rate=None if raw.get("usd_rate") is None else _positive("usd_rate", raw["usd_rate"]),
+        hours_per_month=_positive("hours_per_month", raw.get("hours_per_month", HOURS_PER_MONTH), 744),
+    )
+    set_cur = sets[ps].currency
+    own = cfg.gpu_hour_price is not None or cfg.gpu_hour_usd is not None or cfg.gpu_hour
+    if cfg.unit != set_cur and not own and not (set_cur == "USD" and cfg.usd_rate is not None):
+        raise ConfigError(f"[cost] currency = {cfg.unit!r} but price set {ps!r} is in {set_cur}: give usd_rate "
+                          f"({cfg.unit} per USD), your own prices (gpu_hour, gpu_hour_price) or another price_set")
+    if cfg.gpu_hour_usd is not None and cfg.unit != "USD" and cfg.usd_rate is None:
+        raise ConfigError(f"[cost] gpu_hour_usd is in USD but currency = {cfg.unit!r}: give usd_rate ({cfg.unit} "
+                          "per USD) or gpu_hour_price in that currency")  # fmt: skip
+    return cfg
+
+
+def cost_to_dict(cfg: CostConfig | None) -> dict[str, Any] | None:
+    """As a raw ``[cost]`` table (``cost_from_dict`` gives it back)."""
+    if cfg is None:
+        return None
+    out: dict[str, Any] = {"price_set": cfg.price_set, "hours_per_month": cfg.hours_per_month}
+    for k in ("currency", "gpu_hour_usd", "gpu_hour_price", "usd_rate"):
+        if getattr(cfg, k) is not None:
+            out[k] = getattr(cfg, k)
+    if cfg.gpu_hour:
+        out["gpu_hour"] = dict(cfg.gpu_hour)
+    return out
+
+
+# ---- a card's price ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GpuPrice:
+    """One GPU-hour of ``gpu`` in ``currency``, and where the figure comes from."""
+
+    gpu: str
+    per_hour: float
+    currency: str
+    source: str
+    date: str
+    origin: str  # "catalogue:<set>" | "config"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpu": self.gpu, "per_hour": self.per_hour, "currency": self.currency, "source": self.source,
+                "date": self.date, "origin": self.origin}  # fmt: skip
+
+
+def gpu_hour_price(cost: CostConfig | None, gpu: str) -> GpuPrice:
+    """The price of one GPU-hour of ``gpu`` (module doc for the order); ConfigError naming the card and
+    how to give a price when there is none."""
+    cfg = cost or CostConfig()
+    name = get_gpu(gpu).name
+    unit = cfg.unit
+    if name in cfg.gpu_hour:
+        return GpuPrice(name, cfg.gpu_hour[name], unit, "[cost] gpu_hour", "user", "config")
+    if cfg.gpu_hour_price is not None:
+        return GpuPrice(name, cfg.gpu_hour_price, unit, "[cost] gpu_hour_price", "user", "config")
+    if cfg.gpu_hour_usd is not None:
+        rate = 1.0 if unit == "USD" else float(cfg.usd_rate or math.nan)
+        return GpuPrice(name, cfg.gpu_hour_usd * rate, unit, "[cost] gpu_hour_usd", "user", "config")
+    ps = load_catalogue()[cfg.price_set]
+    entry = ps.entries.get(name)
+    if entry is None:
+        priced = ", ".join(ps.entries)
+        raise ConfigError(f"no price for {name} in price set {ps.name!r} (priced: {priced}); give one with "
+                          f"--gpu-hour '{name}=PRICE' or [cost] gpu_hour / gpu_hour_price")  # fmt: skip
+    per_hour = entry.price / cfg.hours_per_month if entry.per == "month" else entry.price
+    if ps.currency != unit:
+        if ps.currency == "USD" and cfg.usd_rate is not None:
+            per_hour *= cfg.usd_rate
+        else:
+            raise ConfigError(f"price set {ps.name!r} is in {ps.currency}, not {unit}: set [cost] currency = "
+                              f"{ps.currency!r}, give usd_rate (for a USD set) or your own prices")  # fmt: skip
+    src = entry.source + (f" via {entry.via}" if entry.via else "") + f"; {entry.provider}".rstrip("; ")
+    return GpuPrice(name, per_hour, unit, src, entry.date, f"catalogue:{ps.name}")
+
+
+def catalogue_table(price_set: str = DEFAULT_SET):
+    """The price set as a DataFrame (GPU, listed price, per GPU-hour, provider, source, date)."""
+    import pandas as pd
+
+    ps = load_catalogue()[price_set]
+    order = {g: i for i, g in enumerate(list_gpus())}
+    rows = [{"gpu": e.gpu, "price": e.price, "per": e.per, f"{ps.currency}/GPU-hour": e.per_hour,
+             "provider": e.provider, "source": e.source, "date": e.date}
+            for e in sorted(ps.entries.values(), key=lambda e: order.get(e.gpu, 99))]  # fmt: skip
+    return pd.DataFrame(rows)
