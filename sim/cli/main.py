@@ -88,12 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(sub)
     from sim.cli import calibrate as cli_calibrate
     from sim.cli import cluster as cli_cluster
+    from sim.cli import compare as cli_compare
     from sim.cli import plan as cli_plan
     from sim.cli import size as cli_size
     from sim.cli import sweep as cli_sweep
 
     cli_cluster.add_parser(sub)
     cli_calibrate.add_parsers(sub)
+    cli_compare.add_parser(sub)
 
     cli_size.add_parser(sub)
     cli_sweep.add_parser(sub)
