@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sim.app.config import add_override_option
+from sim.cli import intervals as cli_intervals
 from sim.core.errors import run_command
 
 
@@ -24,6 +25,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--step-trace", action="store_true",
                    help="with --out: steps.jsonl lists each step's scheduled requests ([id, tokens]) instead of "
                         "its counts (records every step's rows: slower and larger)")
+    cli_intervals.add_options(p)
     p.set_defaults(func=_run)
 
 
@@ -36,6 +38,8 @@ def _run(args: argparse.Namespace) -> int:
     from sim.cli import cluster as cli_cluster
     from sim.cli.outpath import check_out_dir
 
+    if args.intervals:  # replications + calibration residuals -> prediction intervals (sim/cli/intervals.py)
+        return cli_intervals.run(args)
     check_out_dir(args.out)  # before any simulation, so a bad --out does not waste the run
     if cli_cluster.is_cluster_file(args.config):  # [cluster] / [[replica]] configs: several engines
         return cli_cluster.run(args)

@@ -87,7 +87,8 @@ def _workload_file(d: Path, req: pd.DataFrame) -> Path | None:
     return None
 
 
-def load_engine_jsonl(path: str | Path) -> RealRun:
+def load_engine_jsonl(path: str | Path, seed: int = 0) -> RealRun:
+    """``seed`` is accepted for a uniform loader signature; nothing here is random (the arrivals are recorded)."""
     path = Path(path)
     f = path / "requests.jsonl" if path.is_dir() else path
     d = f.parent
