@@ -3,7 +3,7 @@ the fourth with the fitted profile, each way round; then the coverage of the 90 
 (sim/app/intervals.py) on the held-out runs.
 
     .venv/bin/python bench/fit_folds.py [--data ../shared/data] [--out bench/results/fit_folds.md]
-        [--max-per-stage 200] [--max-nfev 20] [--profiles out/folds]
+        [--max-per-stage 200] [--max-nfev 10] [--profiles out/folds]
 
 Every number in the report comes from the commands it prints (run from the repository root).
 """
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fit_folds.md")
     ap.add_argument("--profiles", type=Path, default=ROOT / "out" / "folds")
     ap.add_argument("--max-per-stage", type=int, default=200)
-    ap.add_argument("--max-nfev", type=int, default=20)
+    ap.add_argument("--max-nfev", type=int, default=10)
     ap.add_argument("--skip-fit", action="store_true", help="reuse the profiles already in --profiles")
     args = ap.parse_args(argv)
     raw = args.data / RAW

@@ -155,15 +155,16 @@ def compare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
     stages, per_stage = [], []
     capped = rep.settings["max_per_stage"] is not None and len(df) < len(run.specs)
     for k, st in enumerate(run.stages):
-        d = df[df["stage"] == k]
+        d = df[(df["stage"] == k) & ~df["warmup"]]
         sim = sim_stats(d, itl, window=len(d) < st.num_requests)
         if len(d) < st.num_requests:  # a capped stage: its counts are not comparable
             sim = {m: v for m, v in sim.items() if m not in ("completed", "failed")}
         per_stage.append(sim)
         stages.append({"stage": k, "rate": st.rate, "duration_s": st.duration_s, "n_real": st.num_requests,
                        "n_sim": int(len(d)), "metrics": compare_metrics(run.measured[k], sim)})  # fmt: skip
-    whole = weighted_overall(df, run, per_stage) if capped and len(run.stages) > 1 else \
-        {m: v for m, v in sim_stats(df, (res.itl_values, res.itl_weights)).items()
+    scored = df[~df["warmup"]]
+    whole = weighted_overall(scored, run, per_stage) if capped and len(run.stages) > 1 else \
+        {m: v for m, v in sim_stats(scored, (res.itl_values, res.itl_weights), window=capped).items()
          if not capped or m not in ("completed", "failed")}
     overall = compare_metrics(run.overall or run.measured[0], whole)
     sim_ts = time_series(res, 1.0) if run.timeseries is not None else None

@@ -151,7 +151,7 @@ def coverage_study(runs: Sequence[Path], profiles: Sequence[Path], gpu: str, max
             rep = prepare(run, gpu, str(prof_path), [], max_per_stage, seed=seed)
             df, res = simulate_replay(rep)
             for k in range(len(run.stages)):
-                st = sim_stats(df[df["stage"] == k], None, window=True)
+                st = sim_stats(df[(df["stage"] == k) & ~df["warmup"]], None, window=True)
                 for m in keys:
                     sims.setdefault((k, m), []).append(st.get(m, math.nan))
         fitted = {k for k, _ in targets_of(run)}

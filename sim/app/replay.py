@@ -10,7 +10,9 @@ when the run has one, and ``--set SECTION.KEY=VALUE`` on top. ``workload.rate`` 
 
 ``max_per_stage`` keeps the first N requests of each stage and starts each kept stage where the previous
 one's kept requests ended (plus its mean gap), as a shorter run at the same load: deterministic, so a fit's
-objective is a function of its parameters only.
+objective is a function of its parameters only. So that a short stage is not mostly its own ramp-up, W more
+requests are replayed before the N and left out of the stage's statistics (``warmup``): W = rate × the
+stage's real mean E2E, the requests in flight at steady state by Little's law.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from sim.engine.sources import OpenSource
 from workloads.gen.arrivals import ArrivalConfig
 from workloads.runs import RealRun
 
+WARMUP_E2E = 3.0  # warm-up length in mean E2E times: the batch takes a few of them to settle
 WORKLOAD_KEYS = ("rate", "arrival", "burstiness", "max_concurrency", "client_timeout_s")
 _GPU_WORDS = ("nvidia", "geforce", "tesla")
 
@@ -97,6 +100,7 @@ class Replay:
     setup: Setup
     specs: list[RequestSpec]
     stage_of: dict[str, int]
+    warmup: set[str]
     max_concurrency: int | None
     client_timeout_s: float | None
     settings: dict[str, Any]
@@ -120,18 +124,30 @@ def resolve_gpu(name: str | None, where: str) -> str:
                       f"{', '.join(list_gpus())})")
 
 
-def cap_stages(specs: list[RequestSpec], stage_of: np.ndarray, run: RealRun, n: int | None) -> tuple[list, np.ndarray]:
-    """The first ``n`` requests of every stage, later stages shifted to follow the kept ones (module doc)."""
+def warmup_counts(run: RealRun) -> list[int]:
+    """Per stage, the requests in flight at steady state (rate × real mean E2E; 0 where either is unknown)."""
+    out = []
+    for st, m in zip(run.stages, run.measured, strict=True):
+        e2e = m.get("e2el_mean_ms")
+        out.append(int(math.ceil(WARMUP_E2E * st.rate * e2e / 1e3)) if st.rate and e2e and math.isfinite(e2e) else 0)
+    return out
+
+
+def cap_stages(specs: list[RequestSpec], stage_of: np.ndarray, run: RealRun,
+               n: int | list[int] | None) -> tuple[list, np.ndarray]:  # fmt: skip
+    """The first ``n`` requests of every stage (or ``n[k]`` of stage k), later stages shifted to follow the
+    kept ones (module doc). Warm-up requests are not added here (``prepare`` does)."""
     if n is None:
         return specs, stage_of
-    if n < 1:
-        raise ConfigError(f"max_per_stage must be >= 1, got {n}")
+    caps = list(n) if isinstance(n, list) else [n] * len(run.stages)
+    if len(caps) != len(run.stages) or any(c < 1 for c in caps):
+        raise ConfigError(f"max_per_stage must be >= 1 per stage, got {n}")
     out, stages, shift_end = [], [], 0.0
     for k in range(len(run.stages)):
         idx = np.flatnonzero(stage_of == k)
         if not idx.size:
             continue
-        kept = idx[:n]
+        kept = idx[: caps[k]]
         t = np.array([specs[i].arrival_time for i in idx])
         gap = (t[-1] - t[0]) / (len(idx) - 1) if len(idx) > 1 else 0.0
         if run.stages[k].rate:
@@ -206,7 +222,14 @@ def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
         arr = ArrivalConfig(kind, wl["rate"], float(wl.get("burstiness", 1.0)))
         t = arr.sample(len(specs), np.random.default_rng(seed))
         specs = [dataclasses.replace(s, arrival_time=float(ti)) for s, ti in zip(specs, t, strict=True)]
-    specs, stage_of = cap_stages(specs, stage_of, run, max_per_stage)
+    warm_n = warmup_counts(run) if max_per_stage is not None else [0] * len(run.stages)
+    caps = None if max_per_stage is None else [max_per_stage + w for w in warm_n]
+    specs, stage_of = cap_stages(specs, stage_of, run, caps)
+    warmup: set[str] = set()
+    for k, w in enumerate(warm_n):
+        ids = [s.request_id for s, kk in zip(specs, stage_of, strict=True) if kk == k]
+        if w and len(ids) > max_per_stage:  # a stage shorter than the cap is replayed whole, all counted
+            warmup.update(ids[: len(ids) - max_per_stage])
     mc = wl.get("max_concurrency", run.max_concurrency)
     timeout = wl.get("client_timeout_s", run.client_timeout_s)
     for name, v in (("max_concurrency", mc), ("client_timeout_s", timeout)):
@@ -218,8 +241,8 @@ def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
                 "frontend": dataclasses.asdict(cfg.frontend) if cfg.frontend else None,
                 "max_num_seqs": setup.limits.max_num_seqs, "max_num_batched_tokens": setup.limits.max_num_batched_tokens,
                 "max_concurrency": mc, "client_timeout_s": timeout, "num_requests": len(specs),
-                "max_per_stage": max_per_stage, "num_gpu_blocks": setup.limits.num_gpu_blocks}  # fmt: skip
-    return Replay(run, cfg, setup, specs, {s.request_id: int(k) for s, k in zip(specs, stage_of, strict=True)},
+                "max_per_stage": max_per_stage, "warmup_requests": len(warmup), "num_gpu_blocks": setup.limits.num_gpu_blocks}  # fmt: skip
+    return Replay(run, cfg, setup, specs, {s.request_id: int(k) for s, k in zip(specs, stage_of, strict=True)}, warmup,
                   int(mc) if mc else None, float(timeout) if timeout else None, settings)
 
 
@@ -250,6 +273,7 @@ def simulate_replay(rep: Replay) -> tuple[pd.DataFrame, SimResult]:
     res = apply_frontend(collect(rep.cfg, rep.setup, eng, src, rec, time.perf_counter() - t0), rep.cfg.frontend, send)
     df = request_metrics(res.requests)
     df["stage"] = df["request_id"].map(rep.stage_of).astype(int)
+    df["warmup"] = df["request_id"].isin(rep.warmup)
     df["send"] = df["send_time"] if "send_time" in df.columns else df["arrival_time"].astype(float)
     if rep.run.basis == "engine":
         df["ttft"], df["e2el"] = df["ttft_engine"], df["e2el_engine"]

@@ -124,7 +124,7 @@ def stage_errors(rep: Replay, targets: list[tuple[int, str]]) -> dict[tuple[int,
     out = {}
     one = len(rep.run.stages) == 1
     for k in sorted({k for k, _ in targets}):
-        d = df[df["stage"] == k]
+        d = df[(df["stage"] == k) & ~df["warmup"]]
         sim = sim_stats(d, (res.itl_values, res.itl_weights) if one else None, window=True)
         for kk, m in targets:
             if kk == k:
@@ -169,6 +169,8 @@ def fit_runs(runs: Sequence[RealRun], gpu: str | None, profile: str | None = Non
             prof, fe = apply_theta(base, fe0, spec, [t0 * math.exp(x) for (_, t0, _), x in zip(spec, u, strict=True)])
             errs: dict[tuple[int, int, str], float] = {}
             for i, rep in enumerate(reps):
+                if not targets[i]:  # nothing to fit in this run (every stage overloaded): do not replay it
+                    continue
                 for (k, m), e in stage_errors(with_profile(rep, prof, fe if rep.cfg.frontend else None),
                                               targets[i]).items():  # fmt: skip
                     errs[(i, k, m)] = e
