@@ -189,6 +189,8 @@ def _frontend_table(run: RealRun, profile: CalibrationProfile | None) -> dict[st
 def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, overrides: list[str] | None = None,
             max_per_stage: int | None = None, seed: int = 0) -> Replay:  # fmt: skip
     """Everything resolved before the clock starts (bad input fails here, before any simulation)."""
+    if max_per_stage is not None and (isinstance(max_per_stage, bool) or max_per_stage < 1):
+        raise ConfigError(f"--max-per-stage: max_per_stage must be >= 1, got {max_per_stage}")
     rest, wl = _workload_overrides(list(overrides or []))
     if not run.model:
         raise ConfigError(f"{run.source}: the run does not name its model: give --set model.name=NAME")
