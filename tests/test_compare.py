@@ -100,11 +100,26 @@ def test_fit_from_run_writes_a_profile_compare_uses(tmp_path):
     meta = p.metadata
     assert p.source == "fitted" and meta["fitted_from_runs"][0]["source"] == str(BENCH)
     assert set(meta["frontend"]) >= {"request_overhead_s", "output_s_per_request"}
-    assert "ttft_mean_ms" in meta["calibration"]["residuals_log"] and len(calibration_residuals(p, "p99_ttft_ms")) == 2
+    cal = meta["calibration"]["residuals_log"]
+    assert all(len(cal[m]) == 1 for m in ("ttft_mean_ms", "ttft_p99_ms", "e2el_p50_ms", "itl_mean_ms"))
+    # one residual of P99 TTFT is too few alone: the TTFT family's four (mean, P50, P90, P99) are pooled
+    assert sorted(calibration_residuals(p, "p99_ttft_ms")) == sorted(cal[m][0] for m in cal if m.startswith("ttft"))
     c = compare(load_run(BENCH), profile=str(prof))
     assert c.replay.settings["profile_path"] == str(prof)
     fe = c.replay.cfg.frontend
     assert fe.request_overhead_s == pytest.approx(meta["frontend"]["request_overhead_s"])  # the fitted front end
+
+
+def test_calibration_residuals_exact_or_pooled():
+    from sim.app.intervals import metric_key
+
+    assert metric_key("p99_ttft_ms") == metric_key("ttft_p99") == "ttft_p99_ms"
+    assert metric_key("median_tpot_ms") == "tpot_p50_ms" and metric_key("request_throughput") is None
+    p = CalibrationProfile(metadata={"calibration": {"residuals_log": {"ttft_p99_ms": [-0.3, -0.2, -0.25],
+                                                                       "ttft_mean_ms": [0.01], "e2el_mean_ms": [0.02]}}})
+    assert list(calibration_residuals(p, "ttft_p99")) == [-0.3, -0.2, -0.25]  # three of its own: used alone
+    assert sorted(calibration_residuals(p, "mean_ttft_ms")) == [-0.3, -0.25, -0.2, 0.01]  # else the family's
+    assert len(calibration_residuals(p, "output_throughput")) == 0
 
 
 def test_interval_arithmetic():

@@ -5,8 +5,8 @@ Two sources of uncertainty, combined on the log scale (docs/intervals.md has the
 * replication spread: n replications (seeds) give ln values y₁…yₙ, mean ȳ, sd s_rep (the workload's own
   randomness: arrivals, lengths, prompt assignment);
 * calibration: the profile's residuals e₁…e_K = ln(sim / real) on the real runs it was fitted to
-  (``metadata.calibration.residuals_log``, written by ``servesim fit --from-run``), pooled per metric family
-  (TTFT, E2E, ITL/TPOT), mean b and sd s_cal.
+  (``metadata.calibration.residuals_log``, written by ``servesim fit --from-run``): the exact metric's (P99
+  TTFT's own) when there are at least three, else pooled per family (TTFT, E2E, ITL/TPOT); mean b, sd s_cal.
 
 The predicted real value is exp(ȳ − b) and its interval exp(ȳ − b ± t·σ) with σ² = s_rep²(1 + 1/n) +
 s_cal²(1 + 1/K) (a new run's own noise plus the uncertainty of the replication mean; a new run's calibration
@@ -46,12 +46,29 @@ def family(key: str) -> str | None:
     return None
 
 
+_STAT_WORDS = {"mean": "mean", "median": "p50", "p50": "p50", "p90": "p90", "p99": "p99"}
+MIN_EXACT = 3  # residuals of the exact metric needed before they are used alone
+
+
+def metric_key(key: str) -> str | None:
+    """'p99_ttft_ms' (summary), 'ttft_p99' (SLO), 'ttft_p99_ms' -> 'ttft_p99_ms' (the runs' spelling)."""
+    parts = key.removesuffix("_ms").split("_")
+    fam = next((p for p in parts if p in FAMILIES), None)
+    stat = next((_STAT_WORDS[p] for p in parts if p in _STAT_WORDS), None)
+    return f"{fam}_{stat}_ms" if fam and stat else None
+
+
 def calibration_residuals(profile: CalibrationProfile | None, key: str) -> np.ndarray:
-    """The profile's ln(sim / real) residuals pooled for the family of ``key`` (empty when none)."""
+    """The profile's ln(sim / real) residuals for ``key``: the exact metric's when there are at least
+    MIN_EXACT of them (tails err differently from means), else pooled over its family (empty when none)."""
     fam = family(key)
     cal = ((profile.metadata or {}).get("calibration") or {}).get("residuals_log") if profile else None
     if fam is None or not isinstance(cal, Mapping):
         return np.zeros(0)
+    exact = np.asarray(cal.get(metric_key(key) or "", []), float)
+    exact = exact[np.isfinite(exact)]
+    if exact.size >= MIN_EXACT:
+        return exact
     vals = [v for m, vs in cal.items() if family(m) == fam for v in vs]
     a = np.asarray(vals, float)
     return a[np.isfinite(a)]

@@ -41,6 +41,10 @@ from sim.cost.profiles import CalibrationProfile, get_profile
 from workloads.runs import RealRun
 
 TARGETS = ("ttft_mean_ms", "ttft_p90_ms", "e2el_mean_ms", "e2el_p90_ms", "itl_mean_ms")
+# Recorded at the optimum for the prediction intervals (sim/app/intervals.py), fitted or not: the tails too,
+# whose errors differ from the means'.
+RESIDUAL_METRICS = (*(f"{m}_{s}_ms" for m in ("ttft", "e2el") for s in ("mean", "p50", "p90", "p99")),
+                    "itl_mean_ms", "tpot_mean_ms")  # fmt: skip
 TOL = 0.05  # a 5 % error = one unit of residual
 PRIOR_SD = math.log(3.0)
 SATURATED_FAILED = 0.01
@@ -77,14 +81,14 @@ class FitResult:
     nfev: int = 0
 
 
-def targets_of(run: RealRun) -> list[tuple[int, str]]:
+def targets_of(run: RealRun, metrics: Sequence[str] = TARGETS) -> list[tuple[int, str]]:
     """(stage, metric) pairs the fit uses: stages whose clients did not give up, metrics they measured."""
     out = []
     for k, m in enumerate(run.measured):
         failed, done = m.get("failed", 0.0), m.get("completed", 0.0)
         if done + failed and failed / (done + failed) > SATURATED_FAILED:
             continue
-        out += [(k, t) for t in TARGETS if m.get(t)]
+        out += [(k, t) for t in metrics if m.get(t)]
     return out
 
 
@@ -200,14 +204,19 @@ def fit_runs(runs: Sequence[RealRun], gpu: str | None, profile: str | None = Non
                        "upper": h, "sd_log": float(s), "held_by_prior": bool(s > 0.7 * PRIOR_SD),
                        "at_bound": bool(abs(x - lb) < 1e-6 or abs(x - ub) < 1e-6)}
               for (p, t0, h), v, s, x, lb, ub in zip(spec, theta, sd, sol.x, lo, hi, strict=True)}  # fmt: skip
-    errors, residuals = [], {}
+    errors: list[dict[str, Any]] = []
+    residuals: dict[str, list[float]] = {}
+    for rep, r in zip(reps, runs, strict=True):  # one more replay per run: every metric's residual at the optimum
+        t_all = targets_of(r, RESIDUAL_METRICS)
+        if t_all:
+            for (_, m), e in stage_errors(with_profile(rep, prof, fe if rep.cfg.frontend else None), t_all).items():
+                if np.isfinite(e):
+                    residuals.setdefault(m, []).append(float(e))
     for j, (i, k, m) in enumerate(keys):
         real = runs[i].measured[k][m]
         errors.append({"run": str(runs[i].source), "stage": k, "metric": m, "real": real,
                        "shipped_error_pct": 100 * (math.exp(e_before[j]) - 1) if np.isfinite(e_before[j]) else None,
                        "fitted_error_pct": 100 * (math.exp(e_after[j]) - 1) if np.isfinite(e_after[j]) else None})
-        if np.isfinite(e_after[j]):
-            residuals.setdefault(m, []).append(float(e_after[j]))
     return FitResult(prof, fe, params, errors, notes, residuals, time.perf_counter() - t_start, int(sol.nfev))
 
 
@@ -236,7 +245,7 @@ def fitted_profile(res: FitResult, runs: Sequence[RealRun], command: str, max_pe
         "fit_command": command, "fit_method": "scipy.optimize.least_squares (trf, bounds) on the replay; "
                                               "sim/app/runfit.py",
         "fit_max_per_stage": max_per_stage, "fit_params": res.params, "fit_notes": res.notes,
-        "calibration": {"residuals_log": res.residuals, "targets": list(TARGETS),
+        "calibration": {"residuals_log": res.residuals, "targets": list(RESIDUAL_METRICS),
                         "what": "ln(sim / real) per (run, stage) at the fitted values"},
         "base_profile": {"gpu": res.profile.gpu, "description": res.profile.description},
     })  # fmt: skip
