@@ -12,7 +12,8 @@ when the run has one, and ``--set SECTION.KEY=VALUE`` on top. ``workload.rate`` 
 one's kept requests ended (plus its mean gap), as a shorter run at the same load: deterministic, so a fit's
 objective is a function of its parameters only. So that a short stage is not mostly its own ramp-up, W more
 requests are replayed before the N and left out of the stage's statistics (``warmup``): W = rate × the
-stage's real mean E2E, the requests in flight at steady state by Little's law.
+stage's real mean E2E, the requests in flight at steady state by Little's law (at most 2 N: an overloaded
+stage has no steady state).
 """
 
 from __future__ import annotations
@@ -197,7 +198,10 @@ def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
     try:
         model = get_model(run.model).name
     except ServesimError:
-        model = run.model  # a path to a HF config.json, or an error from config_from_dict below
+        if not any(o.split("=", 1)[0].strip() == "model.name" for o in rest):
+            raise ConfigError(f"{run.source}: model {run.model!r} is not in the catalogue; give --set model.name="
+                              "NAME (a catalogue name or the path to its HF config.json)") from None
+        model = run.model  # replaced by the --set below
     gpu_name = resolve_gpu(gpu or run.hardware.get("gpu"), str(run.source))
     prof_obj = get_profile(get_gpu(gpu_name), profile) if profile and profile != "auto" else None
     engine = {"policy": "vllm", "async_scheduling": True, **run.engine}
@@ -225,6 +229,8 @@ def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
         t = arr.sample(len(specs), np.random.default_rng(seed))
         specs = [dataclasses.replace(s, arrival_time=float(ti)) for s, ti in zip(specs, t, strict=True)]
     warm_n = warmup_counts(run) if max_per_stage is not None else [0] * len(run.stages)
+    if max_per_stage is not None:  # an overloaded stage has no steady state to reach: bound its warm-up
+        warm_n = [min(w, 2 * max_per_stage) for w in warm_n]
     caps = None if max_per_stage is None else [max_per_stage + w for w in warm_n]
     specs, stage_of = cap_stages(specs, stage_of, run, caps)
     warmup: set[str] = set()
@@ -237,7 +243,7 @@ def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
     for name, v in (("max_concurrency", mc), ("client_timeout_s", timeout)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not v > 0):
             raise ConfigError(f"--set workload.{name}={v!r}: expected a number > 0")
-    settings = {"model": model, "gpu": gpu_name, "profile": setup.meta.get("profile_source"),
+    settings = {"model": cfg.model.name, "gpu": cfg.hardware.gpu, "profile": setup.meta.get("profile_source"),
                 "profile_path": profile or "auto", "engine": {k: v for k, v in cfg.to_dict()["engine"].items()
                                                              if v is not None},
                 "frontend": dataclasses.asdict(cfg.frontend) if cfg.frontend else None,
