@@ -48,6 +48,7 @@ from sim.cost.hardware import get_gpu  # noqa: E402
 from sim.engine.loop import Engine  # noqa: E402
 from sim.engine.recorder import Recorder  # noqa: E402
 from sim.engine.sources import OpenSource  # noqa: E402
+from workloads.runs.engine_jsonl import load_engine_jsonl  # noqa: E402
 from workloads.tracefmt import load_vllm_bench  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
@@ -79,35 +80,16 @@ def operator_fidelity(micro: Path, frac: float) -> pd.DataFrame:
 
 
 def real_requests(run: Path) -> tuple[pd.DataFrame, dict[str, float]]:
-    req = pd.DataFrame([json.loads(x) for x in (run / "requests.jsonl").read_text().splitlines() if x.strip()])
-    wl = pd.DataFrame([json.loads(x) for x in (run / "workload-sharegpt-300-sps10.jsonl").read_text().splitlines()
-                       if x.strip()])
-    if len(req) != len(wl) or not (req.input_toks.to_numpy() == wl.input_toks.to_numpy()).all():
-        raise SystemExit("requests.jsonl and the workload file do not line up row by row")
-    send = wl.arrival_time_ns.to_numpy(float) / 1e9  # simulator clock: seconds since the benchmark start
-    offset = float((req.queued_ts - req.arrival_time).min())  # engine clock − client clock
-    t0 = float((req.arrival_time - send).mean())  # client wall clock of the benchmark start
-    eng = lambda col: req[col].to_numpy(float) - offset - t0  # noqa: E731 - engine ts -> simulator clock
-    out = req.output_toks.to_numpy(float)
-    df = pd.DataFrame({
-        # when the client actually sent it (what vllm bench measures latency from); the simulator replays the
-        # workload's scheduled send times, which differ by the jitter reported in ``clocks``
-        "arrival": req.arrival_time.to_numpy(float) - t0,
-        "scheduled": send,
-        "queued": eng("queued_ts"),
-        "first": eng("first_token_ts"),
-        "last": eng("last_token_ts"),
-        "prompt_len": req.input_toks.to_numpy(),
-        "output_len": req.output_toks.to_numpy(),
-    })
-    df["ttft"] = df["first"] - df["arrival"]
-    df["e2el"] = df["last"] - df["arrival"]
-    df["tpot"] = np.where(out > 1, (df["last"] - df["first"]) / np.maximum(out - 1, 1), np.nan)
-    lag = df["queued"] - df["arrival"]
-    clocks = {"engine_minus_client_s": offset, "client_start_s": t0, "send_jitter_ms": 1e3 * float(
-        (req.arrival_time - send - t0).abs().max()), "frontend_lag_mean_ms": 1e3 * float(lag.mean()),
-        "frontend_lag_max_ms": 1e3 * float(lag.max())}
-    return df, clocks
+    """The real run's per-request times on the simulator's clock, read by workloads/runs/engine_jsonl.py (which
+    documents the clock alignment): ``arrival`` is when the client actually sent it (what vllm bench measures
+    latency from), ``scheduled`` the workload's send time the simulator replays."""
+    r = load_engine_jsonl(run)
+    d = r.requests
+    df = pd.DataFrame({"arrival": d["send"].to_numpy(), "scheduled": [s.arrival_time for s in r.specs],
+                       "queued": d["queued"].to_numpy(), "first": d["first"].to_numpy(), "last": d["last"].to_numpy(),
+                       "prompt_len": d["prompt_len"].to_numpy(), "output_len": d["output_len"].to_numpy(),
+                       "ttft": d["ttft"].to_numpy(), "e2el": d["e2el"].to_numpy(), "tpot": d["tpot"].to_numpy()})
+    return df, dict(r.clocks)
 
 
 def simulate_run(run: Path, profile: str, num_gpu_blocks: int | None = None, async_scheduling: bool = False,

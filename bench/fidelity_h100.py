@@ -35,14 +35,17 @@ import simpy
 
 from sim.app.config import config_from_dict
 from sim.app.frontend import apply_frontend, with_frontend
+from sim.app.replay import cap_stages
 from sim.app.results import request_metrics
 from sim.app.simulate import collect, resolve
 from sim.core.request import RequestSpec
 from sim.engine.loop import Engine
 from sim.engine.recorder import Recorder
 from sim.engine.sources import OpenSource
+from workloads.runs.inference_perf import load_inference_perf
 
 H100_RUN = "e2e/h100-llama-2-7b-vllm-0.15"
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 STATS = ("mean", "p90", "p99")
 
 
@@ -50,28 +53,15 @@ def h100_cases(data: Path) -> list[dict[str, Any]]:
     return json.loads((data / H100_RUN / "cases.json").read_text())["cases"]
 
 
-def h100_specs(case: dict[str, Any], frac: float = 1.0, seed: int = 0) -> tuple[list[RequestSpec], np.ndarray]:
-    """(specs, stage index of each) for one run, as inference-perf sent it (see the module docstring)."""
-    w = case["workload"]
-    n_prompts = w["num_groups"] * w["num_prompts_per_group"]
-    plen = int(round(case["measured"]["prompt_len_mean_measured"]))
-    sys_len = int(round(plen * w["system_prompt_len"] / (w["system_prompt_len"] + w["question_len"])))
-    perm = np.random.default_rng(seed).permutation(n_prompts)
-    specs, stage_of = [], []
-    t0, i = 0.0, 0
-    for k, st in enumerate(w["stages"]):
-        n = int(round(st["rate"] * st["duration_s"] * frac))
-        for j in range(n):
-            p = int(perm[i % n_prompts])
-            g = p // w["num_prompts_per_group"]
-            specs.append(RequestSpec(
-                request_id=str(i), arrival_time=t0 + j / st["rate"], prompt_len=plen, output_len=w["output_len"],
-                segments=((("sys", g), sys_len), (("q", p), plen - sys_len)),
-            ))  # fmt: skip
-            stage_of.append(k)
-            i += 1
-        t0 += n / st["rate"]
-    return specs, np.asarray(stage_of)
+def h100_specs(case: dict[str, Any], frac: float = 1.0, seed: int = 0,
+               data: Path | None = None) -> tuple[list[RequestSpec], np.ndarray]:  # fmt: skip
+    """(specs, stage index of each) for one run, as inference-perf sent it: the run's results directory read by
+    workloads/runs/inference_perf.py (its docstring says how the load is rebuilt), the first ``frac`` of every
+    stage kept with the stages back to back (sim/app/replay.cap_stages)."""
+    raw = (data or DATA) / H100_RUN / "raw" / case["source"]["peers_key"]
+    run = load_inference_perf(raw, seed=seed)
+    caps = [max(1, int(round(st.num_requests * frac))) for st in run.stages]
+    return cap_stages(list(run.specs), run.stage_of, run, caps if frac < 1 else None)
 
 
 def h100_config(case: dict[str, Any], async_scheduling: bool = True, frontend: dict | None = None) -> Any:
@@ -99,6 +89,7 @@ def simulate_h100(case: dict[str, Any], frac: float = 1.0, async_scheduling: boo
     cfg = h100_config(case, async_scheduling, {} if frontend is None else frontend)
     setup = resolve(cfg)
     specs, stage_of = h100_specs(case, frac)
+    stage_by_id = {sp.request_id: int(k) for sp, k in zip(specs, stage_of, strict=True)}
     t0 = time.perf_counter()
     env = simpy.Environment()
     src, send = with_frontend(OpenSource(specs), cfg.frontend)
@@ -108,7 +99,7 @@ def simulate_h100(case: dict[str, Any], frac: float = 1.0, async_scheduling: boo
     env.run()
     res = apply_frontend(collect(cfg, setup, eng, src, rec, time.perf_counter() - t0), cfg.frontend, send)
     df = request_metrics(res.requests)
-    df["stage"] = stage_of[df["request_id"].astype(int).to_numpy()]
+    df["stage"] = df["request_id"].map(stage_by_id).astype(int)
     df["itl_true"] = (df["e2el"] - df["ttft"]) / (df["output_len"] - 1)
     return df, res, time.perf_counter() - t0
 

@@ -50,8 +50,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--base", default="prior", help="'prior' or a profile JSON whose values unfitted groups keep")
     f.add_argument("--freeze", default="", help="comma-separated profile fields to keep at --base")
     f.add_argument("--out", help="write the fitted profile JSON here")
-    f.add_argument("--holdout", type=float, default=0.0,
-                   help="also fit without the largest FRAC of each file's shapes and report held-out errors")
+    f.add_argument("--holdout", nargs="+", default=None, metavar="FRAC|RUN",
+                   help="microbenchmarks: also fit without the largest FRAC of each file's shapes and report "
+                        "held-out errors; with --from-run: real runs to report held-out errors on")
+    f.add_argument("--from-run", nargs="+", metavar="RUN",
+                   help="fit engine-level terms to real runs (vllm bench result JSON, inference-perf results, "
+                        "requests.jsonl, Prometheus scrapes) by least squares on the replay (sim/app/runfit.py)")
+    f.add_argument("--max-per-stage", type=int, default=200,
+                   help="with --from-run: replay the first N requests of each stage (default 200)")
+    f.add_argument("--max-nfev", type=int, default=30, help="with --from-run: at most this many fit iterations")
+    f.add_argument("--profile", help="with --from-run: the profile to start from (default: the GPU's shipped one)")
+    f.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="with --from-run: a replay setting for every run (repeatable)")
     f.add_argument("--report", help="write the error tables as Markdown here")
     f.add_argument("--json", action="store_true", help="print the profile JSON")
     f.add_argument("--list", action="store_true",
@@ -110,6 +120,20 @@ def profiles_table() -> str:
     return "\n".join(lines)
 
 
+def _holdout_fraction(values: list[str] | None) -> float:
+    from sim.core.errors import ConfigError
+
+    if not values:
+        return 0.0
+    try:
+        if len(values) != 1:
+            raise ValueError
+        return float(values[0])
+    except ValueError:
+        raise ConfigError(f"--holdout {' '.join(values)}: without --from-run it takes one fraction of shapes "
+                          "(e.g. 0.2); held-out runs go with --from-run") from None
+
+
 def run_fit(args: argparse.Namespace) -> int:
     from sim.core.errors import ConfigError
     from sim.cost.calibrate.fit import fit_profile, holdout_errors, with_metadata
@@ -122,6 +146,11 @@ def run_fit(args: argparse.Namespace) -> int:
     if args.list:
         print(profiles_table())
         return 0
+    if args.from_run:
+        from sim.cli.fit_runs import run_fit_from_runs
+
+        return run_fit_from_runs(args)
+    args.holdout = _holdout_fraction(args.holdout)
     freeze = frozenset(x.strip() for x in args.freeze.split(",") if x.strip())
     if args.recipe:
         if args.inputs:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from sim.app.config import add_override_option
+from sim.cli import intervals as cli_intervals
 from sim.core.errors import run_command
 
 
@@ -28,6 +29,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     from sim.cli.prices import add_price_options
 
     add_price_options(p)
+    cli_intervals.add_options(p)
     p.set_defaults(func=_run)
 
 
@@ -41,6 +43,8 @@ def _run(args: argparse.Namespace) -> int:
     from sim.cli.outpath import check_out_dir
     from sim.cli.prices import price_overrides
 
+    if args.intervals:  # replications + calibration residuals -> prediction intervals (sim/cli/intervals.py)
+        return cli_intervals.run(args)
     check_out_dir(args.out)  # before any simulation, so a bad --out does not waste the run
     args.overrides = [*args.overrides, *price_overrides(args)]  # --gpu-hour-usd etc. are [cost] overrides
     if cli_cluster.is_cluster_file(args.config):  # [cluster] / [[replica]] configs: several engines
@@ -102,12 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(sub)
     from sim.cli import calibrate as cli_calibrate
     from sim.cli import cluster as cli_cluster
+    from sim.cli import compare as cli_compare
     from sim.cli import plan as cli_plan
     from sim.cli import size as cli_size
     from sim.cli import sweep as cli_sweep
 
     cli_cluster.add_parser(sub)
     cli_calibrate.add_parsers(sub)
+    cli_compare.add_parser(sub)
 
     cli_size.add_parser(sub)
     cli_sweep.add_parser(sub)

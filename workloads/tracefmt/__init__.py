@@ -1,5 +1,6 @@
 """Real request traces → RequestSpecs: Azure LLM inference (2023/2024), BurstGPT, Mooncake, token-count
-CSVs, vLLM-bench JSONL / ShareGPT JSON, vLLM's "random" dataset, and servesim's own JSONL.
+CSVs, vLLM-bench JSONL / ShareGPT JSON, ``vllm bench serve --save-detailed`` result JSON, vLLM's "random"
+dataset, and servesim's own JSONL.
 
 Every loader returns a :class:`LoadedTrace` (specs sorted by arrival, plus counts of what loading did)
 and accepts the same shared options (``start``/``end``, ``time_scale`` or ``rate_scale``, ``sample``
@@ -11,7 +12,8 @@ with ``seed``, ``max_prompt_len``/``max_output_len``/``max_model_len``, ``limit`
 
 Modules: ``core`` (the loaded-trace type and the shared options), ``rows`` (CSV/JSONL reading with exact
 ``file:line: field`` errors), ``csvtraces`` (Azure, BurstGPT, token-count CSVs), ``jsontraces`` (Mooncake,
-vLLM-bench JSONL, ShareGPT JSON, vLLM's "random" dataset), ``jsonl`` (servesim's own JSONL), ``stats``.
+vLLM-bench JSONL, ShareGPT JSON, vLLM's "random" dataset), ``benchresult`` (a ``vllm bench serve`` result),
+``jsonl`` (servesim's own JSONL), ``stats``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from sim.core.errors import TraceFormatError, UnknownNameError
+from workloads.tracefmt.benchresult import is_bench_result, load_bench_result
 from workloads.tracefmt.core import Arrivals, Columns, LoadedTrace, TraceOptions, finish
 from workloads.tracefmt.csvtraces import load_azure, load_burstgpt, load_token_counts
 from workloads.tracefmt.jsontraces import load_mooncake, load_vllm_bench, vllm_random
@@ -39,6 +42,7 @@ __all__ = [
     "LoadedTrace",
     "TraceOptions",
     "load_azure",
+    "load_bench_result",
     "load_burstgpt",
     "load_mooncake",
     "load_servesim_jsonl",
@@ -86,6 +90,7 @@ FORMATS: dict[str, Callable[..., LoadedTrace]] = {
     "mooncake": load_mooncake,
     "token-counts": load_token_counts,
     "vllm-bench": load_vllm_bench,
+    "vllm-bench-result": load_bench_result,  # vllm bench serve --save-result --save-detailed
     "sharegpt": load_vllm_bench,  # the same loader reads the ShareGPT JSON list
     "jsonl": load_servesim_jsonl,
 }
@@ -94,6 +99,7 @@ _ALIASES = {
     "sharegpt-stats": "token-counts",
     "tokens": "token-counts",
     "bench": "vllm-bench",
+    "vllm-bench-serve": "vllm-bench-result",
 }
 
 
@@ -108,6 +114,16 @@ def _first_line(path: Path) -> str:
     raise TraceFormatError(f"{path}: empty file")
 
 
+def _whole_json_keys(path: Path) -> set[str] | None:
+    """The keys of a pretty-printed JSON object (its first line alone does not parse)."""
+    try:
+        with open_text(path) as f:
+            obj = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        return None
+    return set(obj) if isinstance(obj, dict) else None
+
+
 def sniff_format(path: str | Path) -> str:
     """The format name of a trace file, from its extension and its header (CSV) or first object (JSON)."""
     path = Path(path)
@@ -120,9 +136,13 @@ def sniff_format(path: str | Path) -> str:
         try:
             keys = set(json.loads(head))
         except (json.JSONDecodeError, TypeError):
-            raise TraceFormatError(
-                f"{path}:1: first line is not a JSON object; give format= explicitly"
-            ) from None
+            keys = _whole_json_keys(path) if name.endswith(".json") else None
+            if keys is None:
+                raise TraceFormatError(
+                    f"{path}:1: first line is not a JSON object; give format= explicitly"
+                ) from None
+        if is_bench_result(keys):  # a vllm bench serve result (one object, usually on one line)
+            return "vllm-bench-result"
         # servesim's own rows first: they may carry hash_ids too (Mooncake style), but never its timestamp
         if "arrival_time" in keys and ("prompt_len" in keys or "token_ids" in keys):
             return "jsonl"

@@ -1,0 +1,305 @@
+"""Replay a real run (workloads.runs.RealRun) through the simulator with the run's engine settings.
+
+The config: the run's model and [engine] settings (vLLM names), ``--gpu`` or the GPU the run names,
+``async_scheduling = true`` unless the run records it (vLLM V1's GPU default since late 2025; --set
+engine.async_scheduling=false for older servers), the ``[frontend]`` priors when the run's latencies are
+client-side (fitted values when the profile carries them: ``metadata.frontend``), the client's timeout
+when the run has one, and ``--set SECTION.KEY=VALUE`` on top. ``workload.rate`` / ``workload.arrival`` /
+``workload.burstiness`` redraw the arrivals (required for a Prometheus scrape, which has none);
+``workload.max_concurrency`` / ``workload.client_timeout_s`` replace the run's.
+
+``max_per_stage`` keeps the first N requests of each stage and starts each kept stage where the previous
+one's kept requests ended (plus its mean gap), as a shorter run at the same load: deterministic, so a fit's
+objective is a function of its parameters only. So that a short stage is not mostly its own ramp-up, W more
+requests are replayed before the N and left out of the stage's statistics (``warmup``): W = rate × the
+stage's real mean E2E, the requests in flight at steady state by Little's law (at most 2 N: an overloaded
+stage has no steady state).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import heapq
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from sim.app.config import apply_overrides, config_from_dict, parse_value
+from sim.app.frontend import FrontendConfig, apply_frontend, with_frontend
+from sim.app.results import SimResult, request_metrics
+from sim.app.simulate import Setup, collect, resolve
+from sim.core.errors import ConfigError, ServesimError
+from sim.core.request import RequestSpec
+from sim.cost.hardware import get_gpu, list_gpus
+from sim.cost.models import get_model
+from sim.cost.profiles import CalibrationProfile, get_profile
+from sim.engine.loop import Engine
+from sim.engine.recorder import Recorder
+from sim.engine.sources import OpenSource
+from workloads.gen.arrivals import ArrivalConfig
+from workloads.runs import RealRun
+
+WARMUP_E2E = 3.0  # warm-up length in mean E2E times: the batch takes a few of them to settle
+WORKLOAD_KEYS = ("rate", "arrival", "burstiness", "max_concurrency", "client_timeout_s")
+_GPU_WORDS = ("nvidia", "geforce", "tesla")
+
+
+class ConcurrencyLimitedSource:
+    """Open-loop send times behind a client-side limit of ``limit`` requests in flight (``vllm bench serve
+    --max-concurrency``: a semaphore; a request waits for a slot, then is sent, and its latency starts then)."""
+
+    arrivals_ignore_finishes = False
+
+    def __init__(self, specs: list[RequestSpec], limit: int) -> None:
+        self.specs = sorted(specs, key=lambda s: s.arrival_time)
+        self.limit, self.i, self.active = int(limit), 0, 0
+        self.frees: list[float] = []  # when slots come free (finish times reported by on_done)
+        self.last_free = 0.0
+
+    def _release(self, now: float) -> None:
+        while self.frees and self.frees[0] <= now:
+            self.last_free = heapq.heappop(self.frees)
+            self.active -= 1
+
+    def peek_time(self) -> float | None:
+        if self.i >= len(self.specs):
+            return None
+        t = self.specs[self.i].arrival_time
+        if self.active < self.limit:
+            return t
+        return max(t, self.frees[0]) if self.frees else None
+
+    def pop_due(self, now: float) -> list[RequestSpec]:
+        out = []
+        self._release(now)
+        while self.i < len(self.specs) and self.active < self.limit and self.specs[self.i].arrival_time <= now:
+            s = self.specs[self.i]
+            out.append(dataclasses.replace(s, arrival_time=max(s.arrival_time, self.last_free)))
+            self.i += 1
+            self.active += 1
+        return out
+
+    def on_done(self, spec: RequestSpec, now: float) -> None:
+        heapq.heappush(self.frees, now)
+
+    def remaining(self) -> list[RequestSpec]:
+        return list(self.specs[self.i :])
+
+
+@dataclass
+class Replay:
+    """A prepared replay: the config, the resolved setup, the specs with their stages, the client settings."""
+
+    run: RealRun
+    cfg: Any
+    setup: Setup
+    specs: list[RequestSpec]
+    stage_of: dict[str, int]
+    warmup: set[str]
+    max_concurrency: int | None
+    client_timeout_s: float | None
+    settings: dict[str, Any]
+
+
+def resolve_gpu(name: str | None, where: str) -> str:
+    """A catalogue GPU name from a user's or a device's name ('NVIDIA GeForce RTX 4090' -> 'RTX 4090')."""
+    if not name:
+        raise ConfigError(f"{where} does not say which GPU it ran on: give --gpu NAME (one of "
+                          f"{', '.join(list_gpus())})")
+    try:
+        return get_gpu(name).name
+    except ServesimError:
+        words = [w for w in str(name).replace("-", " ").split() if w.lower() not in _GPU_WORDS]
+        for k in range(len(words), 0, -1):
+            try:
+                return get_gpu(" ".join(words[:k])).name
+            except ServesimError:
+                continue
+    raise ConfigError(f"{where}: GPU {name!r} is not in the catalogue; give --gpu NAME (one of "
+                      f"{', '.join(list_gpus())})")
+
+
+def warmup_counts(run: RealRun) -> list[int]:
+    """Per stage, the requests in flight at steady state (rate × real mean E2E; 0 where either is unknown)."""
+    out = []
+    for st, m in zip(run.stages, run.measured, strict=True):
+        e2e = m.get("e2el_mean_ms")
+        out.append(int(math.ceil(WARMUP_E2E * st.rate * e2e / 1e3)) if st.rate and e2e and math.isfinite(e2e) else 0)
+    return out
+
+
+def cap_stages(specs: list[RequestSpec], stage_of: np.ndarray, run: RealRun,
+               n: int | list[int] | None) -> tuple[list, np.ndarray]:  # fmt: skip
+    """The first ``n`` requests of every stage (or ``n[k]`` of stage k), later stages shifted to follow the
+    kept ones (module doc). Warm-up requests are not added here (``prepare`` does)."""
+    if n is None:
+        return specs, stage_of
+    caps = list(n) if isinstance(n, list) else [n] * len(run.stages)
+    if len(caps) != len(run.stages) or any(c < 1 for c in caps):
+        raise ConfigError(f"max_per_stage must be >= 1 per stage, got {n}")
+    out, stages, shift_end = [], [], 0.0
+    for k in range(len(run.stages)):
+        idx = np.flatnonzero(stage_of == k)
+        if not idx.size:
+            continue
+        kept = idx[: caps[k]]
+        t = np.array([specs[i].arrival_time for i in idx])
+        gap = (t[-1] - t[0]) / (len(idx) - 1) if len(idx) > 1 else 0.0
+        if run.stages[k].rate:
+            gap = 1.0 / run.stages[k].rate
+        t0 = specs[kept[0]].arrival_time
+        offset = shift_end - t0 if k > 0 else 0.0
+        for i in kept:
+            out.append(dataclasses.replace(specs[i], arrival_time=specs[i].arrival_time + offset))
+            stages.append(k)
+        shift_end = out[-1].arrival_time + gap
+    return out, np.asarray(stages)
+
+
+def _workload_overrides(overrides: list[str]) -> tuple[list[str], dict[str, Any]]:
+    rest, wl = [], {}
+    for item in overrides:
+        head = item.split("=", 1)[0].strip()
+        if head.startswith("workload."):
+            key = head.removeprefix("workload.")
+            if key not in WORKLOAD_KEYS:
+                raise ConfigError(f"--set {item!r}: a replay takes workload.{{{', '.join(WORKLOAD_KEYS)}}} only (the "
+                                  "rest of the workload is the run's own)")
+            if "=" not in item:
+                raise ConfigError(f"--set {item!r}: expected section.key=value")
+            wl[key] = parse_value(item.split("=", 1)[1].strip())
+        else:
+            rest.append(item)
+    return rest, wl
+
+
+def _frontend_table(run: RealRun, profile: CalibrationProfile | None) -> dict[str, Any] | None:
+    """[frontend]: the priors (or the profile's fitted values) for client-side runs; none for engine-side."""
+    if run.basis != "client":
+        return None
+    fitted = (profile.metadata or {}).get("frontend") if profile is not None else None
+    return dict(fitted) if isinstance(fitted, dict) else {}
+
+
+def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, overrides: list[str] | None = None,
+            max_per_stage: int | None = None, seed: int = 0) -> Replay:  # fmt: skip
+    """Everything resolved before the clock starts (bad input fails here, before any simulation)."""
+    if max_per_stage is not None and (isinstance(max_per_stage, bool) or max_per_stage < 1):
+        raise ConfigError(f"--max-per-stage: max_per_stage must be >= 1, got {max_per_stage}")
+    rest, wl = _workload_overrides(list(overrides or []))
+    if not run.model:
+        raise ConfigError(f"{run.source}: the run does not name its model: give --set model.name=NAME")
+    try:
+        model = get_model(run.model).name
+    except ServesimError:
+        if not any(o.split("=", 1)[0].strip() == "model.name" for o in rest):
+            raise ConfigError(f"{run.source}: model {run.model!r} is not in the catalogue; give --set model.name="
+                              "NAME (a catalogue name or the path to its HF config.json)") from None
+        model = run.model  # replaced by the --set below
+    gpu_name = resolve_gpu(gpu or run.hardware.get("gpu"), str(run.source))
+    prof_obj = get_profile(get_gpu(gpu_name), profile) if profile and profile != "auto" else None
+    engine = {"policy": "vllm", "async_scheduling": True, **run.engine}
+    raw: dict[str, Any] = {
+        "model": {"name": model, **({"dtype": run.dtype} if run.dtype else {})},
+        "hardware": {"gpu": gpu_name, "tensor_parallel_size": int(run.hardware.get("tensor_parallel_size", 1)),
+                     "profile": profile or "auto"},
+        "engine": engine,
+        "simulation": {"seed": seed},
+    }  # fmt: skip
+    fe = _frontend_table(run, prof_obj)
+    if fe is not None:
+        raw["frontend"] = fe
+    apply_overrides(raw, rest)
+    cfg = config_from_dict(raw)
+    setup = resolve(cfg)
+    specs, stage_of = list(run.specs), run.stage_of
+    if "rate" in wl or "arrival" in wl or "burstiness" in wl or run.arrivals == "unknown":
+        if "rate" not in wl:
+            raise ConfigError(f"{run.source}: a {run.format} run records no arrival times: give the load with --set "
+                              "workload.rate=R (requests/s; inf = all at once) [--set workload.arrival=poisson|"
+                              "gamma|constant --set workload.burstiness=B]")
+        kind = str(wl.get("arrival", "gamma" if "burstiness" in wl else "poisson"))
+        arr = ArrivalConfig(kind, wl["rate"], float(wl.get("burstiness", 1.0)))
+        t = arr.sample(len(specs), np.random.default_rng(seed))
+        specs = [dataclasses.replace(s, arrival_time=float(ti)) for s, ti in zip(specs, t, strict=True)]
+    warm_n = warmup_counts(run) if max_per_stage is not None else [0] * len(run.stages)
+    if max_per_stage is not None:  # an overloaded stage has no steady state to reach: bound its warm-up
+        warm_n = [min(w, 2 * max_per_stage) for w in warm_n]
+    caps = None if max_per_stage is None else [max_per_stage + w for w in warm_n]
+    specs, stage_of = cap_stages(specs, stage_of, run, caps)
+    warmup: set[str] = set()
+    for k, w in enumerate(warm_n):
+        ids = [s.request_id for s, kk in zip(specs, stage_of, strict=True) if kk == k]
+        if w and len(ids) > max_per_stage:  # a stage shorter than the cap is replayed whole, all counted
+            warmup.update(ids[: len(ids) - max_per_stage])
+    mc = wl.get("max_concurrency", run.max_concurrency)
+    timeout = wl.get("client_timeout_s", run.client_timeout_s)
+    for name, v in (("max_concurrency", mc), ("client_timeout_s", timeout)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not v > 0):
+            raise ConfigError(f"--set workload.{name}={v!r}: expected a number > 0")
+    settings = {"model": cfg.model.name, "gpu": cfg.hardware.gpu, "profile": setup.meta.get("profile_source"),
+                "profile_path": profile or "auto", "engine": {k: v for k, v in cfg.to_dict()["engine"].items()
+                                                             if v is not None},
+                "frontend": dataclasses.asdict(cfg.frontend) if cfg.frontend else None,
+                "max_num_seqs": setup.limits.max_num_seqs, "max_num_batched_tokens": setup.limits.max_num_batched_tokens,
+                "max_concurrency": mc, "client_timeout_s": timeout, "num_requests": len(specs),
+                "max_per_stage": max_per_stage, "warmup_requests": len(warmup), "num_gpu_blocks": setup.limits.num_gpu_blocks}  # fmt: skip
+    return Replay(run, cfg, setup, specs, {s.request_id: int(k) for s, k in zip(specs, stage_of, strict=True)}, warmup,
+                  int(mc) if mc else None, float(timeout) if timeout else None, settings)
+
+
+def with_profile(rep: Replay, profile: CalibrationProfile, frontend: FrontendConfig | None) -> Replay:
+    """The same replay on another calibration profile and front end (what the fit varies)."""
+    from sim.cost.costmodel import make_cost_model
+
+    cfg = rep.cfg
+    cost = make_cost_model(cfg.engine.cost_model, model=get_model(cfg.model.name), gpu=get_gpu(cfg.hardware.gpu),
+                           dtype=cfg.model.dtype, kv_cache_dtype=cfg.engine.kv_cache_dtype,
+                           tensor_parallel_size=cfg.hardware.tensor_parallel_size, profile=profile,
+                           block_size=rep.setup.limits.block_size)  # fmt: skip
+    return dataclasses.replace(rep, cfg=dataclasses.replace(cfg, frontend=frontend),
+                               setup=dataclasses.replace(rep.setup, cost_model=cost))
+
+
+def simulate_replay(rep: Replay) -> tuple[pd.DataFrame, SimResult]:
+    """(per-request metrics in seconds on the run's basis, with ``stage`` and ``send``; the SimResult)."""
+    t0 = time.perf_counter()
+    env = simpy.Environment()
+    src = OpenSource(rep.specs) if rep.max_concurrency is None else \
+        ConcurrencyLimitedSource(copy.copy(rep.specs), rep.max_concurrency)
+    src, send = with_frontend(src, rep.cfg.frontend)
+    rec = Recorder()
+    eng = Engine(env, rep.setup.make_policy(), rep.setup.cost_model, src, rec,
+                 async_scheduling=rep.setup.limits.async_scheduling, client_timeout_s=rep.client_timeout_s)
+    env.run()
+    res = apply_frontend(collect(rep.cfg, rep.setup, eng, src, rec, time.perf_counter() - t0), rep.cfg.frontend, send)
+    df = request_metrics(res.requests)
+    df["stage"] = df["request_id"].map(rep.stage_of).astype(int)
+    df["warmup"] = df["request_id"].isin(rep.warmup)
+    df["send"] = df["send_time"] if "send_time" in df.columns else df["arrival_time"].astype(float)
+    if rep.run.basis == "engine":
+        df["ttft"], df["e2el"] = df["ttft_engine"], df["e2el_engine"]
+        n_out = df["num_output_tokens"].astype(float)
+        df["tpot"] = ((df["finish_time"] - df["first_token_time"]) / (n_out - 1)).where(
+            (df["status"] == "finished") & (n_out > 1))
+    elif rep.run.basis == "engine_aligned":  # engine times aligned to the client clock like the real ones
+        lag0 = float((df["arrival_time"].astype(float) - df["send"]).min()) if len(df) else 0.0
+        df["ttft"] = df["first_token_time"].astype(float) - lag0 - df["send"]
+        df["e2el"] = (df["finish_time"].astype(float) - lag0 - df["send"]).where(df["status"] == "finished")
+        n_out = df["num_output_tokens"].astype(float)
+        df["tpot"] = ((df["finish_time"] - df["first_token_time"]) / (n_out - 1)).where(
+            (df["status"] == "finished") & (n_out > 1))
+    df["failed"] = df["status"].isin(("rejected", "timed_out"))
+    if rep.client_timeout_s is not None:  # a client-side E2E past its deadline is a failure too
+        late = (df["status"] == "finished") & (df["e2el"] > rep.client_timeout_s)
+        df.loc[late, "failed"] = True
+    df["ok"] = (df["status"] == "finished") & ~df["failed"]
+    for c in ("ttft", "e2el", "tpot"):
+        df.loc[~df["ok"], c] = math.nan
+    return df, res

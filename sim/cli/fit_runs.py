@@ -1,0 +1,77 @@
+"""``servesim fit --from-run RUN [RUN ...] --gpu NAME --out PROFILE.json [--holdout RUN ...]``: the CLI of
+sim/app/runfit.py. Prints the fit error per run (shipped profile vs fitted) and, given --holdout, the
+held-out error of each held-out run replayed with the fitted profile."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v:+.1f} %"
+
+
+def _per_run(rows: list[dict[str, Any]], key: str) -> list[str]:
+    by: dict[str, list[float]] = defaultdict(list)
+    lines = []
+    for r in rows:
+        if r.get(key) is not None:
+            by[r["run"]].append(abs(r[key]))
+    for run, errs in by.items():
+        lines.append(f"  {run}: mean |error| {sum(errs) / len(errs):.1f} % over {len(errs)} (stage, metric) targets")
+    return lines
+
+
+def run_fit_from_runs(args: argparse.Namespace) -> int:
+    from sim.app.runfit import evaluate, fit_runs, fitted_profile
+    from sim.cli.outpath import check_out_file
+    from sim.core.errors import ConfigError
+    from workloads.runs import load_run
+
+    if not args.out:
+        raise ConfigError("servesim fit --from-run: give --out PROFILE.json (where the fitted profile goes)")
+    check_out_file(args.out)
+    if args.max_per_stage is not None and args.max_per_stage < 1:
+        raise ConfigError(f"--max-per-stage must be >= 1, got {args.max_per_stage}")
+    if args.max_nfev < 1:
+        raise ConfigError(f"--max-nfev must be >= 1, got {args.max_nfev}")
+    runs = [load_run(p) for p in args.from_run]
+    holdout = [load_run(p) for p in (args.holdout or [])]
+    cmd = "servesim fit " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "servesim fit --from-run"
+    res = fit_runs(runs, args.gpu, args.profile, args.overrides, args.max_per_stage, args.max_nfev,
+                   log=lambda m: print(m, flush=True))
+    prof = fitted_profile(res, runs, cmd, args.max_per_stage)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    prof.save(args.out)
+    print(f"fitted on {len(runs)} run(s) in {res.wall_s:.0f} s ({res.nfev} evaluations); wrote {args.out}")
+    for name, p in res.params.items():
+        flag = " (held by the prior: these runs do not constrain it)" if p["held_by_prior"] else ""
+        flag += " (at a bound)" if p["at_bound"] else ""
+        print(f"  {name:22s} {p['start']:.4g} -> {p['value']:.4g}  sd(ln) {p['sd_log']:.3f}{flag}")
+    for n in res.notes:
+        print(f"  note: {n}")
+    print("fit error per (run, stage, metric): shipped profile -> fitted")
+    for e in res.errors:
+        print(f"  {Path(e['run']).name} stage {e['stage']} {e['metric']:14s} {_pct(e['shipped_error_pct']):>9s} -> "
+              f"{_pct(e['fitted_error_pct']):>9s}")
+    print("fit error per run (fitted):")
+    print("\n".join(_per_run(res.errors, "fitted_error_pct")))
+    if holdout:
+        hold = evaluate(holdout, args.gpu, args.out, args.overrides, args.max_per_stage)
+        print("held-out error (fitted profile), per (run, stage, metric):")
+        for e in hold:
+            sat = " (clients gave up: not a latency target)" if e["saturated"] else ""
+            print(f"  {Path(e['run']).name} stage {e['stage']} {e['metric']:14s} {_pct(e['error_pct']):>9s}{sat}")
+        print("held-out error per run:")
+        print("\n".join(_per_run([e for e in hold if not e["saturated"]], "error_pct")))
+        if args.json:
+            print(json.dumps({"fit": res.errors, "holdout": hold, "params": res.params}, indent=2, default=str))
+    elif args.json:
+        print(json.dumps({"fit": res.errors, "params": res.params}, indent=2, default=str))
+    return 0

@@ -1,0 +1,148 @@
+"""A real run as servesim reads it: the workload that was sent and what was measured, with what each number means.
+
+Every importer (vllm bench result JSON, inference-perf results, per-request engine JSONL, Prometheus scrapes)
+returns a :class:`RealRun`. Latency metrics are named ``<metric>_<stat>_ms`` (``ttft_mean_ms``,
+``e2el_p99_ms``, ``itl_mean_ms``: vLLM's metric spellings, stat after metric) in milliseconds; throughputs
+keep vLLM's keys (``request_throughput`` req/s, ``output_throughput`` tok/s); counts are ``completed`` and
+``failed``. A stat the file does not give is absent, never guessed.
+
+``basis`` says whose clock the latencies are on: ``"client"`` (send → first / last chunk parsed by the
+benchmark client, what ``vllm bench serve`` and inference-perf report), ``"engine"`` (vLLM's ``/metrics``
+histograms, which start when the server received the request) or ``"engine_aligned"`` (the engine's own
+first / last token timestamps minus the client's send time, the two clocks aligned by the least
+queued − sent lag, see ``clocks``).
+``meaning`` says, per metric, exactly what the file measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.core.request import RequestSpec
+
+LATENCIES = ("ttft", "tpot", "itl", "e2el")
+STATS = ("mean", "p50", "p90", "p99")
+QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
+THROUGHPUTS = ("request_throughput", "output_throughput")
+BASES = ("client", "engine", "engine_aligned")
+
+
+def metric_name(metric: str, stat: str) -> str:
+    """``ttft``, ``p99`` -> ``ttft_p99_ms``."""
+    return f"{metric}_{stat}_ms"
+
+
+def latency_stats(metric: str, seconds: Iterable[float] | np.ndarray) -> dict[str, float]:
+    """Mean and P50/P90/P99 in ms of the finite values, as ``vllm bench serve`` computes them (numpy's
+    mean and linear-interpolation percentiles). Empty: {}."""
+    a = np.asarray(seconds if isinstance(seconds, np.ndarray) else list(seconds), dtype=float)
+    a = a[np.isfinite(a)]
+    if not a.size:
+        return {}
+    out = {"mean": float(a.mean()), **{s: float(np.percentile(a, q)) for s, q in QUANTILES.items()}}
+    return {metric_name(metric, s): 1e3 * v for s, v in out.items()}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One load level of a run (inference-perf stages; one stage for the other formats)."""
+
+    index: int
+    rate: float | None  # offered requests/s (None: not a rate-driven load)
+    duration_s: float | None
+    start_s: float  # when its first request is sent, seconds from the run start
+    num_requests: int
+
+
+@dataclass
+class RealRun:
+    """A measured run: the workload as sent, the engine settings it records and what was measured.
+
+    ``specs`` are in send order with ``arrival_time`` = the client's send time in seconds from the run
+    start (empty when the format has no per-request workload: a Prometheus scrape); ``stage_of[i]`` is
+    the stage of ``specs[i]``. ``measured[k]`` / ``overall``: metric name -> value (see module doc).
+    ``requests``: per-request real latencies in seconds where the file has them (columns ``stage``,
+    ``prompt_len``, ``output_len``, ``ttft``, ``tpot``, ``e2el``; ``send`` when known). ``itl``: the file's
+    inter-token gaps in seconds (vllm bench's per-chunk gaps). ``timeseries``: ``t`` (s from the start) and
+    any of ``running``, ``waiting``, ``kv_cache_pct`` (0-100), ``gen_throughput``, ``prompt_throughput``.
+    ``engine``: ``[engine]`` keys in vLLM's names; ``hardware``: ``gpu`` / ``tensor_parallel_size``.
+    """
+
+    source: Path
+    format: str
+    basis: str
+    specs: list[RequestSpec]
+    stage_of: np.ndarray
+    stages: list[Stage]
+    measured: list[dict[str, float]]
+    overall: dict[str, float]
+    meaning: dict[str, str] = field(default_factory=dict)
+    model: str | None = None
+    dtype: str | None = None  # vLLM --dtype as servesim spells it (bf16, fp16, ...)
+    engine: dict[str, Any] = field(default_factory=dict)
+    hardware: dict[str, Any] = field(default_factory=dict)
+    vllm_version: str | None = None
+    max_concurrency: int | None = None
+    client_timeout_s: float | None = None
+    arrivals: str = "recorded"  # "recorded" (the file's send times) or how they were rebuilt
+    requests: pd.DataFrame | None = None
+    itl: np.ndarray | None = None
+    timeseries: pd.DataFrame | None = None
+    notes: list[str] = field(default_factory=list)
+    # Engine-side clock alignment the real latencies were computed with (per-request engine JSONL).
+    clocks: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.stage_of = np.asarray(self.stage_of, dtype=np.int64)
+        if len(self.stage_of) != len(self.specs):
+            raise ValueError(f"{len(self.specs)} specs but {len(self.stage_of)} stage indices")
+        if len(self.measured) != len(self.stages):
+            raise ValueError(f"{len(self.stages)} stages but {len(self.measured)} measured tables")
+        if self.basis not in BASES:
+            raise ValueError(f"basis {self.basis!r} not in {BASES}")
+
+    @property
+    def name(self) -> str:
+        return self.source.name or str(self.source)
+
+    def describe(self) -> dict[str, Any]:
+        """What was read, for reports and ``--json``."""
+        return {"source": str(self.source), "format": self.format, "basis": self.basis, "model": self.model,
+                "engine": self.engine, "hardware": self.hardware, "vllm_version": self.vllm_version,
+                "num_requests": len(self.specs), "arrivals": self.arrivals,
+                "max_concurrency": self.max_concurrency, "client_timeout_s": self.client_timeout_s,
+                "stages": [s.__dict__ for s in self.stages], "meaning": self.meaning, "notes": self.notes}  # fmt: skip
+
+
+def stats_from_requests(df: pd.DataFrame, itl: np.ndarray | None = None) -> dict[str, float]:
+    """The latency metrics of the successful rows of a per-request frame (seconds): TTFT and E2E over
+    requests, TPOT over requests with more than one output token, ITL over the gaps when given, else the
+    token-weighted per-request mean gap (mean only)."""
+    out: dict[str, float] = {}
+    for m in ("ttft", "tpot", "e2el"):
+        if m in df.columns:
+            out.update(latency_stats(m, df[m].to_numpy(float)))
+    if itl is not None and len(itl):
+        out.update(latency_stats("itl", itl))
+    elif {"e2el", "ttft", "output_len"} <= set(df.columns):
+        k = df["output_len"].to_numpy(float) > 1
+        span = (df["e2el"] - df["ttft"]).to_numpy(float)[k]
+        ok = np.isfinite(span)
+        if ok.any():
+            out["itl_mean_ms"] = 1e3 * float(span[ok].sum() / (df["output_len"].to_numpy(float)[k][ok] - 1).sum())
+    return out
+
+
+def check_keys(where: str, obj: Mapping[str, Any], keys: Iterable[str], what: str) -> None:
+    """A TraceFormatError naming every missing key at once."""
+    from sim.core.errors import TraceFormatError
+
+    missing = [k for k in keys if k not in obj]
+    if missing:
+        raise TraceFormatError(f"{where}: missing {', '.join(missing)} ({what})")

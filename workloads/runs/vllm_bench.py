@@ -1,0 +1,109 @@
+"""A ``vllm bench serve --save-result --save-detailed`` result JSON as a RealRun (schema: workloads/tracefmt/
+benchresult.py). One stage. Real values: the file's own aggregates (``mean_ttft_ms`` → ``ttft_mean_ms``,
+``median_`` → ``p50``, ``p90_`` / ``p99_`` as given) where it has them, the rest computed from the per-request
+arrays exactly as vLLM's ``calculate_metrics`` does; all client-side."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.core.errors import TraceFormatError
+from sim.core.request import RequestSpec
+from workloads.runs.model import LATENCIES, RealRun, Stage, stats_from_requests
+from workloads.tracefmt.benchresult import bench_arrivals, bench_rate, bench_requests, read_bench_result
+
+# --metadata KEY=VALUE pairs that name a vLLM server setting servesim models (the result records no server
+# arguments of its own): [engine] keys, and the hardware.
+ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "gpu_memory_utilization",
+               "enable_prefix_caching", "enable_chunked_prefill", "async_scheduling", "kv_cache_dtype",
+               "num_gpu_blocks_override")  # fmt: skip
+HARDWARE_KEYS = {"gpu": "gpu", "tensor_parallel_size": "tensor_parallel_size", "tp": "tensor_parallel_size"}
+_FILE_STATS = {"mean": "mean", "median": "p50", "p90": "p90", "p99": "p99"}
+
+MEANING = {
+    "ttft": "client: send -> first streamed chunk (vllm bench serve ttfts)",
+    "tpot": "client: (E2E - TTFT) / (output_len - 1) per request with output_len > 1",
+    "itl": "client: every gap between streamed chunks (itls, flattened)",
+    "e2el": "client: send -> last chunk (latencies; older files: TTFT + sum of the request's itls)",
+    "request_throughput": "completed / duration (req/s)",
+    "output_throughput": "total_output_tokens / duration (tok/s)",
+}
+
+
+def _scalar(text: Any) -> Any:
+    """A --metadata value (always a string in the file) as the number / bool it spells."""
+    if not isinstance(text, str):
+        return text
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _file_stats(res: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for m in LATENCIES:
+        for word, stat in _FILE_STATS.items():
+            v = res.get(f"{word}_{m}_ms")
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+                out[f"{m}_{stat}_ms"] = float(v)
+    for k in ("request_throughput", "output_throughput", "completed"):
+        if isinstance(res.get(k), int | float):
+            out[k] = float(res[k])
+    return out
+
+
+def load_vllm_bench_run(path: str | Path, seed: int = 0) -> RealRun:
+    path = Path(path)
+    res = read_bench_result(path)
+    reqs = bench_requests(res, path)
+    times, how = bench_arrivals(res, reqs, path, seed)
+    ok = reqs.ok
+    if not ok.any():
+        raise TraceFormatError(f"{path}: no successful request to replay (failed = {int((~ok).sum())})")
+    order = np.flatnonzero(ok)
+    order = order[np.argsort(times[order], kind="stable")]
+    specs = [RequestSpec(request_id=str(i), arrival_time=float(times[i]), prompt_len=int(reqs.prompt[i]),
+                         output_len=int(reqs.output[i])) for i in order]  # fmt: skip
+    df = pd.DataFrame({"request_id": [str(i) for i in order], "stage": 0, "send": times[order],
+                       "prompt_len": reqs.prompt[order], "output_len": reqs.output[order],
+                       "ttft": reqs.ttft[order], "e2el": reqs.e2el[order]})  # fmt: skip
+    out = df["output_len"].to_numpy(float)
+    df["tpot"] = np.where(out > 1, (df["e2el"] - df["ttft"]) / np.maximum(out - 1, 1), np.nan)
+    itl = np.asarray([g for i in order for g in reqs.itl[i]], float)
+    measured = stats_from_requests(df, itl)
+    dur = float(res["duration"]) if isinstance(res.get("duration"), int | float) else math.nan
+    measured["completed"] = float(ok.sum())  # failures are not replayed, so not compared (see notes)
+    if dur > 0:
+        measured.update(request_throughput=float(ok.sum()) / dur, output_throughput=float(out.sum()) / dur)
+    measured.update(_file_stats(res))  # the file's own numbers win where it has them (they are the same)
+    engine = {k: _scalar(res[k]) for k in ENGINE_KEYS if k in res}
+    hardware = {v: _scalar(res[k]) for k, v in HARDWARE_KEYS.items() if k in res}
+    rate = bench_rate(res, path)
+    mc = res.get("max_concurrency")
+    notes = [f"arrivals {how}", "no prompt content in the file: prompts replayed as unique (no prefix hits)"]
+    if (~ok).any():
+        notes.append(f"{int((~ok).sum())} failed requests not replayed (their output length is not recorded)")
+    if not engine:
+        notes.append("the result records no server arguments: servesim's [engine] defaults unless --set "
+                     "(or vllm bench --metadata max_num_seqs=... gpu=...)")
+    stage = Stage(0, None if math.isinf(rate) else rate, dur if dur > 0 else None, 0.0, len(specs))
+    return RealRun(
+        source=path, format="vllm-bench", basis="client", specs=specs, stage_of=np.zeros(len(specs)),
+        stages=[stage], measured=[dict(measured)], overall=dict(measured), meaning=dict(MEANING),
+        model=res.get("model_id") or res.get("tokenizer_id"), engine=engine, hardware=hardware,
+        vllm_version=str(res["vllm_version"]) if "vllm_version" in res else None,
+        max_concurrency=int(mc) if isinstance(mc, int | float) and not isinstance(mc, bool) else None,
+        arrivals="recorded" if how.startswith("recorded") else how,
+        requests=df, itl=itl, notes=notes,
+    )  # fmt: skip

@@ -1,0 +1,178 @@
+"""``vllm bench serve --save-result --save-detailed`` result JSON: the requests it sent and what it measured.
+
+Keys as ``vllm/benchmarks/serve.py`` writes them (``main_async`` → ``result_json``, ``benchmark`` →
+``result``): run metadata ``date``, ``backend``, ``label``, ``model_id``, ``tokenizer_id``, ``num_prompts``,
+``request_rate`` (a number or the string ``"inf"``), ``burstiness``, ``max_concurrency``, optional
+``ramp_up_strategy`` / ``ramp_up_start_rps`` / ``ramp_up_end_rps``, any ``--metadata KEY=VALUE`` pairs as
+top-level strings; totals ``duration``, ``completed``, ``failed``, ``total_input_tokens``,
+``total_output_tokens``, ``request_throughput``, ``output_throughput``, ...; ``mean_<m>_ms``,
+``median_<m>_ms``, ``std_<m>_ms``, ``p<q>_<m>_ms`` for the ``--percentile-metrics`` (default ttft, tpot,
+itl) at the ``--metric-percentiles`` (default 99). With ``--save-detailed`` the per-request arrays, in send
+order: ``input_lens``, ``output_lens`` (0 for a failed request), ``ttfts``, ``itls`` (a list of gaps per
+request), ``generated_texts``, ``errors`` ("" when it succeeded); newer versions add ``start_times``
+(``time.perf_counter()`` at send), ``latencies`` (send → last chunk) and ``queue_times``.
+
+Per request (vLLM's ``calculate_metrics``): TTFT = send → first chunk, E2E (``latency``) = send → last
+chunk (older files: TTFT + Σ ITL, the same instant), TPOT = (E2E − TTFT)/(output_len − 1) for output_len
+> 1, ITL = every gap between chunks. All client-side.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.core.errors import ConfigError, TraceFormatError
+from workloads.tracefmt.core import Columns, LoadedTrace, TraceOptions, finish
+from workloads.tracefmt.rows import check_file, open_text
+
+DETAIL_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "errors")
+
+
+def is_bench_result(keys: set[str]) -> bool:
+    """A JSON object with the totals ``vllm bench serve`` always writes."""
+    return {"duration", "completed"} <= keys and bool(keys & {"request_rate", "num_prompts", "mean_ttft_ms",
+                                                               "input_lens"})  # fmt: skip
+
+
+def read_bench_result(path: str | Path) -> dict[str, Any]:
+    """The result object; a file written with ``--append-result`` (one object per line) is refused by name."""
+    path = Path(path)
+    check_file(path)
+    with open_text(path) as f:
+        text = f.read()
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        lines = [x for x in text.splitlines() if x.strip()]
+        if len(lines) > 1:
+            try:
+                [json.loads(x) for x in lines]
+            except json.JSONDecodeError as e:
+                raise TraceFormatError(f"{path}: not valid JSON ({e})") from None
+            raise TraceFormatError(f"{path}: holds {len(lines)} results (written with --append-result); "
+                                   "split it into one file per result") from None
+        raise TraceFormatError(f"{path}: not valid JSON") from None
+    if not isinstance(obj, dict) or not is_bench_result(set(obj)):
+        keys = ", ".join(sorted(obj)[:12]) if isinstance(obj, dict) else type(obj).__name__
+        raise TraceFormatError(f"{path}: not a vllm bench serve result (needs duration, completed and "
+                               f"request_rate or num_prompts); found {keys}")
+    return obj
+
+
+@dataclass(frozen=True)
+class BenchRequests:
+    """The per-request arrays of a detailed result, checked and in send order."""
+
+    prompt: np.ndarray
+    output: np.ndarray  # actual output tokens (0 when it failed)
+    ok: np.ndarray
+    ttft: np.ndarray  # seconds; NaN when it failed
+    e2el: np.ndarray
+    itl: list[list[float]]
+    start: np.ndarray | None  # perf_counter seconds at send (newer vLLM), else None
+
+
+def _float(v: Any) -> float:
+    try:
+        return float(v) if v is not None else math.nan
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def bench_requests(res: dict[str, Any], path: Path) -> BenchRequests:
+    missing = [k for k in DETAIL_KEYS if k not in res]
+    if missing:
+        raise TraceFormatError(f"{path}: no per-request arrays ({', '.join(missing)} missing): run vllm bench "
+                               "serve with --save-result --save-detailed")
+    n = len(res["input_lens"])
+    for k in (*DETAIL_KEYS, *(k for k in ("start_times", "latencies") if k in res)):
+        if not isinstance(res[k], list) or len(res[k]) != n:
+            got = len(res[k]) if isinstance(res[k], list) else type(res[k]).__name__
+            raise TraceFormatError(f"{path}: {k}: expected a list of {n} entries (one per input_lens), got {got}")
+    try:
+        prompt = np.asarray(res["input_lens"], dtype=np.int64)
+        output = np.asarray(res["output_lens"], dtype=np.int64)
+    except (TypeError, ValueError) as e:
+        raise TraceFormatError(f"{path}: input_lens / output_lens must be integers ({e})") from None
+    errors = res["errors"]
+    ok = np.array([not e for e in errors], dtype=bool) & (output > 0)
+    ttft = np.array([_float(x) for x in res["ttfts"]])
+    itl = [list(map(float, x)) if isinstance(x, list) else [] for x in res["itls"]]
+    if "latencies" in res:
+        e2el = np.array([_float(x) for x in res["latencies"]])
+    else:  # the last chunk arrives TTFT + the sum of its gaps after the send
+        e2el = ttft + np.array([sum(x) for x in itl])
+    ttft, e2el = np.where(ok, ttft, np.nan), np.where(ok, e2el, np.nan)
+    start = np.array([_float(x) for x in res["start_times"]]) if "start_times" in res else None
+    if (prompt[ok] < 1).any():
+        raise TraceFormatError(f"{path}: input_lens: a successful request has {int(prompt[ok].min())} tokens")
+    return BenchRequests(prompt, output, ok, ttft, e2el, itl, start)
+
+
+def bench_rate(res: dict[str, Any], path: Path) -> float:
+    r = res.get("request_rate", "inf")
+    rate = math.inf if r in ("inf", None) else _float(r)
+    if not rate > 0:
+        raise TraceFormatError(f"{path}: request_rate = {r!r}: expected a positive number or \"inf\"")
+    return rate
+
+
+def bench_arrivals(res: dict[str, Any], reqs: BenchRequests, path: Path, seed: int = 0) -> tuple[np.ndarray, str]:
+    """(send times in seconds from the first send, how they were obtained). ``start_times`` when the file has
+    them; else redrawn as vLLM's ``get_request`` draws them (gamma gaps of shape ``burstiness`` at
+    ``request_rate``, rescaled so the last is at N / rate; ramp-up: the rate of request i moves linearly or
+    exponentially from start to end RPS, no rescale) from ``seed``: vLLM's own draw used its ``--seed``,
+    which the result does not record, so only the process is the same, not the instants."""
+    n = len(reqs.prompt)
+    if reqs.start is not None and np.isfinite(reqs.start).all():
+        return reqs.start - reqs.start.min(), "recorded (start_times)"
+    rate = bench_rate(res, path)
+    b = _float(res.get("burstiness", 1.0))
+    if not b > 0:
+        raise TraceFormatError(f"{path}: burstiness = {res.get('burstiness')!r}: expected a number > 0")
+    rng = np.random.default_rng(seed)
+    strategy = res.get("ramp_up_strategy")
+    if strategy is not None:
+        lo, hi = _float(res.get("ramp_up_start_rps")), _float(res.get("ramp_up_end_rps"))
+        low = 0.0 if strategy == "linear" else 1e-300  # vLLM refuses an exponential ramp from 0 RPS
+        if not (lo >= low and hi >= lo) or strategy not in ("linear", "exponential"):
+            raise TraceFormatError(f"{path}: ramp_up_strategy {strategy!r} with start {lo} / end {hi} RPS: "
+                                   "expected linear (0 <= start <= end) or exponential (0 < start <= end)")
+        prog = np.arange(n) / max(n - 1, 1)
+        rates = lo + (hi - lo) * prog if strategy == "linear" else lo * (hi / lo) ** prog
+        if (rates <= 0).any():
+            raise TraceFormatError(f"{path}: ramp_up_start_rps = 0: the first request would wait forever")
+        gaps = 1.0 / rates if math.isinf(b) else rng.standard_gamma(b, n) / (rates * b)
+        return np.cumsum(gaps), f"redrawn: {strategy} ramp-up {lo:g} -> {hi:g} req/s (seed {seed})"
+    if math.isinf(rate):
+        return np.zeros(n), "all at t = 0 (request_rate inf)"
+    from workloads.gen.arrivals import ArrivalConfig
+
+    kind = "constant" if math.isinf(b) else "poisson" if b == 1.0 else "gamma"
+    times = ArrivalConfig(kind, rate, 1.0 if kind != "gamma" else b).sample(n, rng)
+    return np.asarray(times, float), f"redrawn: {kind} at {rate:g} req/s, burstiness {b:g} (seed {seed})"
+
+
+def load_bench_result(path: str | Path, *, seed_arrivals: int = 0, **options: Any) -> LoadedTrace:
+    """The successful requests of a result as a trace (``servesim trace stats result.json``): their prompt
+    and actual output lengths at their send times (see ``bench_arrivals``). No prefix identity: the file
+    has no prompt content."""
+    path = Path(path)
+    opts = TraceOptions.from_kwargs(options, "vllm-bench-result", ("seed_arrivals",))
+    res = read_bench_result(path)
+    reqs = bench_requests(res, path)
+    times, how = bench_arrivals(res, reqs, path, seed_arrivals)
+    ok = reqs.ok
+    if not ok.any():
+        raise ConfigError(f"{path}: no successful request (failed = {int((~ok).sum())}); nothing to load")
+    cols = Columns(fmt="vllm-bench-result", source=path, num_rows=len(ok), prompt=reqs.prompt[ok],
+                   output=reqs.output[ok], times=times[ok], num_failed=int((~ok).sum()),
+                   notes=[f"arrivals {how}", "failed requests dropped (their output length is not recorded)"
+                          if (~ok).any() else "no failed requests"])  # fmt: skip
+    return finish(cols, opts)
