@@ -32,7 +32,7 @@ import dataclasses
 import itertools
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from sim.app.config import RunConfig
+from sim.app.intervals import upper_prediction_bound
 from sim.app.replicate import DEFAULT_LEVEL, one_sided_bound, seed_list, t_interval
 from sim.app.results import parse_slo
 from sim.app.sizing_report import CandidateResult, Evaluation, SizingResult, Verdict
@@ -153,8 +154,11 @@ def judge(
     slo: Mapping[str, float],
     level: float = DEFAULT_LEVEL,
     min_attainment: float = 0.99,
+    calibration: Callable[[str], Sequence[float]] | None = None,
 ) -> Verdict:
-    """Robust SLO decision over the replications ``rows`` (module doc)."""
+    """Robust SLO decision over the replications ``rows`` (module doc). ``calibration``: a percentile
+    SLO's calibration residuals (sim/app/intervals.py); given, the bound is the upper prediction bound of
+    the *real* value (replication spread + calibration error), not the t-bound of the simulated one."""
     per_request, pct = parse_slo(slo)
     checks: dict[str, dict[str, Any]] = {}
     ok = True
@@ -163,7 +167,12 @@ def judge(
         vals = [] if col is None else list(col)
         missing = any(v is None or (isinstance(v, float) and math.isnan(v)) for v in vals) or not vals
         mean, lo, hi = t_interval(vals, level) if not missing else (math.nan,) * 3
-        bound = one_sided_bound(vals, level) if not missing else math.nan
+        if missing:
+            bound = math.nan
+        elif calibration is not None:
+            bound = upper_prediction_bound(vals, calibration(key), level)
+        else:
+            bound = one_sided_bound(vals, level)
         met = (not missing) and bound <= target
         checks[key] = {"target": target, "mean": mean, "ci_low": lo, "ci_high": hi, "bound": bound,
                        "margin": (target - bound) / target if target > 0 and math.isfinite(bound) else None,
@@ -313,13 +322,15 @@ def size(
     jobs: int | None = 1,
     progress: bool = False,
     knee_gain: float = 0.1,
+    calibration: Callable[[str], Sequence[float]] | None = None,
 ) -> SizingResult:
     """Search every candidate setting for its capacity under ``slo`` (default: the config's [slo]);
     recommend the one with the highest capacity (ties within ``rel_tol``: the smallest max_num_seqs, the
     one that leaves memory for the length tail). ``goal="throughput"``: the offline runs only, ranked by
     output tokens/s (the offline-batch goal: no latency SLO). ``goal="knee"``: the same runs (a closed
     loop: one run at its clients) over max_num_seqs from 1, and the knee of that curve (sim/app/knee.py,
-    ``knee_gain`` per doubling). ``jobs``: processes (None: every CPU)."""
+    ``knee_gain`` per doubling). ``jobs``: processes (None: every CPU). ``calibration``: judge the SLOs on
+    prediction intervals of the real value (see ``judge``)."""
     from sim.app.knee import check_gain, knee_index, sizing_knees
 
     t0 = time.perf_counter()
@@ -330,7 +341,7 @@ def size(
     cands = [CandidateResult(p) for p in candidate_grid(cfg, max_num_seqs, vary, limit=limit)]
     cfgs = [with_params(cfg, c.params) for c in cands]
     nsim = run_searches(cands, cfgs, knob, seeds, slo, goal=goal, rel_tol=rel_tol, level=level,
-                        min_attainment=min_attainment, jobs=jobs, progress=progress,
+                        min_attainment=min_attainment, jobs=jobs, progress=progress, calibration=calibration,
                         fixed_loads=[cfg.workload.get("num_clients")] * len(cands)
                         if goal == "knee" and knob.per_unit is None else None)  # fmt: skip
     notes += capacity_notes(cands, knob, goal)
@@ -388,6 +399,7 @@ def run_searches(
     progress: bool = False,
     runners: Sequence[Any] | None = None,
     fixed_loads: Sequence[float] | None = None,
+    calibration: Callable[[str], Sequence[float]] | None = None,
 ) -> int:
     """Search every candidate (its config ``cfgs[i]``, run by ``runners[i]``: None = one engine) in
     lockstep; fills each candidate's evaluations, bracket and capacity. Returns the simulations run.
@@ -403,7 +415,8 @@ def run_searches(
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     pool = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
     try:
-        nsim = _search(cands, cfgs, searches, knob, seeds, slo, level, min_attainment, pool, progress, runners)
+        nsim = _search(cands, cfgs, searches, knob, seeds, slo, level, min_attainment, pool, progress, runners,
+                       calibration)
     finally:
         if pool is not None:
             pool.shutdown()
@@ -423,7 +436,8 @@ def capacity_notes(cands: Sequence[CandidateResult], knob: LoadKnob, goal: str) 
     ]
 
 
-def _search(cands, cfgs, searches, knob, seeds, slo, level, min_attainment, pool, progress, runners=None) -> int:
+def _search(cands, cfgs, searches, knob, seeds, slo, level, min_attainment, pool, progress, runners=None,
+            calibration=None) -> int:
     """Advance every candidate's search in lockstep until all are done; returns the simulations run."""
     nsim = 0
     while True:
@@ -441,10 +455,11 @@ def _search(cands, cfgs, searches, knob, seeds, slo, level, min_attainment, pool
             chunk = pd.DataFrame(rows[j * len(seeds) : (j + 1) * len(seeds)])
             if "error" in chunk.columns and chunk["error"].notna().any():
                 raise ConfigError(f"candidate {cands[i].params}: {chunk['error'].dropna().iloc[0]}")
-            verdict = judge(chunk, slo, level, min_attainment)
+            verdict = judge(chunk, slo, level, min_attainment, calibration)
             metrics = {m: t_interval(chunk[m], level) for m in CURVE_METRICS if m in chunk}
             offline = math.isinf(x)
-            each = [judge(chunk.iloc[[r]], slo, level, min_attainment).passed for r in range(len(chunk))]
+            each = [judge(chunk.iloc[[r]], slo, level, min_attainment, calibration).passed
+                    for r in range(len(chunk))]
             cands[i].evaluations.append(
                 Evaluation(x, None if offline else knob.req_rate(x), verdict, metrics, offline, each)
             )

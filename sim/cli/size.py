@@ -113,6 +113,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--progress", action="store_true", help="a progress line per search round on stderr")
     p.add_argument("--json", action="store_true", help="print the whole answer as JSON")
     p.add_argument("--out", help="directory for size.json, candidates.csv, curve.csv and size.html")
+    p.add_argument("--intervals", action="store_true",
+                   help="judge percentile SLOs on the prediction interval of the real value: replication spread "
+                        "plus the GPU profile's calibration residuals (servesim fit --from-run; docs/intervals.md)")
     from sim.cli.prices import add_price_options
     from sim.cli.size_cards import add_card_options
 
@@ -148,12 +151,29 @@ def run(args: argparse.Namespace) -> int:
     res = size(cfg, slo, max_num_seqs=args.max_num_seqs, vary=vary, goal=args.goal,
                replications=args.replications, level=args.level, rel_tol=args.tol,
                min_attainment=args.min_attainment, jobs=args.jobs, progress=args.progress,
-               knee_gain=args.knee_gain)  # fmt: skip
+               knee_gain=args.knee_gain, calibration=calibration(cfg) if args.intervals else None)  # fmt: skip
     files = {"size.json": lambda p: p.write_text(json.dumps(res.to_dict(), indent=2) + "\n", encoding="utf-8"),
              "candidates.csv": lambda p: res.table().to_csv(p, index=False),
              "curve.csv": lambda p: res.curve().to_csv(p, index=False),
              "size.html": lambda p: res.figure().write_html(p, include_plotlyjs=True)}  # fmt: skip
     return emit(res, args, files, res.recommended is not None)
+
+
+def calibration(cfg: Any) -> Any:
+    """key -> the config's GPU profile's calibration residuals (an error when it has none: the interval
+    would be the replication spread alone, which says nothing about the real engine)."""
+    from sim.app.intervals import calibration_residuals
+    from sim.cost.hardware import get_gpu
+    from sim.cost.profiles import get_profile
+
+    if cfg.engine.cost_model == "constant":
+        raise ConfigError("--intervals: a constant cost model has no calibration to judge against")
+    prof = get_profile(get_gpu(cfg.hardware.gpu), None if cfg.hardware.profile == "auto" else cfg.hardware.profile)
+    if not ((prof.metadata or {}).get("calibration") or {}).get("residuals_log"):
+        raise ConfigError(f"--intervals: profile {prof.description!r} carries no calibration residuals; fit one "
+                          "with servesim fit --from-run RUN --gpu GPU --out P.json and pass "
+                          "--set hardware.profile=P.json")
+    return lambda key: calibration_residuals(prof, key)
 
 
 def emit(res: Any, args: argparse.Namespace, files: dict[str, Any], ok: bool) -> int:
