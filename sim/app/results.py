@@ -434,14 +434,19 @@ _TRACE_FIELDS = {  # steps column -> steps.jsonl field
 }  # fmt: skip
 
 
+TRACE_SLICE = 50_000  # steps per to_json call: bounds the text held at once (~1 KB a step)
+
+
 def _write_step_trace(result: SimResult, path: Path) -> None:
     """The engine's own step records when it kept them, else one line per row of the steps frame."""
     if result.step_trace is None:
         frame = result.steps[list(_TRACE_FIELDS)].rename(columns=_TRACE_FIELDS)
         ints = [c for c in frame.columns if c not in ("time", "duration", "kv_usage")]
         frame = frame.astype(dict.fromkeys(ints, np.int64))
-        text = frame.to_json(orient="records", lines=True, double_precision=15) if len(frame) else ""
-        path.write_text(text if not text or text.endswith("\n") else text + "\n", encoding="utf-8")
+        with path.open("w", encoding="utf-8") as fh:  # in slices: one string per slice, not per file
+            for i in range(0, len(frame), TRACE_SLICE):
+                text = frame.iloc[i : i + TRACE_SLICE].to_json(orient="records", lines=True, double_precision=15)
+                fh.write(text if text.endswith("\n") else text + "\n")
         return
     # The records are plain Python already (the recorder builds them so): the C encoder takes them as
     # they are; only a record it refuses (a numpy value, a NaN) goes through to_jsonable first.
