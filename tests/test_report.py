@@ -60,7 +60,7 @@ def test_write_report_loads_one_shared_plotlyjs_and_names_the_deployment(tmp_pat
     path = write_report(res, tmp_path / "report.html", s, title="Llama <8B> on 4090")
     text = path.read_text()
     assert "Llama &lt;8B&gt; on 4090" in text and "<8B>" not in text
-    assert "Llama-3.1-8B bf16 on H100 SXM · sarathi · poisson 4 req/s, 40 requests" in text
+    assert "Llama-3.1-8B bf16 · H100 SXM · sarathi · poisson 4 req/s, 40 requests" in text
     assert PLOTLY_BUNDLE not in text and f'<script src="{JS_NAME}"' in text  # loaded, not embedded
     assert PLOTLY_BUNDLE in (tmp_path / JS_NAME).read_text()  # ... from the copy beside it: offline-safe
     assert text.count("Plotly.newPlot") >= 2  # timeline + CDFs
@@ -130,14 +130,17 @@ def test_latency_cdf_log_axis_only_where_values_span_decades_and_slo_marks():
 
 
 def test_run_labels_name_model_gpu_preset_and_workload():
-    assert run_label(CONFIG) == "Llama-3.1-8B bf16 on H100 SXM · sarathi · poisson 4 req/s, 40 requests"
+    assert run_label(CONFIG) == "Llama-3.1-8B bf16 · H100 SXM · sarathi · poisson 4 req/s, 40 requests"
     closed = {"model": {"name": "m"}, "hardware": {"gpu": "A100 80GB", "tensor_parallel_size": 2},
               "workload": {"kind": "closed", "num_clients": 8}}  # fmt: skip
-    assert run_label(closed) == "m on A100 80GB TP=2 · vllm · closed loop, 8 clients"
+    assert run_label(closed) == "m · A100 80GB TP=2 · vllm · closed loop, 8 clients"
+    capped = {**closed, "simulation": {"num_requests": 12}}
+    assert run_label(capped).endswith("closed loop, 8 clients, 12 requests")  # [simulation] caps the count
     assert run_label(closed, gpu=False) == "m · vllm · closed loop, 8 clients"
     assert run_label({"workload": {"trace": "data/conv.csv", "rate_scale": 2}}, {"gpu": "L4"}).endswith(
         "trace conv.csv x2 rate")
     assert common_label(["a · vllm · 4 clients", "a · vllm · 8 clients"]) == "a · vllm"
+    assert common_label(["m · H100 TP=2 · vllm · w", "m · H100 · vllm · 2 replicas · w"]) == "m · vllm · w"
 
 
 def test_compare_figure_has_a_panel_per_metric():
@@ -161,7 +164,7 @@ def test_comparison_report(tmp_path):
     assert "static &amp; slow" in text and "continuous" in text
     assert PLOTLY_BUNDLE not in text and (tmp_path / "cmp" / JS_NAME).is_file()
     assert text.count("Plotly.newPlot") >= 4  # bars, CDFs, one timeline per run
-    assert "(Llama-3.1-8B bf16 on H100 SXM · sarathi · poisson 4 req/s, 40 requests)" in text
+    assert "(Llama-3.1-8B bf16 · H100 SXM · sarathi · poisson 4 req/s, 40 requests)" in text
 
 
 def test_timeline_shows_cached_and_swapped_kv():

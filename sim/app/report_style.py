@@ -77,8 +77,9 @@ def workload_label(wl: Mapping[str, Any]) -> str:
 
 
 def run_label(config: Mapping[str, Any] | None, meta: Mapping[str, Any] | None = None, gpu: bool = True) -> str:
-    """"model dtype on GPU TP=n · preset · workload" from a run's config and meta (a cluster too);
-    ``gpu=False`` leaves the card out (a search over cards)."""
+    """"model dtype · GPU TP=n · preset · workload" from a run's config and meta (a cluster too);
+    ``gpu=False`` leaves the card out (a search over cards). One part per fact, so that several runs'
+    labels can be reduced to what they share (common_label)."""
     cfg, meta = dict(config or {}), dict(meta or {})
     model_tab = cfg.get("model") or {}
     model = str(meta.get("model") or model_tab.get("name") or "model ?")
@@ -92,11 +93,15 @@ def run_label(config: Mapping[str, Any] | None, meta: Mapping[str, Any] | None =
         card += f" TP={int(tp)}"
     eng = cfg.get("engine") or {}
     preset = str(eng.get("preset") or eng.get("policy") or "vllm")
-    parts = [f"{model} on {card}" if gpu else model, preset]
+    parts = [model, card, preset] if gpu else [model, preset]
     reps = meta.get("replicas")
     if isinstance(reps, list) and len(reps) > 1:
         parts.append(f"{len(reps)} replicas, router {meta.get('router', '?')}")
-    parts.append(workload_label(cfg.get("workload") or {}))
+    wl = dict(cfg.get("workload") or {})
+    n = (cfg.get("simulation") or {}).get("num_requests")
+    if n:  # [simulation] num_requests caps the workload's
+        wl["num_requests"] = n
+    parts.append(workload_label(wl))
     return " · ".join(parts)
 
 
@@ -105,5 +110,4 @@ def common_label(labels: Iterable[str]) -> str:
     split = [lab.split(" · ") for lab in labels]
     if not split:
         return ""
-    first = split[0]
-    return " · ".join(p for i, p in enumerate(first) if all(len(s) > i and s[i] == p for s in split))
+    return " · ".join(p for p in split[0] if all(p in s for s in split[1:]))
