@@ -100,7 +100,7 @@ def simulate_h100(case: dict[str, Any], frac: float = 1.0, async_scheduling: boo
     res = apply_frontend(collect(cfg, setup, eng, src, rec, time.perf_counter() - t0), cfg.frontend, send)
     df = request_metrics(res.requests)
     df["stage"] = df["request_id"].map(stage_by_id).astype(int)
-    df["itl_true"] = (df["e2el"] - df["ttft"]) / (df["output_len"] - 1)
+    df["itl_true"] = (df["e2el_s"] - df["ttft_s"]) / (df["output_len"] - 1)
     return df, res, time.perf_counter() - t0
 
 
@@ -125,7 +125,7 @@ def compare_stages(case: dict[str, Any], df: pd.DataFrame) -> list[dict[str, Any
     for k, real in enumerate(case["measured_stages"]):
         fin = df[(df["stage"] == k) & (df["status"] == "finished")]
         if case["overload"]:
-            fin = fin[fin["e2el"] <= CLIENT_TIMEOUT_S]  # a client-side E2E past the deadline is a failure too
+            fin = fin[fin["e2el_s"] <= CLIENT_TIMEOUT_S]  # a client-side E2E past the deadline is a failure too
         failed = int(((df["stage"] == k) & (df["status"] != "finished")).sum()) + int(
             ((df["stage"] == k) & (df["status"] == "finished")).sum()) - len(fin)
         rows.append(dict(run=case["id"].removeprefix("llama-2-7b-tp1-"), stage=k,
@@ -134,7 +134,7 @@ def compare_stages(case: dict[str, Any], df: pd.DataFrame) -> list[dict[str, Any
                          err=(failed / real["n_failed"] - 1) if real.get("n_failed") else float("nan"),
                          overload=case["overload"], n_sim=len(fin), n_real=int(real["n_success"]),
                          ttft_engine_mean=float("nan")))  # fmt: skip
-        sim = {"ttft": _stats(fin["ttft"]), "e2e": _stats(fin["e2el"]), "itl": _stats(fin["itl_true"])}
+        sim = {"ttft": _stats(fin["ttft_s"]), "e2e": _stats(fin["e2el_s"]), "itl": _stats(fin["itl_true"])}
         for metric, keys in (("ttft", {s: f"ttft_{s}_s" for s in STATS}),
                              ("e2e", {s: f"e2e_{s}_s" for s in STATS}), ("itl", {"mean": "itl_true_mean_s"})):
             for st, key in keys.items():
@@ -143,7 +143,7 @@ def compare_stages(case: dict[str, Any], df: pd.DataFrame) -> list[dict[str, Any
                                  rate=case["workload"]["stages"][k]["rate"], metric=metric, stat=st, real=r, sim=s,
                                  err=s / r - 1, overload=case["overload"], n_sim=len(fin),
                                  n_real=int(real["n_success"]),
-                                 ttft_engine_mean=float(fin["ttft_engine"].mean())))  # fmt: skip
+                                 ttft_engine_mean=float(fin["ttft_engine_s"].mean())))  # fmt: skip
     return rows
 
 

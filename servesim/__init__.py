@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from sim.app.config import RunConfig, config_from_dict, load_config
-from sim.app.results import SimResult, request_metrics, summarize
+from sim.app.results import SimResult, request_metrics, steps_table, summarize
 from sim.app.simulate import simulate
 
 try:
@@ -46,13 +46,14 @@ class Result:
 
     @cached_property
     def requests(self) -> pd.DataFrame:
-        """One row per request: timestamps, lengths, status, and the derived latencies (seconds)."""
+        """One row per request: timestamps (``*_time``, s), lengths, status, and the derived latencies
+        ``ttft_s``, ``tpot_s``, ``e2el_s``, ``queue_time_s`` (seconds, as their names say)."""
         return request_metrics(self.raw.requests)
 
     @property
     def steps(self) -> pd.DataFrame:
-        """One row per engine step: start, duration, batch composition, KV usage, queue lengths."""
-        return self.raw.steps
+        """One row per engine step: start (s), duration_s, batch composition, KV usage, queue lengths."""
+        return steps_table(self.raw.steps)
 
     @cached_property
     def summary(self) -> dict[str, Any]:

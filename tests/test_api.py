@@ -26,7 +26,7 @@ def test_run_from_a_path_a_dict_and_a_config_gives_the_same_run():
     a = servesim.run(path, simulation={"num_requests": 12})
     b = servesim.run(servesim.load_config(path), simulation={"num_requests": 12})
     assert len(a.requests) == 12 and a.summary["completed"] == b.summary["completed"]
-    pd_cols = {"ttft", "e2el", "status"}
+    pd_cols = {"ttft_s", "e2el_s", "status"}
     assert pd_cols <= set(a.requests.columns) and len(a.steps) == len(b.steps) > 0
     c = servesim.run({"workload": W}, engine={"max_num_seqs": 2})
     assert c.raw.meta["limits"]["max_num_seqs"] == 2 and c.summary["completed"] == 6

@@ -183,7 +183,11 @@ CASES = [
     ("sim-num_requests-0", lambda t: q("simulation.num_requests=0"), ["num_requests", "0"]),
     ("slo-neg", lambda t: q("slo.ttft_ms=-1"), ["ttft_ms", "-1"]),
     ("slo-unknown", lambda t: q("slo.latency=5"), ["latency"]),
-    ("slo-p101", lambda t: q("slo.ttft_p101=1"), ["ttft_p101"]),
+    ("slo-p101", lambda t: q("slo.p101_ttft_ms=1"), ["p101_ttft_ms"]),
+    ("slo-old-seconds-key", lambda t: q("slo.ttft_p99=1.0"), ["ttft_p99 = 1.0 (seconds)", "p99_ttft_ms = 1000"]),
+    ("slo-seconds-per-request", lambda t: q("slo.ttft_s=1.0"), ["ttft_s", "ttft_ms = 1000"]),
+    ("run-goodput-percentile", lambda t: q("simulation.seed=0") + ["--goodput", "p99_ttft:1"], ["--goodput", "p99_ttft"]),
+    ("run-goodput-no-colon", lambda t: q("simulation.seed=0") + ["--goodput", "ttft=1000"], ["--goodput ttft:1000"]),
     ("slo-string", lambda t: q('slo.ttft_ms="fast"'), ["ttft_ms", "fast"]),
     ("frontend-neg", lambda t: q("frontend.detokenize_s_per_token=-1"), ["frontend"]),
     # ---- plan ----
@@ -202,8 +206,9 @@ CASES = [
     ("plan-no-model", lambda t: ["plan", "--gpu", "H100"], ["--model"]),
     # ---- size ----
     ("size-slo-no-equals", lambda t: ["size", SIZING, "--slo", "ttft"], ["--slo", "ttft"]),
-    ("size-slo-neg", lambda t: ["size", SIZING, "--slo", "ttft_p99=-1"], ["ttft_p99", "-1"]),
-    ("size-slo-unknown", lambda t: ["size", SIZING, "--slo", "speed=1"], ["speed"]),
+    ("size-slo-neg", lambda t: ["size", SIZING, "--slo", "p99_ttft:-1"], ["p99_ttft", "-1"]),
+    ("size-slo-unknown", lambda t: ["size", SIZING, "--slo", "speed:1"], ["speed"]),
+    ("size-slo-old-seconds", lambda t: ["size", SIZING, "--slo", "ttft_p99=1.0"], ["--slo p99_ttft:1000"]),
     ("size-max-num-seqs-text", lambda t: ["size", SIZING, "--max-num-seqs", "a,b"], ["--max-num-seqs", "a"]),
     ("size-max-num-seqs-0", lambda t: ["size", SIZING, "--max-num-seqs", "0,8"], ["--max-num-seqs", "0,8"]),
     ("size-vary-unknown", lambda t: ["size", SIZING, "--vary", "engine.nope=1,2"], ["nope"]),
@@ -226,6 +231,8 @@ CASES = [
      ["afile"]),
     ("sweep-jobs-neg", lambda t: ["sweep", QUICK, *G, "--jobs", "-1", "--out", str(t / "s.parquet")], ["--jobs", "-1"]),
     ("sweep-backend", lambda t: ["sweep", QUICK, *G, "--backend", "slurm", "--out", str(t / "s.parquet")], ["slurm"]),
+    ("sweep-slo-old-seconds", lambda t: ["sweep", QUICK, *G, "--slo", "tpot_p99=0.05", "--out", str(t / "s.parquet")],
+     ["tpot_p99=0.05 (seconds)", "--slo p99_tpot:50"]),
     # ---- trace stats: each format ----
     ("trace-file-missing", lambda t: ["trace", "stats", str(t / "no.jsonl")], ["no.jsonl"]),
     ("trace-empty", lambda t: ["trace", "stats", _write(t, "e.jsonl", "")], ["e.jsonl"]),

@@ -17,7 +17,7 @@ from sim.app.sizing import judge
 from sim.core.errors import ConfigError
 from tests.test_sweep import run_cli
 
-SLO = {"ttft_p99": 0.5, "tpot_p99": 0.03}
+SLO = {"p99_ttft_ms": 500, "p99_tpot_ms": 30}
 RAW = {
     "model": {"name": "seed-7b", "dtype": "fp16"},
     "hardware": {"gpu": "A100 40GB"},
@@ -124,7 +124,7 @@ def test_cli_card_search_one_line_errors_and_json(tmp_path, capsys):
     path.write_text('[model]\nname = "seed-7b"\ndtype = "fp16"\n[hardware]\ngpu = "A100 40GB"\n[engine]\n'
                     'max_model_len = 2048\n[workload]\nrate = 1.0\nnum_requests = 30\n'
                     'prompt = { dist = "fixed", value = 256 }\noutput = { dist = "fixed", value = 32 }\n'
-                    '[slo]\nttft_p99 = 1.0\ntpot_p99 = 0.05\n')  # fmt: skip
+                    '[slo]\np99_ttft_ms = 1000\np99_tpot_ms = 50\n')  # fmt: skip
     argv = ["size", str(path), "--gpus", "A100 40GB,H100", "--target-rate", "4", "--max-num-seqs", "32",
             "--replications", "1", "--jobs", "1"]  # fmt: skip
     assert run_cli([*argv, "--json", "--gpu-hour", "H100=0.01", "--out", str(tmp_path / "o")]) == 0

@@ -64,6 +64,26 @@ def test_set_override_and_json(cfg: Path, capsys):
     assert summary["max_concurrent_requests"] <= 2 + summary["num_requests"]
 
 
+def test_run_goodput_takes_vllm_bench_syntax_in_ms(cfg: Path, capsys):
+    assert main(["run", str(cfg), "--goodput", "ttft:1000", "tpot:50", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["slo"] == {"ttft_ms": 1000.0, "tpot_ms": 50.0} and s["request_goodput"] is not None
+    assert main(["run", str(cfg), "--goodput", "ttft:0.001", "--json"]) == 0  # 1 µs: no request is good
+    assert json.loads(capsys.readouterr().out)["request_goodput"] == 0
+    assert main(["run", str(cfg), "--goodput", "ttft=1000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--goodput ttft:1000" in err[0], err
+
+
+def test_run_plotlyjs_modes(cfg: Path, tmp_path: Path):
+    assert main(["run", str(cfg), "--out", str(tmp_path / "d")]) == 0
+    assert (tmp_path / "d" / "plotly.min.js").stat().st_size > 1_000_000
+    assert (tmp_path / "d" / "report.html").stat().st_size < 1_000_000  # the data, not the library
+    assert main(["run", str(cfg), "--out", str(tmp_path / "c"), "--plotlyjs", "cdn"]) == 0
+    assert not (tmp_path / "c" / "plotly.min.js").exists()
+    assert "cdn.plot.ly" in (tmp_path / "c" / "report.html").read_text()
+
+
 @pytest.mark.parametrize("override,needle", [
     ("engine.max_num_seqs=-1", "max_num_seqs"),
     ("engine.bogus=1", "unknown key 'bogus'"),
@@ -141,5 +161,7 @@ def test_demo_quick(tmp_path: Path, capsys):
     out = capsys.readouterr().out
     assert "128.00 KiB" in out and "= 11" in out
     assert (tmp_path / "report.html").is_file()
+    assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.js")] == ["plotly.min.js"]
+    assert not list(tmp_path.rglob("steps.jsonl"))  # the same counts as steps.parquet
     df = pd.read_csv(tmp_path / "concurrency_sweep.csv", index_col=0)
     assert list(df.index) == [4, 8, 16, 32]

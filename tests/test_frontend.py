@@ -39,12 +39,12 @@ def test_idle_engine_client_ttft_is_engine_ttft_plus_both_paths(async_scheduling
     assert fe.input_latency(100) == pytest.approx(inp) and fe.output_latency(1) == pytest.approx(out)
     # the engine sees it input-path later; its own TTFT (an idle engine: one step) does not change
     assert r.send_time == pytest.approx(base.arrival_time)
-    assert r.arrival_time == pytest.approx(base.arrival_time + inp) and r.input_path_time == pytest.approx(inp)
-    assert r.ttft_engine == pytest.approx(base.ttft_engine) == pytest.approx(STEP)
-    assert r.ttft == r.ttft_client == pytest.approx(STEP + inp + out)
-    assert r.e2el_client == pytest.approx(base.e2el + inp + out)
-    assert r.e2el_engine == pytest.approx(base.e2el)
-    assert r.tpot == pytest.approx(base.tpot)  # the same delay on the first and the last token
+    assert r.arrival_time == pytest.approx(base.arrival_time + inp) and r.input_path_time_s == pytest.approx(inp)
+    assert r.ttft_engine_s == pytest.approx(base.ttft_engine_s) == pytest.approx(STEP)
+    assert r.ttft_s == r.ttft_client_s == pytest.approx(STEP + inp + out)
+    assert r.e2el_client_s == pytest.approx(base.e2el_s + inp + out)
+    assert r.e2el_engine_s == pytest.approx(base.e2el_s)
+    assert r.tpot_s == pytest.approx(base.tpot_s)  # the same delay on the first and the last token
 
 
 def test_summary_headline_is_client_side_only_with_a_frontend():
@@ -65,8 +65,8 @@ def test_summary_headline_is_client_side_only_with_a_frontend():
     assert "client-side" in text and "engine-side TTFT" in text
     # queue time stays engine-side (from the engine's arrival)
     rq = request_metrics(res.requests)
-    assert (rq["queue_time"] >= -1e-12).all()
-    assert (rq["scheduled_time"] - rq["arrival_time"]).to_numpy() == pytest.approx(rq["queue_time"].to_numpy())
+    assert (rq["queue_time_s"] >= -1e-12).all()
+    assert (rq["scheduled_time"] - rq["arrival_time"]).to_numpy() == pytest.approx(rq["queue_time_s"].to_numpy())
 
 
 def test_output_work_grows_with_the_batch():
@@ -81,7 +81,7 @@ def test_closed_loop_clients_see_the_frontend():
     rq = request_metrics(res.requests)
     assert len(rq) == 6 and (rq["status"] == "finished").all()
     assert (rq["arrival_time"] > rq["send_time"]).all()
-    assert (rq["ttft_client"] > rq["ttft_engine"]).all()
+    assert (rq["ttft_client_s"] > rq["ttft_engine_s"]).all()
     # a client sends its next request only after the previous one's last chunk came back (the wake-up
     # uses the output path of a lone request, B = 1: the source does not see the batch)
     by_send = rq.sort_values("send_time")

@@ -57,7 +57,7 @@ EXTRA_KEYS = {
                  "client_timeout_s", "num_sessions", "turns", "message", "trace", "too_long"],
     "hardware": ["profile"],
     "simulation": ["num_requests", "record_step_trace"],
-    "slo": ["tpot_ms", "ttft_p99", "e2el_p50", "itl_ms", "queue_time_p90"],
+    "slo": ["tpot_ms", "p99_ttft_ms", "p50_e2el_ms", "itl_ms", "p90_queue_time_ms", "ttft_p99"],
 }  # fmt: skip
 ENUMS = {
     "policy": ["vllm", "vllm-v0", "trtllm", "tgi", "orca", "sarathi", "static", "hf-static", "llamacpp", "ollama",

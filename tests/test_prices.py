@@ -86,7 +86,7 @@ def test_summary_cost_arithmetic_by_hand():
     assert s["cost_per_1m_total_tokens"] == pytest.approx(1000.0 / s["total_token_throughput"])
     df = request_metrics(res.requests)
     fin = df[df["status"] == "finished"]
-    good = fin[fin["ttft"] <= 0.025]["num_output_tokens"].sum()
+    good = fin[fin["ttft_s"] <= 0.025]["num_output_tokens"].sum()
     assert 0 < good < fin["num_output_tokens"].sum()  # some requests miss the 25 ms TTFT, some meet it
     assert s["cost_per_1m_goodput_tokens"] == pytest.approx(1000.0 / (good / s["duration"]))
     assert s["cost"]["run_cost"] == pytest.approx(3.6 * s["duration"] / 3600)
@@ -94,7 +94,7 @@ def test_summary_cost_arithmetic_by_hand():
     # the keys vLLM's result JSON has are unchanged by the cost keys
     assert s["output_throughput"] == summarize(simulate(cfg()))["output_throughput"]
     # a percentile SLO that fails: no goodput, so no price per goodput token; TP counts every rank
-    s2 = summarize(simulate(cfg(hardware={"gpu": "A100 40GB", "tensor_parallel_size": 2})), slo={"ttft_p99": 1e-6})
+    s2 = summarize(simulate(cfg(hardware={"gpu": "A100 40GB", "tensor_parallel_size": 2})), slo={"p99_ttft_ms": 1e-3})
     assert s2["cost_per_1m_goodput_tokens"] is None and s2["cost"]["num_gpus"] == 2
     assert s2["cost_per_hour"] == pytest.approx(2 * gpu_hour_price(None, "A100 40GB SXM").per_hour)
     row = run_one(c, 0)  # sweeps and sizing see the flat cost keys

@@ -31,7 +31,7 @@ RAW = {
                "constant_step_s": 0.02, "max_num_seqs": 4},
     "workload": {"rate": 2.0, "num_requests": 200, "prompt": {"dist": "fixed", "value": 100},
                  "output": {"dist": "fixed", "value": 50}},
-    "slo": {"ttft_p99": 0.5, "ttft_ms": 200},
+    "slo": {"p99_ttft_ms": 500, "ttft_ms": 200},
 }  # fmt: skip
 
 
@@ -80,7 +80,7 @@ def test_replications_are_independent_and_reproducible():
     again = run_one(cfg_at(2.0), 1)
     assert again["mean_ttft_ms"] == df.loc[1, "mean_ttft_ms"]
     # percentile SLO checks and attainment come along as flat columns
-    assert {"slo_ttft_p99", "slo_ttft_p99_met", "slo_attainment", "saturated", "wall_time_s"} <= set(
+    assert {"slo_p99_ttft_ms", "slo_p99_ttft_ms_met", "slo_attainment", "saturated", "wall_time_s"} <= set(
         df.columns
     )
 

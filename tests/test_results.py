@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from sim.app.results import (
     empty_requests_frame,
     empty_steps_frame,
     request_metrics,
+    slo_from_args,
     slo_from_goodput_args,
     summarize,
     time_series,
@@ -88,13 +90,13 @@ def make(rows=None, steps=None, itl_v=(0.1, 0.2), itl_w=(3, 1), horizon=5.0, met
 # ---- per-request metrics --------------------------------------------------------------------------------
 def test_request_metrics_from_known_timestamps():
     df = request_metrics(pd.DataFrame(base_rows())).set_index("request_id")
-    assert df.loc["r0", "ttft"] == 1.0 and df.loc["r0", "e2el"] == 2.0 and df.loc["r0", "queue_time"] == 0.5
-    assert df.loc["r0", "tpot"] == pytest.approx(0.1, rel=1e-15)  # (2.0-1.0)/(11-1)
-    assert df.loc["r1", "tpot"] == pytest.approx(0.1, rel=1e-15)  # (4.5-1.5)/(31-1)
-    assert math.isnan(df.loc["r2", "tpot"])  # one output token: no TPOT (vllm bench)
-    assert math.isnan(df.loc["r4", "e2el"]) and math.isnan(df.loc["r4", "tpot"])  # not finished
-    assert df.loc["r4", "ttft"] == pytest.approx(1.3)
-    assert math.isnan(df.loc["r3", "ttft"])
+    assert df.loc["r0", "ttft_s"] == 1.0 and df.loc["r0", "e2el_s"] == 2.0 and df.loc["r0", "queue_time_s"] == 0.5
+    assert df.loc["r0", "tpot_s"] == pytest.approx(0.1, rel=1e-15)  # (2.0-1.0)/(11-1)
+    assert df.loc["r1", "tpot_s"] == pytest.approx(0.1, rel=1e-15)  # (4.5-1.5)/(31-1)
+    assert math.isnan(df.loc["r2", "tpot_s"])  # one output token: no TPOT (vllm bench)
+    assert math.isnan(df.loc["r4", "e2el_s"]) and math.isnan(df.loc["r4", "tpot_s"])  # not finished
+    assert df.loc["r4", "ttft_s"] == pytest.approx(1.3)
+    assert math.isnan(df.loc["r3", "ttft_s"])
 
 
 def test_summary_latencies_match_numpy_on_same_data():
@@ -191,29 +193,44 @@ def test_goodput_per_request_slos():
     assert summarize(make(), slo={"ttft_ms": 600})["slo"] == {"ttft_ms": 600}
 
 
-def test_percentile_slos():
-    s = summarize(make(), slo={"ttft_p99": 1.0, "ttft_p50": 0.4, "itl_p50": 0.1})
+def test_percentile_slos_are_in_ms():
+    s = summarize(make(), slo={"p99_ttft_ms": 1000, "p50_ttft_ms": 400, "p50_itl_ms": 100, "p99.9_e2el_ms": 5000})
     checks = s["slo_checks"]
-    assert checks["ttft_p99"] == {"target": 1.0, "value": pytest.approx(np.percentile([1, 0.5, 0.25], 99)),
-                                  "met": True}  # fmt: skip
-    assert checks["ttft_p50"]["value"] == 0.5 and checks["ttft_p50"]["met"] is False
-    assert checks["itl_p50"]["met"] is True
+    assert checks["p99_ttft_ms"] == {"target": 1000, "value": pytest.approx(1000 * np.percentile([1, 0.5, 0.25], 99)),
+                                     "met": True}  # fmt: skip
+    assert checks["p50_ttft_ms"]["value"] == pytest.approx(500) and checks["p50_ttft_ms"]["met"] is False
+    assert checks["p50_itl_ms"]["met"] is True
+    assert checks["p99.9_e2el_ms"]["value"] == pytest.approx(1000 * np.percentile([2.0, 3.5, 0.25], 99.9))
     assert s["request_goodput"] is None  # no per-request SLO given
 
 
 @pytest.mark.parametrize("bad", [{"ttft": 1.0}, {"latency_ms": 5}, {"ttft_ms": -1}, {"ttft_ms": "fast"},
-                                 {"ttft_p101": 1.0}, {"tpot_ms": float("nan")}])  # fmt: skip
+                                 {"p101_ttft_ms": 1.0}, {"tpot_ms": float("nan")}, {"ttft_s": 1.0}])  # fmt: skip
 def test_bad_slo_raises_config_error(bad):
-    with pytest.raises(ConfigError, match=list(bad)[0]):
+    with pytest.raises(ConfigError, match=re.escape(list(bad)[0])):
         summarize(make(), slo=bad)
 
 
-def test_goodput_args_parse_like_vllm():
+@pytest.mark.parametrize(("old", "new"), [({"ttft_p99": 1.0}, "p99_ttft_ms = 1000"),
+                                          ({"tpot_p99": 0.05}, "p99_tpot_ms = 50"),
+                                          ({"queue_time_p90": 2.5}, "p90_queue_time_ms = 2500")])  # fmt: skip
+def test_old_seconds_percentile_keys_name_the_new_one(old, new):
+    (key, value), = old.items()
+    with pytest.raises(ConfigError, match=re.escape(f"{key} = {value} (seconds) is now {new}")):
+        summarize(make(), slo=old)
+
+
+def test_goodput_and_slo_args_parse_like_vllm():
     assert slo_from_goodput_args(["ttft:1000", "tpot:50"]) == {"ttft_ms": 1000.0, "tpot_ms": 50.0}
-    with pytest.raises(ConfigError):
-        slo_from_goodput_args(["queue:5"])
-    with pytest.raises(ConfigError):
-        slo_from_goodput_args(["ttft=5"])
+    assert slo_from_args(["p99_ttft:1000", "e2el:8000"]) == {"p99_ttft_ms": 1000.0, "e2el_ms": 8000.0}
+    for bad, msg in ((["queue:5"], "unknown SLO name 'queue'"), (["ttft"], "expected NAME:MS"),
+                     (["ttft:fast"], "not a number"), (["ttft:-1"], "positive"),
+                     (["ttft_p99=1.0"], "ttft_p99=1.0 (seconds) is now --slo p99_ttft:1000 (milliseconds)"),
+                     (["ttft_ms=500"], "--slo ttft:500")):  # fmt: skip
+        with pytest.raises(ConfigError, match=re.escape(msg)):
+            slo_from_args(bad)
+    with pytest.raises(ConfigError, match="unknown SLO name 'p99_ttft'"):
+        slo_from_goodput_args(["p99_ttft:1000"])  # vllm's --goodput is per request only
 
 
 # ---- integrity ------------------------------------------------------------------------------------------
@@ -243,11 +260,11 @@ def test_empty_results_do_not_crash(tmp_path):
     only_rejected = [req("a", 0.0, status="rejected", reason=REASON, cached=-1)]
     for res in (make(rows=[], steps=[], itl_v=(), itl_w=(), horizon=None),
                 make(rows=only_rejected, steps=[], itl_v=(), itl_w=(), horizon=None)):  # fmt: skip
-        s = summarize(res, slo={"ttft_ms": 100, "ttft_p99": 1.0})
+        s = summarize(res, slo={"ttft_ms": 100, "p99_ttft_ms": 1000})
         assert s["completed"] == 0 and s["request_throughput"] == 0 and s["output_throughput"] == 0
         for m in ("ttft", "tpot", "itl", "e2el"):
             assert s[f"mean_{m}_ms"] is None and s[f"p99_{m}_ms"] is None
-        assert s["slo_attainment"] is None and s["slo_checks"]["ttft_p99"]["met"] is False
+        assert s["slo_attainment"] is None and s["slo_checks"]["p99_ttft_ms"]["met"] is False
         assert s["mean_kv_cache_usage"] is None
         assert list(time_series(res).columns) == list(TIMESERIES_COLUMNS)
         paths = write_outputs(res, tmp_path / str(len(res.requests)))
@@ -337,8 +354,10 @@ def test_write_outputs_writes_everything(tmp_path):
     assert summary["request_goodput"] == pytest.approx(2 / 5)
     assert summary["config"] == {"policy": "vllm"}
     rq = pd.read_parquet(paths["requests"])
-    assert {"ttft", "tpot", "e2el", "queue_time"} <= set(rq.columns) and len(rq) == 6
-    assert list(pd.read_parquet(paths["steps"]).columns) == list(STEP_COLUMNS)
+    assert {"ttft_s", "tpot_s", "e2el_s", "queue_time_s", "arrival_time"} <= set(rq.columns) and len(rq) == 6
+    assert not {"ttft", "tpot", "e2el", "queue_time"} & set(rq.columns)  # every duration says its unit
+    assert list(pd.read_parquet(paths["steps"]).columns) == [c if c != "duration" else "duration_s"
+                                                             for c in STEP_COLUMNS]  # fmt: skip
     lines = [json.loads(x) for x in paths["step_trace"].read_text().splitlines()]
     assert len(lines) == 2 and lines[1]["scheduled"] == 290 and lines[1]["kv_usage"] == 0.6
     assert {"time", "preempted", "finished", "num_running", "num_waiting", "num_free_blocks"} <= set(lines[0])

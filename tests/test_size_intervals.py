@@ -16,19 +16,19 @@ from tests.test_sizing import SLO, base
 
 
 def _rows(vals):
-    return pd.DataFrame({"slo_ttft_p99": vals, "saturated": [False] * len(vals)})
+    return pd.DataFrame({"slo_p99_ttft_ms": vals, "saturated": [False] * len(vals)})
 
 
 def test_residuals_move_the_bound():
-    vals = [0.80, 0.82, 0.81]
-    plain = judge(_rows(vals), {"ttft_p99": 1.0})
+    vals = [800.0, 820.0, 810.0]  # ms
+    plain = judge(_rows(vals), {"p99_ttft_ms": 1000})
     assert plain.passed
     # the simulator under-predicts this tail by ~30 % (ln(sim/real) ≈ -0.36): the real P99 is ~1.15 s
-    under = judge(_rows(vals), {"ttft_p99": 1.0}, calibration=lambda key: [-0.40, -0.33, -0.36, -0.35])
-    assert not under.passed and under.checks["ttft_p99"]["bound"] > 1.1
+    under = judge(_rows(vals), {"p99_ttft_ms": 1000}, calibration=lambda key: [-0.40, -0.33, -0.36, -0.35])
+    assert not under.passed and under.checks["p99_ttft_ms"]["bound"] > 1100
     # one that over-predicts lets the same runs pass with room to spare
-    over = judge(_rows(vals), {"ttft_p99": 1.0}, calibration=lambda key: [0.20, 0.22, 0.18, 0.21])
-    assert over.passed and over.checks["ttft_p99"]["bound"] < plain.checks["ttft_p99"]["bound"]
+    over = judge(_rows(vals), {"p99_ttft_ms": 1000}, calibration=lambda key: [0.20, 0.22, 0.18, 0.21])
+    assert over.passed and over.checks["p99_ttft_ms"]["bound"] < plain.checks["p99_ttft_ms"]["bound"]
 
 
 def test_size_with_calibration_is_more_conservative_when_the_tail_is_under_predicted():
@@ -54,7 +54,7 @@ def _profile_with_residuals(tmp_path, residuals):
 def test_cli_needs_a_profile_with_residuals(tmp_path, capsys):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[model]\nname = "Llama-3.1-8B"\n[hardware]\ngpu = "H100 SXM"\n[workload]\nrate = 2.0\n'
-                   'num_requests = 30\nprompt = 200\noutput = 20\n[slo]\nttft_p99 = 1.0\n')
+                   'num_requests = 30\nprompt = 200\noutput = 20\n[slo]\np99_ttft_ms = 1000\n')
     assert main(["size", str(cfg), "--intervals", "--max-num-seqs", "8"]) == 2
     err = capsys.readouterr().err
     assert "--intervals" in err and "residuals" in err and len(err.strip().splitlines()) == 1
@@ -64,16 +64,15 @@ def test_cli_needs_a_profile_with_residuals(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     rec = json.loads(out)["recommendation"]
-    assert math.isfinite(rec["slo_checks"]["ttft_p99"]["bound"])
+    assert math.isfinite(rec["slo_checks"]["p99_ttft_ms"]["bound"])
 
 
-@pytest.mark.parametrize("key", ["ttft_p99", "tpot_p90", "e2el_p50"])
+@pytest.mark.parametrize("key", ["p99_ttft_ms", "p90_tpot_ms", "p50_e2el_ms"])
 def test_percentile_keys_find_their_residuals(key):
     from sim.app.intervals import calibration_residuals
     from sim.cost.profiles import CalibrationProfile
 
-    fam = key.split("_")[0]
-    stat = key.split("_")[1]
+    stat, fam = key.split("_")[:2]
     prof = CalibrationProfile.__new__(CalibrationProfile)
     object.__setattr__(prof, "metadata", {"calibration": {"residuals_log": {f"{fam}_{stat}_ms": [0.1, 0.2, 0.3]}}})
     assert list(calibration_residuals(prof, key)) == [0.1, 0.2, 0.3]

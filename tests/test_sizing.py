@@ -22,7 +22,7 @@ RAW = {
     "workload": {"rate": 1.0, "num_requests": 150, "prompt": {"dist": "fixed", "value": 64},
                  "output": {"dist": "fixed", "value": 20}},
 }  # fmt: skip
-SLO = {"ttft_p99": 0.5}
+SLO = {"p99_ttft_ms": 500}
 
 
 def base(**workload):
@@ -62,7 +62,7 @@ def test_integer_knob_bisects_concurrency():
 
 
 def rows(values, saturated=None, attainment=None):
-    df = pd.DataFrame({"slo_ttft_p99": values})
+    df = pd.DataFrame({"slo_p99_ttft_ms": [None if v is None else 1000 * v for v in values]})
     df["saturated"] = saturated or [False] * len(values)
     if attainment is not None:
         df["slo_attainment"] = attainment
@@ -70,13 +70,14 @@ def rows(values, saturated=None, attainment=None):
 
 
 def test_the_upper_confidence_bound_decides_not_the_mean():
-    v = judge(rows([0.90, 0.95, 0.92]), SLO | {"ttft_p99": 1.0})
-    assert v.passed and v.checks["ttft_p99"]["ci_high"] < 1.0
-    noisy = judge(rows([0.5, 0.9, 1.3]), {"ttft_p99": 1.0})  # mean 0.9 < 1.0, upper bound above
-    assert noisy.checks["ttft_p99"]["mean"] < 1.0 and not noisy.passed
-    assert judge(rows([0.9]), {"ttft_p99": 1.0}).passed  # one replication: the point estimate
-    assert not judge(rows([0.5, None]), {"ttft_p99": 1.0}).passed  # a run with no finished request
-    assert not judge(rows([0.1, 0.1, 0.1], saturated=[True, True, False]), {"ttft_p99": 1.0}).passed
+    one_s = {"p99_ttft_ms": 1000}
+    v = judge(rows([0.90, 0.95, 0.92]), SLO | one_s)
+    assert v.passed and v.checks["p99_ttft_ms"]["ci_high"] < 1000
+    noisy = judge(rows([0.5, 0.9, 1.3]), one_s)  # mean 0.9 s < 1 s, upper bound above
+    assert noisy.checks["p99_ttft_ms"]["mean"] < 1000 and not noisy.passed
+    assert judge(rows([0.9]), one_s).passed  # one replication: the point estimate
+    assert not judge(rows([0.5, None]), one_s).passed  # a run with no finished request
+    assert not judge(rows([0.1, 0.1, 0.1], saturated=[True, True, False]), one_s).passed
     per_req = judge(rows([0.1] * 3, attainment=[0.999, 0.998, 0.997]), {"ttft_ms": 500})
     assert per_req.passed and "attainment" in per_req.checks
     # mean attainment 0.997, but two seeds cannot vouch for 0.99: the lower bound decides
@@ -95,14 +96,14 @@ def test_size_finds_more_capacity_with_more_slots_and_stays_below_saturation():
         lo, hi = c.bracket
         passed = {e.x: e.verdict.passed for e in c.evaluations if not e.offline}
         assert passed[lo] and (hi is None or not passed[hi])
-        assert c.at_capacity.verdict.checks["ttft_p99"]["bound"] <= 0.5
+        assert c.at_capacity.verdict.checks["p99_ttft_ms"]["bound"] <= 500
     assert res.num_simulations == sum(len(c.evaluations) for c in res.candidates) * 3
     d = json.loads(json.dumps(res.to_dict()))
     rec = d["recommendation"]
     assert rec["settings"] == {"engine.max_num_seqs": 8}
     tp = rec["throughput_req_s"]
     assert tp["ci_low"] <= tp["mean"] <= tp["ci_high"]
-    assert rec["slo_checks"]["ttft_p99"]["margin"] >= 0
+    assert rec["slo_checks"]["p99_ttft_ms"]["margin"] >= 0
     caps = rec["capacity_by_replication"]
     assert len(caps) == 3 and all(x > 0 for x in caps)
     assert rec["capacity_ci"]["ci_low"] <= rec["capacity_ci"]["mean"] <= rec["capacity_ci"]["ci_high"]
@@ -162,7 +163,7 @@ def test_candidates_and_their_validation():
     with pytest.raises(ConfigError, match="--vary workload.rate"):
         candidate_grid(base(), [8], {"workload.rate": [1]})
     with pytest.raises(ConfigError, match="unknown SLO key"):
-        size(base(), {"ttft_p1000": 1.0}, max_num_seqs=[2])
+        size(base(), {"p1000_ttft_ms": 1000}, max_num_seqs=[2])
     with pytest.raises(ConfigError, match="no SLO"):
         size(base(), {}, max_num_seqs=[2])
 
@@ -174,22 +175,24 @@ def test_cli_size_json_and_bad_slo(tmp_path, capsys):
         '[engine]\nmax_model_len = 4096\noverhead_gib = 1.5\ncost_model = "constant"\n'
         "[workload]\nrate = 1.0\nnum_requests = 80\nprompt = 64\noutput = 20\n"
     )
-    rc = run_cli(["size", str(cfg), "--slo", "ttft_p99=0.5", "--max-num-seqs", "2,4", "--replications", "2",
+    rc = run_cli(["size", str(cfg), "--slo", "p99_ttft:500", "--max-num-seqs", "2,4", "--replications", "2",
                   "--jobs", "1", "--json", "--out", str(tmp_path / "o")])  # fmt: skip
     out = capsys.readouterr().out
     assert rc == 0
     d = json.loads(out)
     assert d["recommendation"]["capacity_req_s"] > 0 and d["interval"].startswith("Student t")
     assert (tmp_path / "o" / "size.html").stat().st_size > 10_000 and (tmp_path / "o" / "curve.csv").exists()
-    for bad, msg in (("ttft_p99", "expected KEY=VALUE"), ("ttft_p99=fast", "not a number"),
-                     ("ttft_p99=-1", "positive"), ("latency=1", "unknown SLO key")):  # fmt: skip
+    assert d["slo"] == {"p99_ttft_ms": 500}
+    for bad, msg in (("p99_ttft", "expected NAME:MS"), ("p99_ttft:fast", "not a number"),
+                     ("p99_ttft:-1", "positive"), ("latency:1", "unknown SLO name"),
+                     ("ttft_p99=0.5", "ttft_p99=0.5 (seconds) is now --slo p99_ttft:500 (milliseconds)")):  # fmt: skip
         rc = run_cli(["size", str(cfg), "--slo", bad, "--max-num-seqs", "2"])
         assert rc == 2 and msg in capsys.readouterr().err
 
 
 def test_a_slo_that_never_binds_stops_at_a_few_times_the_offline_throughput():
     # three requests: too few to show a queue trend, so only the SLO could stop the doubling
-    res = size(base(num_requests=3), {"ttft_p99": 100.0}, max_num_seqs=[4], replications=1, jobs=1)
+    res = size(base(num_requests=3), {"p99_ttft_ms": 100_000}, max_num_seqs=[4], replications=1, jobs=1)
     c = res.candidates[0]
     top = c.offline.metrics["request_throughput"][0]
     assert c.bracket[1] is None and top * 4 <= c.capacity <= top * 8

@@ -145,11 +145,13 @@ def test_cli_writes_one_parquet_row_per_point_and_replication(tmp_path, capsys):
     )
     out = tmp_path / "res.parquet"
     rc = run_cli(["sweep", str(cfg), "--grid", "engine.max_num_seqs=2,4", "--replications", "2",
-                  "--jobs", "1", "--out", str(out)])  # fmt: skip
+                  "--jobs", "1", "--out", str(out), "--slo", "p99_ttft:1000", "tpot:50"])  # fmt: skip
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     df = pd.read_parquet(out)
     assert len(df) == 4 and "engine.max_num_seqs" in df and "p99_ttft_ms" in df
+    # the percentile SLO's check, in ms like its target, and the per-request one's attainment
+    assert (df["slo_p99_ttft_ms"] == df["p99_ttft_ms"]).all() and df["slo_attainment"].notna().all()
     assert "sweep 4/4" in captured.err and "±" in captured.out
     rc = run_cli(["sweep", str(cfg), "--grid", "workload.rate=-2", "--out", str(out)])
     assert rc == 2 and "rate" in capsys.readouterr().err

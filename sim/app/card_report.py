@@ -156,7 +156,11 @@ class CardSearchResult:
         fig.update_xaxes(title_text=f"{self.target_unit} per GPU under the SLOs", row=1, col=1)
         fig.update_yaxes(title_text=f"{self.currency} per GPU-hour", row=1, col=1)
         fig.update_yaxes(title_text=f"{self.currency} per hour", row=1, col=2)
-        fig.update_layout(height=600, title="servesim size --gpus: which card, how many, at what cost")
+        from sim.app.report_style import run_label
+
+        what = run_label(self.cfg.to_dict(), gpu=False) if hasattr(self.cfg, "to_dict") else ""
+        fig.update_layout(height=600, title="servesim size --gpus: which card, how many, at what cost"
+                          + (f"<br><sup>{what}</sup>" if what else ""))  # fmt: skip
         return fig
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from sim.app.plotlyjs import PlotlyJS, as_plotlyjs, write_figure
 from sim.app.results import SimResult, request_metrics, summarize, time_series, to_jsonable, write_outputs
 
 REPLICA_COLUMNS = (
@@ -108,10 +109,10 @@ def replica_rows(result: SimResult) -> pd.DataFrame:
                 "num_preemptions": int(m.get("num_preemptions", st["num_preempted"].sum())),
                 "prefix_cache_hit_rate": pc["hits"] / pc["queries"] if pc.get("queries") else None,
                 "output_throughput": float(fin["num_output_tokens"].sum() / span),
-                "median_ttft_ms": _pct(fin["ttft"].to_numpy(float), 50),
-                "p99_ttft_ms": _pct(fin["ttft"].to_numpy(float), 99),
-                "median_tpot_ms": _pct(fin["tpot"].to_numpy(float), 50),
-                "p99_tpot_ms": _pct(fin["tpot"].to_numpy(float), 99),
+                "median_ttft_ms": _pct(fin["ttft_s"].to_numpy(float), 50),
+                "p99_ttft_ms": _pct(fin["ttft_s"].to_numpy(float), 99),
+                "median_tpot_ms": _pct(fin["tpot_s"].to_numpy(float), 50),
+                "p99_tpot_ms": _pct(fin["tpot_s"].to_numpy(float), 99),
             }
         )
     return pd.DataFrame(rows, columns=list(REPLICA_COLUMNS))
@@ -134,11 +135,11 @@ def class_rows(result: SimResult, by: str = "priority", threshold: int | None = 
                 "completed": len(fin),
                 "num_rejected": int((g["status"] == "rejected").sum()),
                 "mean_prompt_len": float(g["prompt_len"].mean()),
-                "median_ttft_ms": _pct(fin["ttft"].to_numpy(float), 50),
-                "p99_ttft_ms": _pct(fin["ttft"].to_numpy(float), 99),
-                "median_tpot_ms": _pct(fin["tpot"].to_numpy(float), 50),
-                "p99_tpot_ms": _pct(fin["tpot"].to_numpy(float), 99),
-                "p99_e2el_ms": _pct(fin["e2el"].to_numpy(float), 99),
+                "median_ttft_ms": _pct(fin["ttft_s"].to_numpy(float), 50),
+                "p99_ttft_ms": _pct(fin["ttft_s"].to_numpy(float), 99),
+                "median_tpot_ms": _pct(fin["tpot_s"].to_numpy(float), 50),
+                "p99_tpot_ms": _pct(fin["tpot_s"].to_numpy(float), 99),
+                "p99_e2el_ms": _pct(fin["e2el_s"].to_numpy(float), 99),
             }
         )
     return pd.DataFrame(rows)
@@ -331,31 +332,37 @@ def compare_table(
 
 
 def write_cluster_outputs(
-    result: SimResult, out_dir: str | Path, summary: Mapping[str, Any], title: str = "servesim cluster run"
+    result: SimResult, out_dir: str | Path, summary: Mapping[str, Any], title: str = "servesim cluster run",
+    plotlyjs: PlotlyJS | str | None = None,
 ) -> dict[str, Path]:
-    """write_outputs' files plus replicas.csv, timeseries_by_replica.csv and load_balance.html."""
+    """write_outputs' files plus replicas.csv, timeseries_by_replica.csv and load_balance.html; the pages
+    share one plotly.min.js in ``out_dir`` (or the folder ``plotlyjs`` names)."""
     out = Path(out_dir)
-    paths = write_outputs(result, out, summary=dict(summary), title=title)
+    js = as_plotlyjs(plotlyjs).rooted(out)
+    paths = write_outputs(result, out, summary=dict(summary), title=title, plotlyjs=js)
     paths["replicas"] = out / "replicas.csv"
     replica_rows(result).to_csv(paths["replicas"], index=False)
     paths["timeseries_by_replica"] = out / "timeseries_by_replica.csv"
     time_series(result, by_replica=True).to_csv(paths["timeseries_by_replica"], index=False)
     paths["load_balance"] = out / "load_balance.html"
-    fig_load_balance(result).write_html(paths["load_balance"], include_plotlyjs=True)
+    write_figure(fig_load_balance(result), paths["load_balance"], js)
     return paths
 
 
 def write_comparison(
-    runs: Mapping[str, tuple[SimResult, Mapping[str, Any]]], out_dir: str | Path, title: str
+    runs: Mapping[str, tuple[SimResult, Mapping[str, Any]]], out_dir: str | Path, title: str,
+    plotlyjs: PlotlyJS | str | None = None,
 ) -> dict[str, Path]:
-    """Each variant's files in its own folder, plus comparison.html and comparison.json at the top."""
+    """Each variant's files in its own folder, plus comparison.html and comparison.json at the top; one
+    plotly.min.js at the top serves every page."""
     from sim.app.report import write_comparison_report
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    js = as_plotlyjs(plotlyjs).rooted(out)
     paths: dict[str, Path] = {}
     for name, (res, summ) in runs.items():
-        write_cluster_outputs(res, out / name, summ, title=f"{title}: {name}")
+        write_cluster_outputs(res, out / name, summ, title=f"{title}: {name}", plotlyjs=js)
     paths["comparison"] = write_comparison_report(
         runs,
         out / "comparison.html",
@@ -370,6 +377,7 @@ def write_comparison(
             "p99_e2el_ms",
             "mean_kv_cache_usage",
         ),
+        plotlyjs=js,
     )
     paths["comparison_json"] = out / "comparison.json"
     table = compare_table({n: s for n, (_, s) in runs.items()})

@@ -98,7 +98,11 @@ def story(df: pd.DataFrame) -> str:
     )
 
 
-def run_demo(out: Path, quick: bool = False) -> pd.DataFrame:
+def run_demo(out: Path, quick: bool = False, plotlyjs: str = "directory") -> pd.DataFrame:
+    """Print the story, write report.html and one folder per level under ``out``: one plotly.min.js in
+    ``out`` serves every page; the per-level folders hold the Parquet tables, not steps.jsonl (the same
+    counts as steps.parquet, 9 MB of text over the four levels)."""
+    from sim.app.plotlyjs import PlotlyJS
     from sim.app.report import write_comparison_report
 
     out.mkdir(parents=True, exist_ok=True)
@@ -115,8 +119,10 @@ def run_demo(out: Path, quick: bool = False) -> pd.DataFrame:
     text = story(df)
     print(text)
     df.to_csv(out / "concurrency_sweep.csv")
+    js = PlotlyJS(plotlyjs, out)
     for c, (res, s) in runs.items():
-        write_outputs(res, out / f"concurrency_{c}", summary=s, title=f"servesim demo: concurrency {c}")
+        write_outputs(res, out / f"concurrency_{c}", summary=s, title=f"servesim demo: concurrency {c}",
+                      plotlyjs=js, step_trace=False)  # fmt: skip
     report = out / "report.html"
     intro = (
         "<pre>" + plan.format() + "</pre><p>" + text + "</p>"
@@ -124,7 +130,7 @@ def run_demo(out: Path, quick: bool = False) -> pd.DataFrame:
     )
     write_comparison_report(
         {f"concurrency {c}": run for c, run in runs.items()}, report,
-        title="servesim demo: one 24 GB card, 7B model, concurrency 4 to 32", intro_html=intro,
+        title="servesim demo: one 24 GB card, 7B model, concurrency 4 to 32", intro_html=intro, plotlyjs=js,
     )
     print(f"\nwrote {report} and per-run tables under {out}/")
     return df

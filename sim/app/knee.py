@@ -188,10 +188,13 @@ def knee_figure(res: SizingResult):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    from sim.app.report_style import run_colors
+
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06,
                         subplot_titles=("output throughput (tok/s)", "median TPOT (ms)", "mean KV-cache usage"))  # fmt: skip
-    for k in res.knees:
-        name = ", ".join(f"{a.split('.')[-1]}={b}" for a, b in k.group.items()) or "curve"
+    names = [", ".join(f"{a.split('.')[-1]}={b}" for a, b in k.group.items()) or "curve" for k in res.knees]
+    colors = run_colors(names)  # one colour per curve in every panel
+    for name, k in zip(names, res.knees, strict=True):
         idx = [j for j, c in enumerate(res.candidates) if all(c.params.get(a) == b for a, b in k.group.items())]
         idx.sort(key=lambda j: res.candidates[j].params[SEQS_KEY])
         xs = [res.candidates[j].params[SEQS_KEY] for j in idx]
@@ -199,13 +202,16 @@ def knee_figure(res: SizingResult):
             ys = [(_point(res.candidates[j]).metrics.get(m, (None,))[0] if _point(res.candidates[j]) else None)
                   for j in idx]  # fmt: skip
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=name, legendgroup=name,
-                                     showlegend=row == 1), row, 1)  # fmt: skip
+                                     line={"color": colors[name]}, showlegend=row == 1), row, 1)  # fmt: skip
         if k.max_num_seqs is not None:
-            fig.add_vline(x=k.max_num_seqs, line_dash="dash", line_color="red")
-            fig.add_annotation(x=math.log2(k.max_num_seqs), y=k.throughput[k.index], text=f"knee {k.max_num_seqs}",
+            fig.add_vline(x=k.max_num_seqs, line_dash="dash", line_color=colors[name])
+            # an annotation on a log axis is placed by log10 of its value
+            fig.add_annotation(x=math.log10(k.max_num_seqs), y=k.throughput[k.index], text=f"knee {k.max_num_seqs}",
                                showarrow=True, row=1, col=1)  # fmt: skip
-    fig.update_xaxes(type="log", dtick=math.log10(2), title_text="max_num_seqs", row=3, col=1)
-    fig.update_layout(height=800, title=f"servesim size --goal knee: gain per doubling < {100 * res.knee_gain:.0f}%")
+    fig.update_xaxes(type="log", dtick=math.log10(2))  # every row: the shared axes must agree
+    fig.update_xaxes(title_text="max_num_seqs", row=3, col=1)
+    what = f": {res.label}" if getattr(res, "label", "") else ""
+    fig.update_layout(height=800, title=f"servesim size --goal knee{what}: gain per doubling < {100 * res.knee_gain:.0f}%")
     return fig
 
 

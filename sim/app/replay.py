@@ -279,7 +279,9 @@ def simulate_replay(rep: Replay) -> tuple[pd.DataFrame, SimResult]:
                  async_scheduling=rep.setup.limits.async_scheduling, client_timeout_s=rep.client_timeout_s)
     env.run()
     res = apply_frontend(collect(rep.cfg, rep.setup, eng, src, rec, time.perf_counter() - t0), rep.cfg.frontend, send)
-    df = request_metrics(res.requests)
+    # the replay compares on the real runs' bare names (seconds), as workloads/runs spells them
+    df = request_metrics(res.requests).rename(columns={f"{m}_s": m for m in (
+        "ttft", "tpot", "e2el", "queue_time", "ttft_engine", "e2el_engine", "ttft_client", "e2el_client")})
     df["stage"] = df["request_id"].map(rep.stage_of).astype(int)
     df["warmup"] = df["request_id"].isin(rep.warmup)
     df["send"] = df["send_time"] if "send_time" in df.columns else df["arrival_time"].astype(float)

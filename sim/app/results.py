@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,12 @@ import numpy as np
 import pandas as pd
 
 from sim.app.cost_metrics import cost_summary
+from sim.app.slo import (  # noqa: F401  (re-exported: the SLO parsing callers import from here)
+    LATENCY_METRICS,
+    parse_slo,
+    slo_from_args,
+    slo_from_goodput_args,
+)
 from sim.app.stats import (  # noqa: F401  (weighted_percentiles is re-exported)
     clean_weighted,
     p_word,
@@ -40,9 +45,7 @@ STEP_COLUMNS = (
     "num_running", "num_waiting", "num_preempted", "num_finished", "kv_usage", "num_free_blocks",
 )  # fmt: skip
 STATUSES = ("finished", "rejected", "timed_out", "in_flight", "not_arrived")
-LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 TIMESERIES_COLUMNS = ("t", "prompt_throughput", "gen_throughput", "running", "waiting", "kv_cache_pct")
-_PCT_SLO = re.compile(r"^(ttft|tpot|itl|e2el|queue_time)_p(\d+(?:\.\d+)?)$")
 
 
 @dataclass
@@ -87,14 +90,17 @@ def empty_steps_frame() -> pd.DataFrame:
 # ---- statistics -----------------------------------------------------------------------------------------
 # ---- per-request metrics --------------------------------------------------------------------------------
 def request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
-    """Copy of ``requests`` with ttft, tpot, e2el, queue_time (seconds; NaN where not reached).
+    """Copy of ``requests`` with ttft_s, tpot_s, e2el_s, queue_time_s (seconds; NaN where not reached).
 
+    Durations carry their unit (``_s``); timestamps (``arrival_time``, ``first_token_time``, ...) are
+    seconds of simulated time since the start, as their ``_time`` names say.
     tpot = (finish − first token)/(num_output_tokens − 1), only for finished requests with more than one
-    output token (engines.md §1.7, vllm bench semantics). ``ttft_engine``/``e2el_engine`` are always from the
-    engine's arrival (vLLM's time_to_first_token / e2e_request_latency, engine side). With a ``[frontend]``
-    (``send_time`` etc. present, sim/app/frontend.py) ttft, tpot and e2el are client-side (send → parsed
-    chunk, what ``vllm bench serve`` and inference-perf measure), also as ``ttft_client``/``e2el_client``,
-    and ``input_path_time`` = engine arrival − send; queue_time stays engine-side.
+    output token (engines.md §1.7, vllm bench semantics). ``ttft_engine_s``/``e2el_engine_s`` are always from
+    the engine's arrival (vLLM's time_to_first_token / e2e_request_latency, engine side). With a
+    ``[frontend]`` (``send_time`` etc. present, sim/app/frontend.py) ttft, tpot and e2el are client-side
+    (send → parsed chunk, what ``vllm bench serve`` and inference-perf measure), also as
+    ``ttft_client_s``/``e2el_client_s``, and ``input_path_time_s`` = engine arrival − send; queue_time_s stays
+    engine-side.
     """
     df = requests.copy()
     arrival = df["arrival_time"].astype(float)
@@ -102,19 +108,25 @@ def request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     finish = df["finish_time"].astype(float)
     n_out = df["num_output_tokens"].astype(float)
     finished = df["status"] == "finished"
-    df["ttft"] = first - arrival
-    df["e2el"] = finish.where(finished) - arrival
-    df["tpot"] = ((finish - first) / (n_out - 1)).where(finished & (n_out > 1))
-    df["queue_time"] = df["scheduled_time"].astype(float) - arrival
-    df["ttft_engine"], df["e2el_engine"] = df["ttft"], df["e2el"]
+    df["ttft_s"] = first - arrival
+    df["e2el_s"] = finish.where(finished) - arrival
+    df["tpot_s"] = ((finish - first) / (n_out - 1)).where(finished & (n_out > 1))
+    df["queue_time_s"] = df["scheduled_time"].astype(float) - arrival
+    df["ttft_engine_s"], df["e2el_engine_s"] = df["ttft_s"], df["e2el_s"]
     if "client_first_token_time" in df.columns:
         send = df["send_time"].astype(float)
         cfirst, cfin = df["client_first_token_time"].astype(float), df["client_finish_time"].astype(float)
-        df["ttft"] = df["ttft_client"] = cfirst - send
-        df["e2el"] = df["e2el_client"] = cfin.where(finished) - send
-        df["tpot"] = ((cfin - cfirst) / (n_out - 1)).where(finished & (n_out > 1))
-        df["input_path_time"] = arrival - send
+        df["ttft_s"] = df["ttft_client_s"] = cfirst - send
+        df["e2el_s"] = df["e2el_client_s"] = cfin.where(finished) - send
+        df["tpot_s"] = ((cfin - cfirst) / (n_out - 1)).where(finished & (n_out > 1))
+        df["input_path_time_s"] = arrival - send
     return df
+
+
+def steps_table(steps: pd.DataFrame) -> pd.DataFrame:
+    """The steps as written to steps.parquet and shown by the Python API: ``duration`` (a step's length)
+    becomes ``duration_s``; ``start`` stays, a timestamp in seconds like the requests' ``*_time``."""
+    return steps.rename(columns={"duration": "duration_s"})
 
 
 def _check_counts(df: pd.DataFrame, meta: Mapping[str, Any]) -> dict[str, int]:
@@ -141,56 +153,10 @@ def _check_counts(df: pd.DataFrame, meta: Mapping[str, Any]) -> dict[str, int]:
     return counts
 
 
-# ---- SLOs -----------------------------------------------------------------------------------------------
-def parse_slo(
-    slo: Mapping[str, float] | None,
-) -> tuple[dict[str, float], dict[str, tuple[str, float, float]]]:
-    """Split an SLO dict into per-request limits (seconds) and percentile targets.
-
-    ``ttft_ms``/``tpot_ms``/``e2el_ms``/``itl_ms``: per request, in ms, as ``vllm bench --goodput ttft:1000``.
-    ``<metric>_p<q>`` (e.g. ``ttft_p99: 1.0``): "the q-th percentile of the metric ≤ value seconds", met or
-    not over the whole run. A request's ITL limit applies to its mean gap, which is its TPOT.
-    """
-    per_request: dict[str, float] = {}
-    pct: dict[str, tuple[str, float, float]] = {}
-    for key, raw in (slo or {}).items():
-        try:
-            value = float(raw)
-        except (TypeError, ValueError):
-            raise ConfigError(f"slo.{key}: expected a number, got {raw!r}") from None
-        if not (math.isfinite(value) and value >= 0):
-            raise ConfigError(f"slo.{key}: must be a finite value >= 0, got {raw!r}")
-        m = _PCT_SLO.match(key)
-        if key.endswith("_ms") and key[:-3] in LATENCY_METRICS:
-            per_request[key[:-3]] = value / 1000.0
-        elif m and 0 <= float(m.group(2)) <= 100:
-            pct[key] = (m.group(1), float(m.group(2)), value)
-        else:
-            raise ConfigError(
-                f"unknown SLO key {key!r}: use ttft_ms, tpot_ms, itl_ms, e2el_ms (per request, ms) or "
-                "<ttft|tpot|itl|e2el|queue_time>_p<q> (percentile, seconds), e.g. ttft_p99"
-            )
-    return per_request, pct
-
-
-def slo_from_goodput_args(pairs: Sequence[str]) -> dict[str, float]:
-    """``["ttft:1000", "tpot:50"]`` (vllm bench ``--goodput``, ms) → ``{"ttft_ms": 1000.0, ...}``."""
-    out: dict[str, float] = {}
-    for pair in pairs:
-        name, sep, val = pair.partition(":")
-        if not sep or name not in LATENCY_METRICS:
-            raise ConfigError(f"--goodput {pair!r}: expected KEY:MS with KEY in {', '.join(LATENCY_METRICS)}")
-        try:
-            out[f"{name}_ms"] = float(val)
-        except ValueError:
-            raise ConfigError(f"--goodput {pair!r}: {val!r} is not a number of milliseconds") from None
-    return out
-
-
 def _good_mask(fin: pd.DataFrame, limits: Mapping[str, float]) -> np.ndarray:
     # serve.py: a request is good iff metric <= slo for every given SLO; tpot counts as 0 for <= 1 token
-    tpot = fin["tpot"].fillna(0.0).to_numpy()
-    per = {"ttft": fin["ttft"].to_numpy(), "tpot": tpot, "itl": tpot, "e2el": fin["e2el"].to_numpy()}
+    tpot = fin["tpot_s"].fillna(0.0).to_numpy()
+    per = {"ttft": fin["ttft_s"].to_numpy(), "tpot": tpot, "itl": tpot, "e2el": fin["e2el_s"].to_numpy()}
     good = np.ones(len(fin), dtype=bool)
     for metric, limit in limits.items():
         good &= per[metric] <= limit
@@ -277,13 +243,13 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     }
     qs = [float(q) for q in percentiles]
     for m in ("ttft", "tpot", "e2el"):
-        s.update(stats_ms(m, fin[m].to_numpy(float), qs))
+        s.update(stats_ms(m, fin[f"{m}_s"].to_numpy(float), qs))
     s.update(stats_ms("itl", result.itl_values, qs, result.itl_weights))  # engine-side gaps
-    client = "ttft_client" in df.columns  # [frontend]: the headline ttft/tpot/e2el are client-side
+    client = "ttft_client_s" in df.columns  # [frontend]: the headline ttft/tpot/e2el are client-side
     s["latency_basis"] = "client" if client else "engine"
     if client:
         for m in ("ttft_engine", "e2el_engine"):
-            s.update(stats_ms(m, fin[m].to_numpy(float), qs))
+            s.update(stats_ms(m, fin[f"{m}_s"].to_numpy(float), qs))
     # reorder to vllm's print order: ttft, tpot, itl, e2el
     for m in LATENCY_METRICS:
         for k in [k for k in s if k.endswith(f"_{m}_ms")]:
@@ -304,7 +270,7 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     s["mean_num_running"] = time_weighted(steps["num_running"], dur)
     s["mean_num_waiting"] = time_weighted(steps["num_waiting"], dur)
     s["max_num_waiting"] = int(steps["num_waiting"].max()) if len(steps) else None
-    s.update(stats_ms("queue_time", df["queue_time"].to_numpy(float), qs))
+    s.update(stats_ms("queue_time", df["queue_time_s"].to_numpy(float), qs))
 
     s["slo"] = dict(slo) if slo else None
     s["slo_attainment"] = float(good.mean()) if good is not None and completed else None
@@ -330,15 +296,17 @@ def _prefix_hit_rate(df: pd.DataFrame, meta: Mapping[str, Any]) -> float | None:
 
 def _percentile_checks(pct_slos: Mapping[str, tuple[str, float, float]], fin: pd.DataFrame,
                        df: pd.DataFrame, result: SimResult) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """Per percentile SLO (``p99_ttft_ms``): its target and the run's value, both in ms, and whether met."""
     out: dict[str, dict[str, Any]] = {}
     for key, (metric, q, target) in pct_slos.items():
         if metric == "itl":
             v, w = clean_weighted(result.itl_values, result.itl_weights)
             value = float(weighted_percentiles(v, w, [q])[0]) if v.size else None
         else:
-            col = (df if metric == "queue_time" else fin)[metric].to_numpy(float)
+            col = (df if metric == "queue_time" else fin)[f"{metric}_s"].to_numpy(float)
             col = col[np.isfinite(col)]
             value = float(np.percentile(col, q)) if col.size else None
+        value = None if value is None else value * 1000.0
         out[key] = {"target": target, "value": value, "met": value is not None and value <= target}
     return out
 
@@ -463,8 +431,14 @@ def _write_step_trace(result: SimResult, path: Path) -> None:
 
 
 def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, float] | None = None, *,
-                  summary: dict | None = None, title: str = "servesim run") -> dict[str, Path]:  # fmt: skip
-    """Write requests.parquet, steps.parquet, steps.jsonl, summary.json, timeseries.csv, report.html."""
+                  summary: dict | None = None, title: str = "servesim run", plotlyjs: Any = None,
+                  step_trace: bool = True) -> dict[str, Path]:  # fmt: skip
+    """Write requests.parquet, steps.parquet, steps.jsonl, summary.json, timeseries.csv, report.html.
+
+    ``plotlyjs`` (sim.app.plotlyjs.PlotlyJS or its mode): how report.html loads plotly.js; by default one
+    plotly.min.js in ``out_dir``. ``step_trace=False`` leaves out steps.jsonl (the demo: steps.parquet
+    holds the same counts)."""
+    from sim.app.plotlyjs import as_plotlyjs
     from sim.app.report import write_report  # report imports this module
 
     out = Path(out_dir)
@@ -480,11 +454,14 @@ def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, floa
         "report": out / "report.html",
     }
     request_metrics(result.requests).to_parquet(paths["requests"], index=False)
-    result.steps.to_parquet(paths["steps"], index=False)
-    _write_step_trace(result, paths["step_trace"])
+    steps_table(result.steps).to_parquet(paths["steps"], index=False)
+    if step_trace:
+        _write_step_trace(result, paths["step_trace"])
+    else:
+        del paths["step_trace"]
     paths["summary"].write_text(
         json.dumps(to_jsonable(summary), indent=2, allow_nan=False) + "\n", encoding="utf-8"
     )
     time_series(result).to_csv(paths["timeseries"], index=False)
-    write_report(result, paths["report"], summary, title=title)
+    write_report(result, paths["report"], summary, title=title, plotlyjs=as_plotlyjs(plotlyjs).rooted(out))
     return paths

@@ -12,7 +12,7 @@ then push load as far as the SLO allows, judging by P99, never the mean. For eac
 3. **bisect** between the last passing and first failing load until they are within ``rel_tol``.
 
 "Meets the SLOs" is decided robustly over the replications (common random numbers: the same seeds at
-every load and for every candidate): for each percentile SLO (``ttft_p99 = 1.0``: seconds) the *upper*
+every load and for every candidate): for each percentile SLO (``p99_ttft_ms = 1000``: ms) the *upper*
 one-sided Student-t bound (confidence ``level``) of the per-replication percentile must be under the
 target; for each per-request SLO (``ttft_ms = 1000``) the *lower* one-sided bound of the attainment must
 reach ``min_attainment``; and at most half of the replications may show a queue growing without bound
@@ -349,8 +349,10 @@ def size(
     knees = sizing_knees(cands, knee_gain) if goal == "knee" else []
     if goal == "knee":
         rec = knee_index(cands, knees)
+    from sim.app.report_style import run_label
+
     return SizingResult(knob, slo, goal, cands, rec, len(seeds), level, nsim, time.perf_counter() - t0,
-                        notes=notes, knees=knees, knee_gain=knee_gain)  # fmt: skip
+                        notes=notes, knees=knees, knee_gain=knee_gain, label=run_label(cfg.to_dict()))  # fmt: skip
 
 
 def prepare(
@@ -363,7 +365,7 @@ def prepare(
         raise ConfigError(f"--tol must be in (0, 1), got {rel_tol}")
     parse_slo(slo)  # bad keys/values fail before any simulation
     if goal == "slo" and not slo:
-        raise ConfigError("no SLO: give --slo KEY=VALUE (e.g. ttft_p99=1.0) or [slo] in the config, "
+        raise ConfigError("no SLO: give --slo NAME:MS (e.g. p99_ttft:1000) or [slo] in the config, "
                           "or --goal throughput")  # fmt: skip
     seeds = seed_list(cfg.simulation.seed, replications)
     knob = detect_knob(cfg, replications)

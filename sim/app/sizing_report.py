@@ -92,6 +92,7 @@ class SizingResult:
     notes: list[str] = field(default_factory=list)
     knees: list[Any] = field(default_factory=list)  # goal "knee": sim.app.knee.Knee per curve
     knee_gain: float = 0.1
+    label: str = ""  # the deployment searched (model, GPU, preset, workload), for titles
 
     # ---- tables ----
     def table(self) -> pd.DataFrame:
@@ -298,17 +299,21 @@ def _fmt_slo(slo: Mapping[str, float]) -> str:
 
 def sizing_figure(res: SizingResult):
     """Capacity per candidate (with the throughput CI), then P99 TTFT, P99 TPOT and throughput against
-    offered load for every candidate, SLO targets dashed."""
+    offered load for every candidate (one colour per candidate in every panel), the SLOs dashed: the
+    percentile targets (``p99_ttft_ms``) and, dotted, the per-request limits (``ttft_ms``)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    from sim.app.report_style import SLO_COLOR, run_colors
+
     tab = res.table()
     names = [", ".join(f"{k.split('.')[-1]}={v}" for k, v in c.params.items()) for c in res.candidates]
+    colors = run_colors(names)
     xlabel = "offered load (req/s)" if res.knob.per_unit else "concurrent clients"
     fig = make_subplots(
         rows=2, cols=2, vertical_spacing=0.14,
         subplot_titles=("capacity under the SLOs" if res.goal == "slo" else "offline throughput",
-                        "P99 TTFT (ms)", "P99 TPOT (ms)", "throughput (req/s)"),
+                        "P99 TTFT (ms, log)", "P99 TPOT (ms)", "throughput (req/s)"),
     )  # fmt: skip
     if res.goal == "slo":
         y = tab["request_throughput"].to_numpy(float)
@@ -318,8 +323,10 @@ def sizing_figure(res: SizingResult):
         y = tab["offline_output_throughput"].to_numpy(float)
         err = dict(type="data", symmetric=False, array=tab["offline_output_throughput_hi"] - y,
                    arrayminus=y - tab["offline_output_throughput_lo"])  # fmt: skip
-    colors = ["#2ca02c" if r else "#1f77b4" for r in tab["recommended"]]
-    fig.add_trace(go.Bar(x=names, y=y, error_y=err, marker_color=colors, showlegend=False), 1, 1)
+    fig.add_trace(go.Bar(x=names, y=y, error_y=err, marker_color=[colors[n] for n in names], showlegend=False,
+                         marker_line_width=[4 if r else 0 for r in tab["recommended"]], marker_line_color="black",
+                         text=["recommended" if r else "" for r in tab["recommended"]], textposition="outside"),
+                  1, 1)  # fmt: skip
     fig.update_yaxes(title_text="req/s at capacity" if res.goal == "slo" else "output tok/s", row=1, col=1)
     for name, c in zip(names, res.candidates, strict=True):
         pts = [e for e in c.evaluations if not e.offline]
@@ -331,13 +338,19 @@ def sizing_figure(res: SizingResult):
                                strict=True):  # fmt: skip
             ys = [e.metrics.get(m, (None,))[0] for e in pts]
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=name, legendgroup=name,
-                                     showlegend=(r, col) == (1, 2)), r, col)  # fmt: skip
-    for key, (r, col) in (("ttft", (1, 2)), ("tpot", (2, 1))):
-        target = res.slo.get(f"{key}_p99")
-        if target is not None:
-            fig.add_hline(y=target * 1000, line_dash="dash", line_color="red", row=r, col=col)
+                                     line={"color": colors[name]}, showlegend=(r, col) == (1, 2)), r, col)  # fmt: skip
+    for key, (r, col), axis, log in (("ttft", (1, 2), 2, True), ("tpot", (2, 1), 3, False)):
+        for slo_key, dash in ((f"p99_{key}_ms", "dash"), (f"{key}_ms", "dot")):
+            target = res.slo.get(slo_key)
+            if target is not None and float(target) > 0:
+                fig.add_hline(y=float(target), line_dash=dash, line_color=SLO_COLOR, row=r, col=col)
+                # an annotation on a log axis is placed by log10 of its value
+                fig.add_annotation(x=0.01, xref=f"x{axis} domain", yref=f"y{axis}", showarrow=False,
+                                   y=math.log10(float(target)) if log else float(target), yshift=8, xanchor="left",
+                                   text=f"{slo_key} {float(target):g}", font={"color": SLO_COLOR})  # fmt: skip
     for r, col in ((1, 2), (2, 1), (2, 2)):
         fig.update_xaxes(title_text=xlabel, row=r, col=col)
     fig.update_yaxes(type="log", row=1, col=2)
-    fig.update_layout(height=750, title="servesim size" + (f": {_fmt_slo(res.slo)}" if res.slo else ""))
+    what = f" for {_fmt_slo(res.slo)}" if res.slo else ""
+    fig.update_layout(height=750, title=f"servesim size{what}" + (f"<br><sup>{res.label}</sup>" if res.label else ""))
     return fig

@@ -35,9 +35,11 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--step-trace", action="store_true",
                    help="with --out: steps.jsonl lists each step's scheduled requests (slower, larger)")
     p.add_argument("--json", action="store_true", help="print the summary (or summaries) as JSON")
+    from sim.cli.outpath import add_plotlyjs_option
     from sim.cli.prices import add_price_options
 
     add_price_options(p)
+    add_plotlyjs_option(p)
     p.set_defaults(func=run)
     return p
 
@@ -75,11 +77,12 @@ def run(args: argparse.Namespace) -> int:
         runs[name] = (result, summarize_cluster(result, slo=cfg.base.slo or None))
     title = f"servesim cluster: {Path(args.config).name}"
     if args.out:
+        js = getattr(args, "plotlyjs", None)
         if list(runs) == [""]:
             res, summ = runs[""]
-            files = write_cluster_outputs(res, Path(args.out), summ, title=title)
+            files = write_cluster_outputs(res, Path(args.out), summ, title=title, plotlyjs=js)
         else:
-            files = write_comparison(runs, Path(args.out), title)
+            files = write_comparison(runs, Path(args.out), title, plotlyjs=js)
         if not args.json:
             print(f"wrote {', '.join(str(f) for f in files.values())}")
     if args.json:

@@ -26,10 +26,15 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--step-trace", action="store_true",
                    help="with --out: steps.jsonl lists each step's scheduled requests ([id, tokens]) instead of "
                         "its counts (records every step's rows: slower and larger)")
+    p.add_argument("--goodput", nargs="+", default=[], metavar="NAME:MS",
+                   help="per-request SLOs as vllm bench serve --goodput takes them, e.g. ttft:1000 tpot:50 (ms); "
+                        "sets [slo] ttft_ms / tpot_ms / itl_ms / e2el_ms")
+    from sim.cli.outpath import add_plotlyjs_option
     from sim.cli.prices import add_price_options
 
     add_price_options(p)
     cli_intervals.add_options(p)
+    add_plotlyjs_option(p)
     p.set_defaults(func=_run)
 
 
@@ -37,7 +42,7 @@ def _run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from sim.app.config import load_config
-    from sim.app.results import summarize, write_outputs
+    from sim.app.results import slo_from_goodput_args, summarize, write_outputs
     from sim.app.simulate import simulate
     from sim.cli import cluster as cli_cluster
     from sim.cli.outpath import check_out_dir
@@ -46,7 +51,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.intervals:  # replications + calibration residuals -> prediction intervals (sim/cli/intervals.py)
         return cli_intervals.run(args)
     check_out_dir(args.out)  # before any simulation, so a bad --out does not waste the run
-    args.overrides = [*args.overrides, *price_overrides(args)]  # --gpu-hour-usd etc. are [cost] overrides
+    goodput = [f"slo.{k}={v!r}" for k, v in slo_from_goodput_args(args.goodput).items()]
+    args.overrides = [*args.overrides, *price_overrides(args), *goodput]  # [cost] and [slo] overrides
     if cli_cluster.is_cluster_file(args.config):  # [cluster] / [[replica]] configs: several engines
         return cli_cluster.run(args)
     cfg = load_config(args.config, args.overrides)
@@ -55,7 +61,7 @@ def _run(args: argparse.Namespace) -> int:
     result = simulate(cfg)
     summary = summarize(result, slo=cfg.slo or None)
     if args.out:
-        files = write_outputs(result, Path(args.out), slo=cfg.slo or None)
+        files = write_outputs(result, Path(args.out), summary=summary, plotlyjs=args.plotlyjs)
         if not args.json:
             print(f"wrote {', '.join(str(f) for f in files.values())}")
     if args.json:
@@ -71,13 +77,16 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the seed scenario: a 7B model on a 24 GB card, concurrency 4 to 32")
     p.add_argument("--out", default="out/demo", help="directory for the HTML report and tables")
     p.add_argument("--quick", action="store_true", help="fewer requests (for tests)")
+    from sim.cli.outpath import add_plotlyjs_option
+
+    add_plotlyjs_option(p)
     p.set_defaults(func=_demo)
 
 
 def _demo(args: argparse.Namespace) -> int:
     from sim.app.demo import run_demo
 
-    run_demo(Path(args.out), quick=args.quick)
+    run_demo(Path(args.out), quick=args.quick, plotlyjs=args.plotlyjs)
     return 0
 
 

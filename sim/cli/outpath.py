@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 from pathlib import Path
@@ -34,3 +35,12 @@ def check_out_file(path: str | Path | None, flag: str = "--out") -> None:
     if p.is_dir():
         raise ConfigError(f"{flag}: {p} is a directory; allowed: a file path")
     check_out_dir(p.parent if str(p.parent) else ".", flag)
+
+
+def add_plotlyjs_option(p: argparse.ArgumentParser) -> None:
+    """``--plotlyjs directory|cdn|inline``: how the HTML reports load plotly.js (sim/app/plotlyjs.py)."""
+    from sim.app.plotlyjs import PLOTLYJS_MODES
+
+    p.add_argument("--plotlyjs", choices=PLOTLYJS_MODES, default="directory",
+                   help="HTML reports: directory (default) writes one plotly.min.js into the output directory for "
+                        "every page there (offline, one copy); cdn loads it from the CDN; inline embeds it per file")  # fmt: skip

@@ -1,14 +1,15 @@
 """`servesim size`: the max_num_seqs (and other engine settings) that sustain the most load under SLOs.
 
-    servesim size CONFIG.toml --slo ttft_p99=1.0 --slo tpot_p99=0.05 [--max-num-seqs 8,16,32,64]
+    servesim size CONFIG.toml --slo p99_ttft:1000 p99_tpot:50 [--max-num-seqs 8,16,32,64]
                   [--vary engine.kv_cache_dtype=auto,fp8] [--replications 3] [--jobs N] [--json] [--out DIR]
     servesim size CONFIG.toml --goal knee [--knee-gain 0.1]          # the knee of the max_num_seqs curve
     servesim size CONFIG.toml --gpus "RTX 4090,A100 40GB" --target-concurrency 20 [--dtypes fp16,int8]
                   [--kv-dtypes auto,fp8] [--tp 1,2] [--instances-per-gpu 1,2]   # which card, how many, cost
 
-Percentile SLOs (``ttft_p99``, ``tpot_p99``, ``itl_p99``, ``e2el_p99``, ``queue_time_p99``; any q) are in
-seconds; per-request SLOs (``ttft_ms``, ``tpot_ms``, ...) in ms, judged by the fraction of requests that
-meet them (``--min-attainment``). ``--goal throughput`` ranks the settings by offline (all-at-once)
+Every SLO is in milliseconds, as ``vllm bench serve --goodput ttft:1000 tpot:50`` takes it: percentile
+SLOs ``p99_ttft:1000`` (``p<q>_`` + ttft, tpot, itl, e2el or queue_time; any q; ``[slo] p99_ttft_ms``) and
+per-request SLOs ``ttft:1000`` (``[slo] ttft_ms``), judged by the fraction of requests that meet them
+(``--min-attainment``). ``--goal throughput`` ranks the settings by offline (all-at-once)
 throughput instead: the offline-batch question. See sim/app/sizing.py for the search.
 """
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,26 +28,18 @@ from sim.core.fields import check_range
 
 
 def parse_slo_args(items: list[str]) -> dict[str, float]:
-    """``["ttft_p99=1.0", "tpot_p99=0.05"]`` → a dict, validated by sim.app.results.parse_slo."""
-    from sim.app.results import parse_slo
+    """``["p99_ttft:1000", "tpot:50"]`` (vLLM's NAME:MS) -> ``{"p99_ttft_ms": 1000.0, "tpot_ms": 50.0}``,
+    validated by sim.app.results (the old ``ttft_p99=1.0`` seconds spelling fails naming the new one)."""
+    from sim.app.results import slo_from_args
 
-    out: dict[str, float] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or not key or not text.strip():
-            raise ConfigError(
-                f"--slo {item!r}: expected KEY=VALUE, e.g. ttft_p99=1.0 (seconds) or ttft_ms=1000"
-            )
-        try:
-            value = float(text)
-        except ValueError:
-            raise ConfigError(f"--slo {item!r}: {text.strip()!r} is not a number") from None
-        if not (math.isfinite(value) and value > 0):
-            raise ConfigError(f"--slo {item!r}: the target must be a positive number, got {text.strip()}")
-        out[key] = value
-    parse_slo(out)
-    return out
+    return slo_from_args(items, flag="--slo", percentiles=True)
+
+
+def add_slo_option(p: argparse.ArgumentParser, what: str) -> None:
+    """``--slo NAME:MS [NAME:MS ...]`` (repeatable), in vLLM's ``--goodput`` syntax."""
+    p.add_argument("--slo", action="extend", nargs="+", default=[], metavar="NAME:MS",
+                   help=f"{what}: per request ttft:1000, tpot:50 (ms, as vllm bench --goodput) or percentile "
+                        "p99_ttft:1000 (ms); repeatable")  # fmt: skip
 
 
 def _int_list(text: str) -> list[int]:
@@ -69,13 +61,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("config", help="path to a TOML config (its [slo] is used when no --slo is given)")
-    p.add_argument(
-        "--slo",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an SLO (repeatable): ttft_p99=1.0 (s), tpot_p99=0.05 (s), ttft_ms=1000 (per request)",
-    )
+    add_slo_option(p, "the SLOs (default: the config's [slo])")
     add_override_option(p, "override a config value (repeatable)")
     p.add_argument(
         "--max-num-seqs",
@@ -116,17 +102,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--intervals", action="store_true",
                    help="judge percentile SLOs on the prediction interval of the real value: replication spread "
                         "plus the GPU profile's calibration residuals (servesim fit --from-run; docs/intervals.md)")
+    from sim.cli.outpath import add_plotlyjs_option
     from sim.cli.prices import add_price_options
     from sim.cli.size_cards import add_card_options
 
     add_card_options(p, _int_list)
     add_price_options(p)
+    add_plotlyjs_option(p)
     p.set_defaults(func=run)  # fmt: skip
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     from sim.app.config import load_config
+    from sim.app.plotlyjs import write_figure
     from sim.app.sizing import size
     from sim.app.sweep import parse_grid
 
@@ -155,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     files = {"size.json": lambda p: p.write_text(json.dumps(res.to_dict(), indent=2) + "\n", encoding="utf-8"),
              "candidates.csv": lambda p: res.table().to_csv(p, index=False),
              "curve.csv": lambda p: res.curve().to_csv(p, index=False),
-             "size.html": lambda p: res.figure().write_html(p, include_plotlyjs=True)}  # fmt: skip
+             "size.html": lambda p: write_figure(res.figure(), p, args.plotlyjs)}  # fmt: skip
     return emit(res, args, files, res.recommended is not None)
 
 

@@ -39,6 +39,7 @@ def add_card_options(p: argparse.ArgumentParser, int_list: Any) -> None:
 
 def run(args: argparse.Namespace, cfg: Any, slo: dict[str, float] | None) -> int:
     from sim.app.card_search import search_cards
+    from sim.app.plotlyjs import write_figure
     from sim.core.errors import ConfigError
 
     if args.goal == "knee":
@@ -56,5 +57,5 @@ def run(args: argparse.Namespace, cfg: Any, slo: dict[str, float] | None) -> int
 
     files = {"cards.json": lambda p: p.write_text(json.dumps(res.to_dict(), indent=2) + "\n", encoding="utf-8"),
              "cards.csv": lambda p: res.table().drop(columns=["slo_checks_at_target"]).to_csv(p, index=False),
-             "cards.html": lambda p: res.figure().write_html(p, include_plotlyjs=True)}  # fmt: skip
+             "cards.html": lambda p: write_figure(res.figure(), p, getattr(args, "plotlyjs", None))}  # fmt: skip
     return emit(res, args, files, res.best is not None)

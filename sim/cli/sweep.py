@@ -1,7 +1,8 @@
 """`servesim sweep`: every point of a grid of config values, replicated, in parallel, to one Parquet table.
 
     servesim sweep CONFIG.toml --grid engine.max_num_seqs=16,32,64 --grid workload.rate=1,2,4
-                   [--replications N] [--backend local|ray] [--address ADDR] [--jobs N] --out results.parquet
+                   [--replications N] [--slo p99_ttft:1000 tpot:50] [--backend local|ray] [--address ADDR]
+                   [--jobs N] --out results.parquet
 
 One row per point × replication (config columns, seed, every summary metric, stability); the printed
 table gives each point's mean and Student-t interval over the replications. Replication i uses the same
@@ -41,13 +42,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="an axis of the grid (repeatable); values are TOML",
     )
     add_override_option(p, "override a config value for every point (repeatable)")
-    p.add_argument(
-        "--slo",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="SLOs for goodput and percentile checks (default: the config's [slo])",
-    )
+    from sim.cli.size import add_slo_option
+
+    add_slo_option(p, "SLOs for goodput and percentile checks (default: the config's [slo])")
     p.add_argument("--replications", type=int, default=1, help="seeds per point (default 1)")
     p.add_argument("--level", type=float, default=0.95, help="confidence level of the printed intervals")
     p.add_argument(
