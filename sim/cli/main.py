@@ -25,8 +25,10 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--step-trace", action="store_true",
                    help="with --out: steps.jsonl lists each step's scheduled requests ([id, tokens]) instead of "
                         "its counts (records every step's rows: slower and larger)")
+    from sim.cli.catalog import add_vllm_option
     from sim.cli.prices import add_price_options
 
+    add_vllm_option(p)
     add_price_options(p)
     p.set_defaults(func=_run)
 
@@ -38,11 +40,12 @@ def _run(args: argparse.Namespace) -> int:
     from sim.app.results import summarize, write_outputs
     from sim.app.simulate import simulate
     from sim.cli import cluster as cli_cluster
+    from sim.cli.catalog import vllm_overrides
     from sim.cli.outpath import check_out_dir
     from sim.cli.prices import price_overrides
 
     check_out_dir(args.out)  # before any simulation, so a bad --out does not waste the run
-    args.overrides = [*args.overrides, *price_overrides(args)]  # --gpu-hour-usd etc. are [cost] overrides
+    args.overrides = [*vllm_overrides(args), *args.overrides, *price_overrides(args)]  # [cost], vLLM flags
     if cli_cluster.is_cluster_file(args.config):  # [cluster] / [[replica]] configs: several engines
         return cli_cluster.run(args)
     cfg = load_config(args.config, args.overrides)
@@ -101,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_demo(sub)
     from sim.cli import calibrate as cli_calibrate
+    from sim.cli import catalog as cli_catalog
     from sim.cli import cluster as cli_cluster
     from sim.cli import plan as cli_plan
     from sim.cli import size as cli_size
@@ -114,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_plan.add_parser(sub)
     sub.choices["plan"].set_defaults(func=cli_plan.run)
+    cli_catalog.add_parsers(sub)
     try:
         from sim.cli import trace as cli_trace
     except ImportError:  # pragma: no cover - optional until the trace loaders land

@@ -113,9 +113,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--progress", action="store_true", help="a progress line per search round on stderr")
     p.add_argument("--json", action="store_true", help="print the whole answer as JSON")
     p.add_argument("--out", help="directory for size.json, candidates.csv, curve.csv and size.html")
+    from sim.cli.catalog import add_vllm_option
     from sim.cli.prices import add_price_options
     from sim.cli.size_cards import add_card_options
 
+    add_vllm_option(p)
     add_card_options(p, _int_list)
     add_price_options(p)
     p.set_defaults(func=run)  # fmt: skip
@@ -136,9 +138,10 @@ def run(args: argparse.Namespace) -> int:
     check_range("", "--tol", args.tol, 0, 1, lo_open=True, hi_open=True)
     check_range("", "--replications", args.replications, 1, 1000)
     check_out_dir(args.out)
+    from sim.cli.catalog import vllm_overrides
     from sim.cli.prices import price_overrides
 
-    cfg = load_config(args.config, [*args.overrides, *price_overrides(args)])
+    cfg = load_config(args.config, [*vllm_overrides(args), *args.overrides, *price_overrides(args)])
     if args.gpus:  # which card, how many, at what cost (sim/cli/size_cards.py)
         from sim.cli import size_cards
 

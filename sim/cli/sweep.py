@@ -41,6 +41,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="an axis of the grid (repeatable); values are TOML",
     )
     add_override_option(p, "override a config value for every point (repeatable)")
+    from sim.cli.catalog import add_vllm_option
+
+    add_vllm_option(p)
     p.add_argument(
         "--slo",
         action="append",
@@ -95,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--address only applies to --backend ray")
     if not str(args.out).endswith((".parquet", ".pq", ".csv")):
         raise ConfigError(f"--out {args.out}: expected a .parquet or .csv file name")
-    cfg = load_config(args.config, args.overrides)
+    from sim.cli.catalog import vllm_overrides
+
+    cfg = load_config(args.config, [*vllm_overrides(args), *args.overrides])
     wl = cfg.workload
     if args.replications > 1 and wl.get("kind", "trace" if "trace" in wl else "open") == "trace":
         print("servesim: note: a replayed trace does not depend on the seed, so its replications repeat one "
