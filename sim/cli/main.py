@@ -27,8 +27,10 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                         "its counts (records every step's rows: slower and larger)")
     from sim.cli.catalog import add_vllm_option
     from sim.cli.prices import add_price_options
+    from sim.cli.progress import add_quiet_option
 
     add_vllm_option(p)
+    add_quiet_option(p)
     add_price_options(p)
     p.set_defaults(func=_run)
 
@@ -51,7 +53,9 @@ def _run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     if args.out and args.step_trace and not cfg.simulation.record_step_trace:
         cfg = replace(cfg, simulation=replace(cfg.simulation, record_step_trace=True))
-    result = simulate(cfg)
+    from sim.cli.progress import show_progress
+
+    result = simulate(cfg, progress=show_progress(args))
     summary = summarize(result, slo=cfg.slo or None)
     if args.out:
         files = write_outputs(result, Path(args.out), slo=cfg.slo or None)

@@ -110,7 +110,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="per-request SLOs: fraction of requests that must meet them (lower CI bound)",
     )
     p.add_argument("--jobs", type=int, default=None, help="parallel processes (default: every CPU)")
-    p.add_argument("--progress", action="store_true", help="a progress line per search round on stderr")
+    p.add_argument("--progress", action="store_true",
+                   help="a progress bar per search round on stderr even when it is not a terminal")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the whole answer as JSON")
     p.add_argument("--out", help="directory for size.json, candidates.csv, curve.csv and size.html")
     from sim.cli.catalog import add_vllm_option
@@ -118,6 +119,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from sim.cli.size_cards import add_card_options
 
     add_vllm_option(p)
+    from sim.cli.progress import add_quiet_option
+
+    add_quiet_option(p)
     add_card_options(p, _int_list)
     add_price_options(p)
     p.set_defaults(func=run)  # fmt: skip
@@ -140,8 +144,10 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(args.out)
     from sim.cli.catalog import vllm_overrides
     from sim.cli.prices import price_overrides
+    from sim.cli.progress import show_progress
 
     cfg = load_config(args.config, [*vllm_overrides(args), *args.overrides, *price_overrides(args)])
+    args.progress = show_progress(args)  # on a terminal unless --quiet (sim/cli/progress.py)
     if args.gpus:  # which card, how many, at what cost (sim/cli/size_cards.py)
         from sim.cli import size_cards
 
