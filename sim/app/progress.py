@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import simpy
 from simpy.core import EmptySchedule
-from tqdm import tqdm
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 EVERY = 4096  # SimPy events between two reads of the counter
 DELAY_S = 2.0  # a run's bar appears only once it has taken this long (quick runs stay silent)
@@ -27,14 +29,33 @@ def wanted(quiet: bool = False, stream: TextIO | None = None) -> bool:
     return not quiet and bool(isatty and isatty())
 
 
+class _NoBar:
+    """What a disabled bar is: every call does nothing (and tqdm is not even imported)."""
+
+    disable = True
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def bar(total: int | None, desc: str, *, enabled: bool, stream: TextIO | None = None, unit: str = "it",
-        delay: float = 0.0, leave: bool = True) -> tqdm:  # fmt: skip
-    """A tqdm bar on stderr (disabled: every call is a no-op)."""
+        delay: float = 0.0, leave: bool = True) -> tqdm | _NoBar:  # fmt: skip
+    """A tqdm bar on stderr; disabled, a no-op stand-in, so a command that draws no bar never loads tqdm."""
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+
     return tqdm(total=total, desc=desc, unit=unit, file=stream if stream is not None else sys.stderr,
-                disable=not enabled, delay=delay, leave=leave, dynamic_ncols=True, smoothing=0.1)  # fmt: skip
+                delay=delay, leave=leave, dynamic_ncols=True, smoothing=0.1)  # fmt: skip
 
 
-def run_env(env: simpy.Environment, progress: tqdm | None = None, count: Callable[[], int] | None = None,
+def run_env(env: simpy.Environment, progress: tqdm | _NoBar | None = None, count: Callable[[], int] | None = None,
             every: int = EVERY) -> None:  # fmt: skip
     """``env.run()`` (no ``until``), updating ``progress`` to ``count()`` every ``every`` events."""
     if progress is None or progress.disable or count is None:

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import pandas as pd
-from tqdm import tqdm
 
 from sim.app.config import _SECTIONS, RunConfig, config_from_dict, engine_keys, parse_value
 from sim.app.progress import bar as progress_bar
@@ -222,7 +221,7 @@ def run_tasks(
         bar.close()
 
 
-def _run_pool(tasks: Sequence[Task], pool: Executor, bar: tqdm, func) -> list[dict[str, Any]]:
+def _run_pool(tasks: Sequence[Task], pool: Executor, bar: Any, func) -> list[dict[str, Any]]:
     results: list[dict[str, Any] | None] = [None] * len(tasks)
     futures = {pool.submit(func, t): i for i, t in enumerate(tasks)}
     pending = set(futures)
@@ -234,7 +233,7 @@ def _run_pool(tasks: Sequence[Task], pool: Executor, bar: tqdm, func) -> list[di
     return results  # type: ignore[return-value]
 
 
-def _run_ray(tasks: Sequence[Task], address: str | None, bar: tqdm, func) -> list[dict[str, Any]]:
+def _run_ray(tasks: Sequence[Task], address: str | None, bar: Any, func) -> list[dict[str, Any]]:
     try:
         import ray
     except ImportError:
