@@ -4,7 +4,8 @@ point (sim/core/plugins.py).
 
 A builder is called as ``builder(table, seed, max_model_len, base_dir)`` with the whole ``[workload]``
 table (its own keys included: the builder validates them) and returns an ``OpenWorkload`` /
-``ClosedWorkload`` or a plain list of ``RequestSpec`` (replayed open loop, in arrival order).
+``ClosedWorkload`` (or any workload with a ``make_source()``, as sessions have) or a plain list of
+``RequestSpec`` (replayed open loop, in arrival order).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def build_named(kind: str, cfg: Mapping[str, Any], seed: Any, max_model_len: int
             raise
         raise ConfigError(f"workload.kind = {kind!r}: cannot be called as builder(table, seed, max_model_len, "
                           f"base_dir): {exc}") from None  # fmt: skip
-    if isinstance(out, OpenWorkload | ClosedWorkload):
+    if isinstance(out, OpenWorkload | ClosedWorkload) or hasattr(out, "make_source"):  # (sessions: its own)
         return out
     if isinstance(out, list | tuple) and all(isinstance(s, RequestSpec) for s in out):
         return OpenWorkload(sorted(out, key=lambda s: s.arrival_time))
