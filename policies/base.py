@@ -10,14 +10,14 @@ Each policy registers with its options class (policies/options.py), in its own f
 from __future__ import annotations
 
 import difflib
-import importlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from policies.options import PolicyOptions
-from sim.core.errors import ConfigError, UnknownNameError
+from sim.core.errors import ConfigError
 from sim.core.fields import check_type
+from sim.core.plugins import resolve
 from sim.core.policy import Policy, PolicyLimits, Quiet, StepPlan
 
 __all__ = ["Policy", "PolicyLimits", "PolicyOptions", "Quiet", "StepPlan", "make_policy",
@@ -47,34 +47,16 @@ def _load_builtins() -> None:
     from policies import llamacpp, ollama, orca, sarathi, static, tgi, trtllm, vllm, vllm_v0  # noqa: F401
 
 
-def _check_name(name: str) -> None:
-    _load_builtins()
-    if name not in _REGISTRY:
-        raise UnknownNameError(f"unknown policy {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+_HOW = "decorate its factory or class with policies.base.register(name, options=...)"
 
 
 def resolve_policy_name(spec: str) -> str:
-    """A registered policy name, or ``"package.module:name"``: the module is imported (its ``@register``
-    runs) and ``name`` (a registered name, or the factory or class registered) is what it registered. So
-    a policy in the user's own file works from a config and the CLI, as Ciw takes plug-ins by argument."""
+    """The registered name for ``spec``: a registered policy name, ``"package.module:name"`` (the module is
+    imported, its ``@register`` runs, and ``name`` is a registered name or the factory or class registered),
+    or the name of a ``servesim.policies`` entry point (loaded on first use). So a policy in the user's own
+    file or package works from a config and the CLI, as Ciw takes plug-ins by argument."""
     _load_builtins()
-    if spec in _REGISTRY or ":" not in spec:
-        return spec
-    mod, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(mod)
-    except ImportError as exc:
-        raise UnknownNameError(f"[engine] policy = {spec!r}: cannot import module {mod!r} ({exc})") from None
-    if attr in _REGISTRY:
-        return attr
-    obj = getattr(module, attr, None)
-    for name, factory in _REGISTRY.items():
-        if obj is not None and factory is obj:
-            return name
-    raise UnknownNameError(
-        f"[engine] policy = {spec!r}: module {mod!r} registers no policy {attr!r} "
-        "(decorate its factory or class with policies.base.register(name, options=...))"
-    )
+    return resolve(spec, _REGISTRY, kind="policy", where="[engine] policy", how=_HOW)
 
 
 def policy_names() -> list[str]:
@@ -83,8 +65,7 @@ def policy_names() -> list[str]:
 
 
 def options_class(name: str) -> type[PolicyOptions]:
-    _check_name(name)
-    return _OPTIONS[name]
+    return _OPTIONS[resolve_policy_name(name)]
 
 
 def policy_defaults(name: str) -> dict[str, Any]:
@@ -158,4 +139,4 @@ def make_policy(
         options = cls.from_dict(options or {}, name)
     elif not isinstance(options, cls):
         raise ConfigError(f"{name} policy: options must be {cls.__name__}, got {type(options).__name__}")
-    return _REGISTRY[name](limits, options)
+    return _REGISTRY[resolve_policy_name(name)](limits, options)

@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from sim.core.errors import ConfigError, UnknownNameError
+from sim.core.errors import ConfigError
+from sim.core.plugins import registrar, resolve
 from sim.core.request import RequestSpec
 
 
@@ -133,12 +134,7 @@ RouterFactory = Callable[[dict[str, Any], RouterContext], Router]
 _REGISTRY: dict[str, RouterFactory] = {}
 
 
-def register(name: str) -> Callable[[RouterFactory], RouterFactory]:
-    def deco(factory: RouterFactory) -> RouterFactory:
-        _REGISTRY[name] = factory
-        return factory
-
-    return deco
+register = registrar(_REGISTRY)  # @register("name") on a factory or class taking (options, ctx)
 
 
 def _load_builtins() -> None:
@@ -159,8 +155,25 @@ def router_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def make_router(name: str, options: dict[str, Any] | None, ctx: RouterContext) -> Router:
+def resolve_router_name(spec: str, where: str = "router") -> str:
+    """The registered name of ``spec``: a router name, ``"package.module:Class"`` (a factory or class
+    taking ``(options, ctx)``, registered or not) or a ``servesim.routers`` entry point (sim/core/plugins.py)."""
     _load_builtins()
-    if name not in _REGISTRY:
-        raise UnknownNameError(f"unknown router {name!r}; known: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name](dict(options or {}), ctx)
+    return resolve(spec, _REGISTRY, kind="router", where=where, adopt=_REGISTRY.__setitem__)
+
+
+def make_router(name: str, options: dict[str, Any] | None, ctx: RouterContext) -> Router:
+    key = resolve_router_name(name)
+    try:
+        router = _REGISTRY[key](dict(options or {}), ctx)
+    except TypeError as exc:
+        if not _plugin(key):
+            raise
+        raise ConfigError(f"router {name!r}: cannot be built as factory(options, ctx): {exc}") from None
+    if not callable(getattr(router, "route", None)):
+        raise ConfigError(f"router {name!r}: built a {type(router).__name__}, which has no route() method")
+    return router
+
+
+def _plugin(key: str) -> bool:
+    return getattr(_REGISTRY[key], "__module__", "").split(".")[0] != "routers"

@@ -6,6 +6,7 @@ Real-trace loaders (Azure, BurstGPT, Mooncake) live in ``workloads.tracefmt``.
 from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig, constant, gamma, make_arrivals, poisson
 from workloads.gen.draws import PriorityMix, SharedPrefix
 from workloads.gen.lengths import LengthDist, clip_to_context, load_csv_column
+from workloads.plugins import register_workload, workload_kinds
 from workloads.synthetic import (
     STREAMS,
     ClosedWorkload,
@@ -35,7 +36,9 @@ __all__ = [
     "load_jsonl",
     "make_arrivals",
     "poisson",
+    "register_workload",
     "save_jsonl",
     "spawn_streams",
     "spec_to_row",
+    "workload_kinds",
 ]

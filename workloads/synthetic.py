@@ -47,6 +47,7 @@ from sim.engine.sources import OpenSource
 from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig, ArrivalStream
 from workloads.gen.draws import Drawer, Draws
 from workloads.gen.lengths import check_keys, read_float, read_int
+from workloads.plugins import build_named, register_workload
 
 STREAMS = ("arrivals", "prompt", "output", "prefix_group", "priority", "think")
 
@@ -303,18 +304,31 @@ def build_workload(
     if max_model_len is not None and (isinstance(max_model_len, bool) or not isinstance(max_model_len, int)):
         raise ConfigError(f"max_model_len: expected an integer, got {max_model_len!r}")
     kind = cfg.get("kind", "trace" if "trace" in cfg else "open")
-    if kind == "trace":  # the trace loader validates its own options
-        if "trace" not in cfg:
-            raise ConfigError("workload.trace: required when kind = 'trace' (path to a .jsonl file)")
-        return _build_trace(cfg, max_model_len, base_dir)
-    if kind == "open":
-        check_keys(cfg, OPEN_KEYS, "workload (open loop)")
-        return _build_open(cfg, seed, max_model_len, base_dir)
-    if kind == "closed":
-        check_keys(cfg, CLOSED_KEYS, "workload (closed loop)")
-        return _build_closed(cfg, seed, max_model_len, base_dir)
-    if kind == "sessions":
-        from workloads.gen.sessions import build_session_workload
+    return build_named(kind, cfg, seed, max_model_len, base_dir)  # workloads/plugins.py
 
-        return build_session_workload(cfg, seed, max_model_len, base_dir=base_dir)
-    raise ConfigError(f"workload.kind: expected 'open', 'closed', 'trace' or 'sessions', got {kind!r}")
+
+# The built-in kinds, registered as any plug-in's would be (workloads/plugins.py).
+@register_workload("trace")
+def _trace(cfg, seed, max_model_len, base_dir) -> OpenWorkload:
+    if "trace" not in cfg:  # the trace loader validates its own options
+        raise ConfigError("workload.trace: required when kind = 'trace' (path to a .jsonl file)")
+    return _build_trace(cfg, max_model_len, base_dir)
+
+
+@register_workload("open")
+def _open(cfg, seed, max_model_len, base_dir) -> SyntheticOpenWorkload:
+    check_keys(cfg, OPEN_KEYS, "workload (open loop)")
+    return _build_open(cfg, seed, max_model_len, base_dir)
+
+
+@register_workload("closed")
+def _closed(cfg, seed, max_model_len, base_dir) -> ClosedWorkload:
+    check_keys(cfg, CLOSED_KEYS, "workload (closed loop)")
+    return _build_closed(cfg, seed, max_model_len, base_dir)
+
+
+@register_workload("sessions")
+def _sessions(cfg, seed, max_model_len, base_dir) -> ClosedWorkload:
+    from workloads.gen.sessions import build_session_workload
+
+    return build_session_workload(cfg, seed, max_model_len, base_dir=base_dir)

@@ -79,9 +79,12 @@ class Cluster:
     def _done_callback(self, index: int):
         return lambda spec, now: self.gateway.on_replica_done(index, spec, now)
 
-    def run(self) -> SimResult:
+    def run(self, progress: bool = False) -> SimResult:
+        """Simulate; ``progress``: a bar of requests arrived at the gateway (sim/app/progress.py)."""
+        from sim.app.progress import run_bar, run_env
+
         t0 = time.perf_counter()
-        self.env.run()
+        run_env(self.env, run_bar(self.workload, "cluster", progress), lambda: len(self.gateway.spec_of))
         return collect_cluster(self, time.perf_counter() - t0)
 
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from routers.base import resolve_router_name
 from sim.app.config import RunConfig, apply_overrides, config_from_dict
 from sim.core.errors import ConfigError
 from sim.core.fields import missing_file, read_utf8
@@ -200,12 +201,12 @@ def _router_spec(raw: Any, where: str, default: str) -> RouterSpec:
     if raw is None:
         return RouterSpec(default)
     if isinstance(raw, str):
-        return RouterSpec(raw)
+        return RouterSpec(resolve_router_name(raw, where))
     t = dict(_table(raw, where))
     name = t.pop("name", default)
     if not isinstance(name, str):
         raise ConfigError(f"{where}.name: expected a router name, got {name!r}")
-    return RouterSpec(name, t)
+    return RouterSpec(resolve_router_name(name, f"{where}.name"), t)
 
 
 def _replica_run(base_raw: dict[str, Any], rep: dict[str, Any], where: str) -> RunConfig:

@@ -174,10 +174,17 @@ def _merge_preset(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _resolve_plugin(raw: dict[str, Any]) -> dict[str, Any]:
-    """``[engine] policy = "package.module:name"``: import the user's module, keep the registered name."""
+    """``[engine] policy = "package.module:name"`` or an entry point's name: load it, keep the registered
+    name; ``[engine] cost_model`` likewise (sim/core/plugins.py)."""
     eng = raw.get("engine")
-    if not isinstance(eng, dict) or not isinstance(eng.get("policy"), str) or ":" not in eng["policy"]:
+    if not isinstance(eng, dict):
         return raw
+    if isinstance(eng.get("cost_model"), str):
+        from sim.cost.costmodel import resolve_cost_model
+
+        eng = {**eng, "cost_model": resolve_cost_model(eng["cost_model"])}
+    if not isinstance(eng.get("policy"), str):
+        return {**raw, "engine": eng}
     from policies.base import resolve_policy_name
 
     return {**raw, "engine": {**eng, "policy": resolve_policy_name(eng["policy"])}}
@@ -228,7 +235,6 @@ def _validate(cfg: RunConfig) -> None:
         from sim.app.results import parse_slo
 
         parse_slo(cfg.slo)  # before the run, not when its summary is made; its errors name [slo]
-    from sim.cost.costmodel import cost_model_names
     from sim.cost.modelspec import kv_dtype_bytes, normalize_dtype
 
     for section, key, check in (("[model]", "dtype", normalize_dtype),
@@ -239,9 +245,9 @@ def _validate(cfg: RunConfig) -> None:
         except ConfigError as exc:
             raise ConfigError(f"{section} {key}: {exc}") from None
 
-    if e.cost_model not in cost_model_names():
-        raise ConfigError(f"[engine] cost_model: unknown cost model {e.cost_model!r}; known: "
-                          f"{', '.join(cost_model_names())}")
+    from sim.cost.costmodel import resolve_cost_model
+
+    resolve_cost_model(e.cost_model)  # a config built without _resolve_plugin (dataclasses.replace)
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:

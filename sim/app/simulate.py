@@ -26,6 +26,7 @@ from sim.app.collect import assemble, engine_counters, engine_rows, spec_rows
 from sim.app.config import RunConfig, shared_engine_keys
 from sim.app.frontend import apply_frontend, with_frontend
 from sim.app.memory import plan_memory
+from sim.app.progress import run_bar, run_env
 from sim.app.results import SimResult
 from sim.app.streams import check_listable, source_for, unsent
 from sim.core.errors import ConfigError
@@ -180,7 +181,8 @@ def resolve(cfg: RunConfig) -> Setup:
     )
 
 
-def simulate(cfg: RunConfig, *, fast_forward: bool = True) -> SimResult:
+def simulate(cfg: RunConfig, *, fast_forward: bool = True, progress: bool = False) -> SimResult:
+    """Run ``cfg``; ``progress``: a bar of arrived requests on stderr where it is a terminal (sim/app/progress.py)."""
     t0 = time.perf_counter()
     setup = resolve(cfg)
     wl_cfg = dict(cfg.workload)
@@ -199,7 +201,7 @@ def simulate(cfg: RunConfig, *, fast_forward: bool = True) -> SimResult:
     recorder = Recorder(trace=cfg.simulation.record_step_trace)
     engine = Engine(env, policy, setup.cost_model, source, recorder, cfg.simulation.horizon, fast_forward,
                     async_scheduling=setup.limits.async_scheduling, client_timeout_s=timeout)
-    env.run()
+    run_env(env, run_bar(workload, "run", progress), lambda: len(engine.requests))
     return apply_frontend(collect(cfg, setup, engine, source, recorder, time.perf_counter() - t0, listed),
                           cfg.frontend, send_time)
 

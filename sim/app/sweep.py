@@ -7,7 +7,8 @@ before anything runs (unknown key, wrong type, negative rate → ConfigError nam
 
 Execution: ``run_tasks`` runs (config, seed) tasks inline (``jobs = 1``), in a local process pool
 (``concurrent.futures``), or on Ray (``backend = "ray"``: an existing cluster at ``address``, else a
-local instance started for the sweep). Progress is one line on stderr. Rows come back in task order.
+local instance started for the sweep). Progress is a tqdm bar on stderr (sim/app/progress.py). Rows come
+back in task order.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ import copy
 import itertools
 import json
 import os
-import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
 from dataclasses import dataclass, fields
@@ -27,6 +26,7 @@ from typing import Any, TextIO
 import pandas as pd
 
 from sim.app.config import _SECTIONS, RunConfig, config_from_dict, engine_keys, parse_value
+from sim.app.progress import bar as progress_bar
 from sim.app.replicate import DEFAULT_LEVEL, interval_table, run_one, seed_list
 from sim.core.errors import ConfigError, ServesimError
 
@@ -178,38 +178,6 @@ def execute(task: Task) -> dict[str, Any]:
         return {"seed": task.seed, "error": f"{type(e).__name__}: {e}"}
 
 
-class Progress:
-    """``label  12/40 [######----]  30%  3.2 s, eta 7.4 s`` redrawn in place on one stderr line."""
-
-    def __init__(self, total: int, label: str, stream: TextIO | None = None, enabled: bool = True) -> None:
-        self.total, self.label, self.done = total, label, 0
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = enabled and total > 0
-        self.t0 = time.perf_counter()
-        self._draw()
-
-    def _draw(self) -> None:
-        if not self.enabled:
-            return
-        frac = self.done / self.total
-        el = time.perf_counter() - self.t0
-        eta = f", eta {el / self.done * (self.total - self.done):.1f} s" if 0 < self.done < self.total else ""
-        bar = "#" * round(20 * frac) + "-" * (20 - round(20 * frac))
-        self.stream.write(
-            f"\r{self.label} {self.done}/{self.total} [{bar}] {100 * frac:3.0f}%  {el:.1f} s{eta}"
-        )
-        self.stream.flush()
-
-    def update(self, n: int = 1) -> None:
-        self.done += n
-        self._draw()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
 def default_jobs() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
@@ -232,7 +200,7 @@ def run_tasks(
         raise ConfigError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
-    bar = Progress(len(tasks), label, stream, enabled=progress)
+    bar = progress_bar(len(tasks), label, enabled=progress and len(tasks) > 0, stream=stream, unit="run")
     try:
         if backend == "ray":
             return _run_ray(tasks, address, bar, func)
@@ -253,7 +221,7 @@ def run_tasks(
         bar.close()
 
 
-def _run_pool(tasks: Sequence[Task], pool: Executor, bar: Progress, func) -> list[dict[str, Any]]:
+def _run_pool(tasks: Sequence[Task], pool: Executor, bar: Any, func) -> list[dict[str, Any]]:
     results: list[dict[str, Any] | None] = [None] * len(tasks)
     futures = {pool.submit(func, t): i for i, t in enumerate(tasks)}
     pending = set(futures)
@@ -265,7 +233,7 @@ def _run_pool(tasks: Sequence[Task], pool: Executor, bar: Progress, func) -> lis
     return results  # type: ignore[return-value]
 
 
-def _run_ray(tasks: Sequence[Task], address: str | None, bar: Progress, func) -> list[dict[str, Any]]:
+def _run_ray(tasks: Sequence[Task], address: str | None, bar: Any, func) -> list[dict[str, Any]]:
     try:
         import ray
     except ImportError:

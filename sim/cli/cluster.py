@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sim.app.config import add_override_option
+from sim.app.tables import fixed_table
 from sim.core.errors import ServesimError, run_command
 
 
@@ -37,7 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary (or summaries) as JSON")
     from sim.cli.outpath import add_plotlyjs_option
     from sim.cli.prices import add_price_options
+    from sim.cli.progress import add_quiet_option
 
+    add_quiet_option(p)
     add_price_options(p)
     add_plotlyjs_option(p)
     p.set_defaults(func=run)
@@ -73,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
             from dataclasses import replace
 
             cfg = replace_base(cfg, simulation=replace(cfg.base.simulation, record_step_trace=True))
-        result = Cluster(cfg).run()
+        from sim.cli.progress import show_progress
+
+        result = Cluster(cfg).run(progress=show_progress(args))
         runs[name] = (result, summarize_cluster(result, slo=cfg.base.slo or None))
     title = f"servesim cluster: {Path(args.config).name}"
     if args.out:
@@ -96,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     if len(runs) > 1 or list(runs) != [""]:
         table = compare_table({n: s for n, (_, s) in runs.items()})
         print("== comparison")
-        print(table.to_string(float_format=lambda x: f"{x:.3g}"))
+        print(fixed_table(table, index=True))
     _print_classes(cfgs, runs)
     return 0
 
@@ -117,7 +122,7 @@ def _print_classes(cfgs: dict, runs: dict) -> None:
             {n or "run": class_rows(res).set_index("priority")[cols] for n, (res, _) in runs.items()}
         )
         print("== by priority")
-        print(t.to_string(float_format=lambda x: f"{x:.3g}"))
+        print(fixed_table(t, index=True))
     for thr in sorted(thresholds):
         t = pd.concat(
             {
@@ -126,7 +131,7 @@ def _print_classes(cfgs: dict, runs: dict) -> None:
             }
         )
         print(f"== by length (prompt + output over {thr} tokens = long)")
-        print(t.to_string(float_format=lambda x: f"{x:.3g}"))
+        print(fixed_table(t, index=True))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,9 +29,13 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--goodput", nargs="+", default=[], metavar="NAME:MS",
                    help="per-request SLOs as vllm bench serve --goodput takes them, e.g. ttft:1000 tpot:50 (ms); "
                         "sets [slo] ttft_ms / tpot_ms / itl_ms / e2el_ms")
+    from sim.cli.catalog import add_vllm_option
     from sim.cli.outpath import add_plotlyjs_option
     from sim.cli.prices import add_price_options
+    from sim.cli.progress import add_quiet_option
 
+    add_vllm_option(p)
+    add_quiet_option(p)
     add_price_options(p)
     cli_intervals.add_options(p)
     add_plotlyjs_option(p)
@@ -45,6 +49,7 @@ def _run(args: argparse.Namespace) -> int:
     from sim.app.results import slo_from_goodput_args, summarize, write_outputs
     from sim.app.simulate import simulate
     from sim.cli import cluster as cli_cluster
+    from sim.cli.catalog import vllm_overrides
     from sim.cli.outpath import check_out_dir
     from sim.cli.prices import price_overrides
 
@@ -52,13 +57,16 @@ def _run(args: argparse.Namespace) -> int:
         return cli_intervals.run(args)
     check_out_dir(args.out)  # before any simulation, so a bad --out does not waste the run
     goodput = [f"slo.{k}={v!r}" for k, v in slo_from_goodput_args(args.goodput).items()]
-    args.overrides = [*args.overrides, *price_overrides(args), *goodput]  # [cost] and [slo] overrides
+    # vLLM flags first, so --set and the [cost] / [slo] options win over them
+    args.overrides = [*vllm_overrides(args), *args.overrides, *price_overrides(args), *goodput]
     if cli_cluster.is_cluster_file(args.config):  # [cluster] / [[replica]] configs: several engines
         return cli_cluster.run(args)
     cfg = load_config(args.config, args.overrides)
     if args.out and args.step_trace and not cfg.simulation.record_step_trace:
         cfg = replace(cfg, simulation=replace(cfg.simulation, record_step_trace=True))
-    result = simulate(cfg)
+    from sim.cli.progress import show_progress
+
+    result = simulate(cfg, progress=show_progress(args))
     summary = summarize(result, slo=cfg.slo or None)
     if args.out:
         files = write_outputs(result, Path(args.out), summary=summary, plotlyjs=args.plotlyjs)
@@ -114,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_demo(sub)
     from sim.cli import calibrate as cli_calibrate
+    from sim.cli import catalog as cli_catalog
     from sim.cli import cluster as cli_cluster
     from sim.cli import compare as cli_compare
     from sim.cli import plan as cli_plan
@@ -129,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_plan.add_parser(sub)
     sub.choices["plan"].set_defaults(func=cli_plan.run)
+    cli_catalog.add_parsers(sub)
     try:
         from sim.cli import trace as cli_trace
     except ImportError:  # pragma: no cover - optional until the trace loaders land

@@ -96,16 +96,22 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="per-request SLOs: fraction of requests that must meet them (lower CI bound)",
     )
     p.add_argument("--jobs", type=int, default=None, help="parallel processes (default: every CPU)")
-    p.add_argument("--progress", action="store_true", help="a progress line per search round on stderr")
+    p.add_argument("--progress", action="store_true",
+                   help="a progress bar per search round on stderr even when it is not a terminal")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the whole answer as JSON")
     p.add_argument("--out", help="directory for size.json, candidates.csv, curve.csv and size.html")
     p.add_argument("--intervals", action="store_true",
                    help="judge percentile SLOs on the prediction interval of the real value: replication spread "
                         "plus the GPU profile's calibration residuals (servesim fit --from-run; docs/intervals.md)")
+    from sim.cli.catalog import add_vllm_option
     from sim.cli.outpath import add_plotlyjs_option
     from sim.cli.prices import add_price_options
     from sim.cli.size_cards import add_card_options
 
+    add_vllm_option(p)
+    from sim.cli.progress import add_quiet_option
+
+    add_quiet_option(p)
     add_card_options(p, _int_list)
     add_price_options(p)
     add_plotlyjs_option(p)
@@ -128,9 +134,12 @@ def run(args: argparse.Namespace) -> int:
     check_range("", "--tol", args.tol, 0, 1, lo_open=True, hi_open=True)
     check_range("", "--replications", args.replications, 1, 1000)
     check_out_dir(args.out)
+    from sim.cli.catalog import vllm_overrides
     from sim.cli.prices import price_overrides
+    from sim.cli.progress import show_progress
 
-    cfg = load_config(args.config, [*args.overrides, *price_overrides(args)])
+    cfg = load_config(args.config, [*vllm_overrides(args), *args.overrides, *price_overrides(args)])
+    args.progress = show_progress(args)  # on a terminal unless --quiet (sim/cli/progress.py)
     if args.gpus:  # which card, how many, at what cost (sim/cli/size_cards.py)
         from sim.cli import size_cards
 

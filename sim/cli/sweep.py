@@ -17,9 +17,8 @@ import math
 import sys
 from typing import Any
 
-import pandas as pd
-
 from sim.app.config import add_override_option
+from sim.app.tables import fixed, fixed_table
 from sim.core.errors import ConfigError
 
 _SHOWN = ("request_throughput", "output_throughput", "p99_ttft_ms", "p99_tpot_ms", "saturated")
@@ -42,8 +41,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="an axis of the grid (repeatable); values are TOML",
     )
     add_override_option(p, "override a config value for every point (repeatable)")
+    from sim.cli.catalog import add_vllm_option
     from sim.cli.size import add_slo_option
 
+    add_vllm_option(p)
     add_slo_option(p, "SLOs for goodput and percentile checks (default: the config's [slo])")
     p.add_argument("--replications", type=int, default=1, help="seeds per point (default 1)")
     p.add_argument("--level", type=float, default=0.95, help="confidence level of the printed intervals")
@@ -56,7 +57,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--address", help="Ray cluster address (default: start a local Ray instance)")
     p.add_argument("--jobs", type=int, default=None, help="local processes (default: every CPU)")
     p.add_argument("--out", required=True, help="results table: .parquet (or .csv)")
-    p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (as --quiet)")
+    from sim.cli.progress import add_quiet_option
+
+    add_quiet_option(p)
     p.add_argument("--json", action="store_true", help="print the per-point table as JSON")
     p.add_argument("--knee-gain", type=float, default=0.1, metavar="FRACTION",
                    help="with an engine.max_num_seqs axis: the knee is where throughput gains less than this "
@@ -65,12 +69,23 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+_YES_NO = ("saturated",)  # fractions of replications: shown as yes / no / "yes 2/3", never with an interval
+
+
 def _cell(mean: Any, lo: Any, hi: Any) -> str:
+    """A mean and its interval's half-width, in fixed notation (sim/app/tables.py)."""
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return "-"
     if lo is None or (isinstance(lo, float) and math.isnan(lo)):
-        return f"{mean:.4g}"
-    return f"{mean:.4g} ±{(hi - lo) / 2:.2g}"
+        return fixed(mean)
+    return f"{fixed(mean)} ±{fixed((hi - lo) / 2)}"
+
+
+def _yes_no(frac: Any, n: int) -> str:
+    if frac is None or (isinstance(frac, float) and math.isnan(frac)):
+        return "-"
+    k = round(float(frac) * n)
+    return "yes" if k == n else "no" if k == 0 else f"yes {k}/{n}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,14 +107,17 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--address only applies to --backend ray")
     if not str(args.out).endswith((".parquet", ".pq", ".csv")):
         raise ConfigError(f"--out {args.out}: expected a .parquet or .csv file name")
-    cfg = load_config(args.config, args.overrides)
+    from sim.cli.catalog import vllm_overrides
+    from sim.cli.progress import show_progress
+
+    cfg = load_config(args.config, [*vllm_overrides(args), *args.overrides])
     wl = cfg.workload
     if args.replications > 1 and wl.get("kind", "trace" if "trace" in wl else "open") == "trace":
         print("servesim: note: a replayed trace does not depend on the seed, so its replications repeat one "
               "run; grid over workload.start/end windows, or use `servesim size` (windows as replications)",
               file=sys.stderr)  # fmt: skip
     df = run_sweep(cfg, grid, replications=args.replications, slo=slo, jobs=args.jobs, backend=args.backend,
-                   address=args.address, progress=not args.no_progress)  # fmt: skip
+                   address=args.address, progress=show_progress(args))  # fmt: skip
     path = write_table(df, args.out)
     agg = aggregate(df, list(grid), level=args.level)
     knees = sweep_knees(df, list(grid), args.knee_gain)  # empty without an engine.max_num_seqs axis
@@ -110,15 +128,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         view = agg[["point", *grid]].copy()
         for m in _SHOWN:
-            if m in agg:
+            if m in agg and m in _YES_NO:
+                view[m] = [_yes_no(a, args.replications) for a in agg[m]]
+            elif m in agg:
                 view[m] = [
                     _cell(a, b, c) for a, b, c in zip(agg[m], agg[f"{m}_lo"], agg[f"{m}_hi"], strict=True)
                 ]
         for m in ("gain_per_doubling", "knee"):
             if m in agg:
                 view[m] = agg[m]
-        with pd.option_context("display.width", 200, "display.max_columns", 30):
-            print(view.to_string(index=False))
+        print(fixed_table(view))
         note = (
             f"{args.replications} replications, {int(100 * args.level)}% t-intervals"
             if args.replications > 1

@@ -15,7 +15,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from sim.core.batch import BatchSummary
-from sim.core.errors import ConfigError, UnknownNameError
+from sim.core.errors import ConfigError
+from sim.core.plugins import registrar, resolve
 from sim.cost.collectives import allreduce_seconds
 from sim.cost.hardware import GpuSpec
 from sim.cost.models import ModelSpec, activation_dtype_bytes, kv_dtype_bytes, normalize_dtype
@@ -443,15 +444,25 @@ class ConstantCostModel:
 _REGISTRY: dict[str, type] = {"roofline": RooflineCostModel, "constant": ConstantCostModel}
 
 
+# ``@register_cost_model(name)`` on a class built like the roofline, ``cls(model=ModelSpec, gpu=GpuSpec,
+# dtype=, kv_cache_dtype=, tensor_parallel_size=, profile=, block_size=)``, offering what CostModel lists.
+register_cost_model = registrar(_REGISTRY)
+
+
 def cost_model_names() -> list[str]:
     """The registered cost models' names (``engine.cost_model``)."""
     return sorted(_REGISTRY)
 
 
+def resolve_cost_model(spec: str) -> str:
+    """The registered name of ``spec``: a name, ``"package.module:Class"`` or a ``servesim.cost_models``
+    entry point (sim/core/plugins.py); a class named by module path is registered under ``spec``."""
+    return resolve(spec, _REGISTRY, kind="cost model", where="[engine] cost_model", adopt=_REGISTRY.__setitem__)
+
+
 def make_cost_model(name: str, **kwargs: Any) -> CostModel:
     """Build a registered cost model. For "roofline", `model` and `gpu` may also be catalogue names."""
-    if name not in _REGISTRY:
-        raise UnknownNameError(f"unknown cost model {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    name = resolve_cost_model(name)
     if name == "roofline":
         if isinstance(kwargs.get("model"), str):
             from sim.cost import models
@@ -462,9 +473,13 @@ def make_cost_model(name: str, **kwargs: Any) -> CostModel:
 
             kwargs["gpu"] = _lookup(hardware, "get_gpu", kwargs["gpu"])
     try:
-        return _REGISTRY[name](**kwargs)
+        cost = _REGISTRY[name](**kwargs)
     except TypeError as e:
         raise ConfigError(f"cost model {name!r}: {e}") from None
+    if not isinstance(cost, CostModel):
+        missing = [m for m in ("step_time", "decode_step_times", "breakdown") if not hasattr(cost, m)]
+        raise ConfigError(f"cost model {name!r}: built a {type(cost).__name__}, which lacks {', '.join(missing)}")
+    return cost
 
 
 def _lookup(module: Any, func: str, key: str) -> Any:

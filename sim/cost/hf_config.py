@@ -43,10 +43,22 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         raise ConfigError(f"cannot read model config {path}: {exc}") from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"{path}: expected a JSON object")
+    return spec_from_hf(cfg, path, name=cfg.get("_name_or_path") or path.parent.name or str(path))
+
+
+def spec_from_hf(cfg: dict[str, Any], path: Path | str, name: str | None = None) -> ModelSpec:
+    """A ModelSpec from the keys of a HF config.json (a file's, or the catalogue's copy in
+    sim/cost/data/models.toml); ``path`` names the source in errors. Multimodal wrappers
+    (Gemma-3, Llama-4, Mistral-3) are read from their ``text_config``."""
+    path = Path(path)
+    name = name or cfg.get("_name_or_path") or str(path)
     quant = cfg.get("quantization_config")  # top level, also for multimodal wrappers
+    wrapper_tie = cfg.get("tie_word_embeddings")
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = cfg["text_config"]  # multimodal wrappers keep the language model here
     model_type = str(cfg.get("model_type", "")).lower()
+    gemma = model_type.startswith("gemma")
+    llama4 = model_type.startswith("llama4")
     L = _int(cfg, "num_hidden_layers", path)
     H = _int(cfg, "hidden_size", path)
     nh = _int(cfg, "num_attention_heads", path)
@@ -73,7 +85,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     n_experts = int(
         cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0
     )
-    per_tok = int(cfg.get("num_experts_per_tok") or 0)
+    per_tok = int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 0)  # gpt-oss: both
     if n_experts and not 1 <= per_tok <= n_experts:
         raise ConfigError(f"{path}: num_experts_per_tok: expected an integer in [1, {n_experts}] (the routed "
                           f"experts), got {cfg.get('num_experts_per_tok')!r}")
@@ -85,7 +97,16 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     if kv_lora:
         hd = int(cfg.get("qk_nope_head_dim") or 0) + qk_rope or hd
     sw = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) is not False else None
-    name = cfg.get("_name_or_path") or path.parent.name or str(path)
+    moe_width = int(cfg.get("moe_intermediate_size") or 0) if n_experts else 0
+    shared = int(cfg.get("n_shared_experts") or (1 if cfg.get("shared_expert_intermediate_size") else 0))
+    if llama4 and n_experts:  # Llama-4: intermediate_size is each expert's (and the shared expert's) width,
+        step = _int(cfg, "interleave_moe_layer_step", path, default=1)  # intermediate_size_mlp the dense one
+        if step != 1:
+            raise ConfigError(f"{path}: interleave_moe_layer_step {step}: only every-layer MoE (1, Llama-4-Scout) "
+                              "is modelled")
+        moe_width, shared = int(inter), 1
+        inter = _int(cfg, "intermediate_size_mlp", path, default=int(inter))
+    tie = cfg.get("tie_word_embeddings", wrapper_tie)
     return ModelSpec(
         name=str(name),
         num_hidden_layers=L,
@@ -96,23 +117,22 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         head_dim=hd,
         vocab_size=_int(cfg, "vocab_size", path),
         max_position_embeddings=max_pos,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", is_opt)),
+        tie_word_embeddings=bool(tie if tie is not None else (is_opt or gemma)),  # Gemma's default ties them
         gated_mlp=gated,
         num_experts=n_experts,
-        experts_per_tok=int(cfg.get("num_experts_per_tok") or 0) if n_experts else 0,
-        num_shared_experts=int(
-            cfg.get("n_shared_experts") or (1 if cfg.get("shared_expert_intermediate_size") else 0)
-        ),
-        moe_intermediate_size=int(cfg.get("moe_intermediate_size") or 0) if n_experts else 0,
+        experts_per_tok=per_tok if n_experts else 0,
+        num_shared_experts=shared,
+        moe_intermediate_size=moe_width,
         first_k_dense_replace=int(cfg.get("first_k_dense_replace") or 0) if n_experts else 0,
         kv_lora_rank=kv_lora,
         qk_rope_head_dim=qk_rope,
         sliding_window=int(sw) if sw else None,
         qkv_bias=bool(cfg.get("attention_bias", model_type.startswith("qwen2"))),
-        linear_bias=is_opt or bool(cfg.get("enable_bias", False)),
+        linear_bias=is_opt or model_type == "gpt_oss" or bool(cfg.get("enable_bias", False)),  # gpt-oss: every
+        # linear layer (attention and experts) has a bias
         layer_norm=is_opt,
-        norms_per_layer=4 if model_type in ("gemma2", "gemma3") else 2,
-        qk_norm=model_type.startswith("qwen3"),
+        norms_per_layer=4 if model_type.startswith(("gemma2", "gemma3")) else 2,
+        qk_norm=model_type.startswith(("qwen3", "gemma3")),  # RMSNorm weights on q and k (Llama-4's has none)
         learned_pos_embeddings=max_pos + 2 if is_opt else 0,  # OPT's position table has a 2-row offset
         qk_nope_head_dim=int(cfg.get("qk_nope_head_dim") or 0),
         v_head_dim=int(cfg.get("v_head_dim") or 0),

@@ -1,8 +1,9 @@
 """Model architectures: the catalogue of named models and ``get_model`` (a name or a HF config.json path).
 
-The catalogue is Python data (no file read at run time). Dims come from the HF config.json of each model
-as collected in ``shared/data/reference/models.csv`` (costmodel.md §4); each is cross-checked by an exact
-match of the computed parameter count with the published total (tests/test_models.py).
+The catalogue is Python data for the models of ``shared/data/reference/models.csv`` (costmodel.md §4), plus
+the published config.json keys of current models in sim/cost/data/models.toml (each with its source), read
+once at import through the same HF-config reader a user's config.json goes through. Every entry's computed
+parameter count is checked against its publisher's total (tests/test_models.py, tests/test_catalogue.py).
 
 ``ModelSpec`` and the dtype / byte arithmetic live in sim/cost/modelspec.py, HF config.json loading in
 sim/cost/hf_config.py; they are re-exported here, so ``from sim.cost.models import ...`` keeps working.
@@ -12,11 +13,12 @@ from __future__ import annotations
 
 import difflib
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
 from sim.core.errors import ConfigError, UnknownNameError
-from sim.cost.hf_config import load_hf_config
+from sim.cost.hf_config import load_hf_config, spec_from_hf
 from sim.cost.modelspec import (
     DTYPE_BYTES,
     QUANT_GROUP_OVERHEAD_BYTES,
@@ -172,7 +174,21 @@ _CATALOGUE: tuple[ModelSpec, ...] = (
     _llama("seed-7b", 32, 4096, 14336, 32, 8, 32000, 4096, num_params_override=7_000_000_000),
 )
 
-_BY_NAME: dict[str, ModelSpec] = {m.name: m for m in _CATALOGUE}
+DATA_FILE = Path(__file__).with_name("data") / "models.toml"
+
+
+def _data_file_models() -> tuple[tuple[ModelSpec, ...], dict[str, str], dict[str, str]]:
+    """(specs, aliases, sources) of models.toml: each entry's ``config`` table is its config.json's keys."""
+    raw = tomllib.loads(DATA_FILE.read_text(encoding="utf-8"))
+    specs, aliases, sources = [], {}, {}
+    for entry in raw["model"]:
+        name = entry["name"]
+        specs.append(spec_from_hf(entry["config"], f"{DATA_FILE.name} [{name}]", name=name))
+        sources[name] = entry["source"]
+        aliases.update({_norm(a): name for a in entry.get("aliases", ())})
+    return tuple(specs), aliases, sources
+
+
 
 # Extra spellings (already-normalized keys, see _norm) -> catalogue name.
 _ALIASES: dict[str, str] = {
@@ -198,7 +214,10 @@ def _norm(name: str) -> str:
     return "".join(tokens)
 
 
-_LOOKUP: dict[str, str] = {_norm(n): n for n in _BY_NAME} | _ALIASES
+_FILE_MODELS, _FILE_ALIASES, SOURCES = _data_file_models()
+_CATALOGUE = (*_CATALOGUE, *_FILE_MODELS)
+_BY_NAME: dict[str, ModelSpec] = {m.name: m for m in _CATALOGUE}
+_LOOKUP: dict[str, str] = {_norm(n): n for n in _BY_NAME} | _ALIASES | _FILE_ALIASES
 
 
 def list_models() -> list[str]:
@@ -223,5 +242,10 @@ def get_model(name_or_path: str) -> ModelSpec:
         return _BY_NAME[_LOOKUP[key]]
     close = difflib.get_close_matches(key, list(_LOOKUP), n=4, cutoff=0.5)
     names = sorted({_LOOKUP[c] for c in close})
+    if "/" in text:  # a Hub id ("org/name"): the catalogue cannot fetch it, a downloaded config.json can
+        near = f"; nearest: {', '.join(names)}" if names else ""
+        raise UnknownNameError(f"model {text!r} is not in the catalogue; pass a config.json path (the model's "
+                               f"config.json from the Hub, or a folder holding it){near} (servesim models lists "
+                               "the catalogue)")  # fmt: skip
     hint = f"; did you mean {', '.join(names)}?" if names else ""
     raise UnknownNameError(f"unknown model {text!r}{hint} Known: {', '.join(list_models())}")

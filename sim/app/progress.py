@@ -1,0 +1,85 @@
+"""Progress bars (tqdm) on stderr for commands that can take a while: a run over a long trace, size, sweep.
+
+Shown only when asked (the CLI asks unless ``--quiet``) and stderr is a terminal, so pipes, logs and tests
+see nothing. A run's bar is driven between SimPy steps, not from the engine: :func:`run_env` is SimPy's own
+``Environment.run`` loop with a counter read every ``EVERY`` events (a check per few thousand events; the
+events, their order and so the results are exactly those of ``env.run()``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TextIO
+
+import simpy
+from simpy.core import EmptySchedule
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+EVERY = 4096  # SimPy events between two reads of the counter
+DELAY_S = 2.0  # a run's bar appears only once it has taken this long (quick runs stay silent)
+
+
+def wanted(quiet: bool = False, stream: TextIO | None = None) -> bool:
+    """Whether to draw: not ``--quiet``, and stderr (or ``stream``) is a terminal."""
+    s = stream if stream is not None else sys.stderr
+    isatty = getattr(s, "isatty", None)
+    return not quiet and bool(isatty and isatty())
+
+
+class _NoBar:
+    """What a disabled bar is: every call does nothing (and tqdm is not even imported)."""
+
+    disable = True
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def bar(total: int | None, desc: str, *, enabled: bool, stream: TextIO | None = None, unit: str = "it",
+        delay: float = 0.0, leave: bool = True) -> tqdm | _NoBar:  # fmt: skip
+    """A tqdm bar on stderr; disabled, a no-op stand-in, so a command that draws no bar never loads tqdm."""
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, file=stream if stream is not None else sys.stderr,
+                delay=delay, leave=leave, dynamic_ncols=True, smoothing=0.1)  # fmt: skip
+
+
+def run_env(env: simpy.Environment, progress: tqdm | _NoBar | None = None, count: Callable[[], int] | None = None,
+            every: int = EVERY) -> None:  # fmt: skip
+    """``env.run()`` (no ``until``), updating ``progress`` to ``count()`` every ``every`` events."""
+    if progress is None or progress.disable or count is None:
+        env.run()
+        return
+    step, done = env.step, 0
+    try:
+        while True:
+            for _ in range(every):
+                step()
+            n = count()
+            progress.update(n - done)
+            done = n
+            progress.set_postfix_str(f"t={env.now:.0f} s", refresh=False)
+    except EmptySchedule:
+        pass
+    finally:
+        progress.update(count() - done)
+        progress.close()
+
+
+def run_bar(what: Any, desc: str, enabled: bool) -> tqdm | None:
+    """The bar of one simulated run of ``what`` (a workload: its length is the total)."""
+    if not enabled:
+        return None
+    total = len(what) if hasattr(what, "__len__") else None
+    return bar(total, desc, enabled=True, unit="req", delay=DELAY_S, leave=False)

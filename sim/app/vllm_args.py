@@ -1,0 +1,184 @@
+"""vLLM engine flags -> servesim config overrides: ``--vllm-args "--max-num-seqs 64 ..."`` or a whole
+``vllm serve MODEL ...`` line.
+
+``FLAGS`` is the table: each vLLM flag servesim models (names as in vLLM's ``EngineArgs``, the CLI spelling
+being the field name in kebab case; ``--no-X`` for its BooleanOptionalAction switches) and the config key it
+sets. Every other flag is named back as not modelled. A value that does not parse is a ConfigError naming the
+flag; values that parse are checked by the config as any ``--set`` would be.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.core.errors import ConfigError
+
+
+def _int(flag: str, text: str) -> int:
+    """vLLM's human-readable integers (``--max-model-len 32k``): k/m/g = 1e3.., K/M/G = 2^10.."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgKMG]?)\s*", text)
+    if not m:
+        raise ConfigError(f"--vllm-args {flag} {text!r}: expected an integer (e.g. 64, 32k, 1K)")
+    num, unit = float(m.group(1)), m.group(2)
+    scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}[unit]
+    value = num * scale
+    if not value.is_integer():
+        raise ConfigError(f"--vllm-args {flag} {text!r}: not a whole number of tokens")
+    return int(value)
+
+
+def _float(flag: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"--vllm-args {flag} {text!r}: expected a number") from None
+
+
+def _word(flag: str, text: str) -> str:
+    if not text or text.startswith("-"):
+        raise ConfigError(f"--vllm-args {flag}: expected a value, got {text!r}")
+    return text
+
+
+def _quantization(flag: str, text: str) -> str | None:
+    """servesim's weight dtype for a ``--quantization`` method; None where the bits are in the checkpoint."""
+    from sim.cost.modelspec import normalize_dtype
+    from sim.cost.quantconfig import _4BIT_METHODS, _FP8_METHODS
+
+    method = _word(flag, text).lower()
+    if method in _FP8_METHODS:
+        return "fp8"
+    if method in _4BIT_METHODS:
+        return "int4"
+    try:
+        normalize_dtype(method)
+    except ConfigError:
+        return None
+    return method  # awq, gptq, ...: model.dtype takes vLLM's method names
+
+
+@dataclass(frozen=True)
+class Flag:
+    key: str  # the config key it sets ("section.key")
+    parse: Callable[[str, str], Any] | None  # None: a switch (no value; --no-X gives False)
+    note: str = ""
+
+
+# vLLM EngineArgs flag -> servesim config key. Names checked against vllm/engine/arg_utils.py (EngineArgs
+# fields; the CLI is each field in kebab case) and, for swap_space / preemption_mode, the V0 engine's flags.
+FLAGS: dict[str, Flag] = {
+    "--model": Flag("model.name", _word),
+    "--dtype": Flag("model.dtype", _word),
+    "--quantization": Flag("model.dtype", _quantization),  # wins over --dtype: servesim's dtype is the weights'
+
+    "--max-model-len": Flag("engine.max_model_len", _int),
+    "--max-num-seqs": Flag("engine.max_num_seqs", _int),
+    "--max-num-batched-tokens": Flag("engine.max_num_batched_tokens", _int),
+    "--gpu-memory-utilization": Flag("engine.gpu_memory_utilization", _float),
+    "--block-size": Flag("engine.block_size", _int),
+    "--kv-cache-dtype": Flag("engine.kv_cache_dtype", _word),
+    "--num-gpu-blocks-override": Flag("engine.num_gpu_blocks_override", _int),
+    "--enable-prefix-caching": Flag("engine.enable_prefix_caching", None),
+    "--enable-chunked-prefill": Flag("engine.enable_chunked_prefill", None),
+    "--async-scheduling": Flag("engine.async_scheduling", None),
+    "--scheduling-policy": Flag("engine.scheduling_policy", _word),
+    "--tensor-parallel-size": Flag("hardware.tensor_parallel_size", _int),
+    "--long-prefill-token-threshold": Flag("engine.long_prefill_token_threshold", _int),
+    "--preemption-mode": Flag("engine.preemption_mode", _word),
+    "--swap-space": Flag("engine.swap_space", _float),
+}
+SHORT = {"-tp": "--tensor-parallel-size", "-q": "--quantization"}
+# Keys only some presets model (their options classes): elsewhere the flag is named as not modelled.
+PRESET_KEYS = {"engine.long_prefill_token_threshold", "engine.preemption_mode", "engine.swap_space"}
+# vLLM's "let the engine decide" values: servesim's default already is that.
+AUTO = {"--max-model-len": ("auto", "-1")}
+
+
+@dataclass
+class Translation:
+    """What a vLLM command line means to servesim: ``--set`` overrides, and the flags it leaves aside."""
+
+    overrides: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # one line each: "--foo (not modelled)"
+    model: str | None = None
+
+
+def _tokens(text: str) -> list[str]:
+    try:
+        toks = shlex.split(text)
+    except ValueError as exc:
+        raise ConfigError(f"--vllm-args {text!r}: cannot split it as a shell line ({exc})") from None
+    if toks[:2] == ["vllm", "serve"]:
+        return toks[2:]
+    for i, t in enumerate(toks):  # python -m vllm.entrypoints.openai.api_server ...
+        if t.startswith("vllm.entrypoints"):
+            return toks[i + 1:]
+    return toks
+
+
+def _canonical(flag: str) -> str:
+    """vLLM accepts ``--max_num_seqs`` for ``--max-num-seqs`` (its parser rewrites underscores)."""
+    return SHORT.get(flag, flag if not flag.startswith("--") else "--" + flag[2:].replace("_", "-"))
+
+
+def translate(text: str, accepted_keys: Sequence[str] = ()) -> Translation:
+    """The overrides for ``text`` (a vLLM flag list or a ``vllm serve MODEL ...`` line). ``accepted_keys``:
+    the preset-specific ``[engine]`` keys the run's preset models (PRESET_KEYS outside them are ignored)."""
+    toks, out, i = _tokens(text), Translation(), 0
+    quant: str | None = None
+    while i < len(toks):
+        tok = toks[i]
+        i += 1
+        if not tok.startswith("-") or tok == "-":
+            if out.model is not None:
+                raise ConfigError(f"--vllm-args: unexpected argument {tok!r} (the model is {out.model!r})")
+            out.model = tok
+            out.overrides.append(f"model.name={json.dumps(tok)}")
+            continue
+        flag, eq, inline = tok.partition("=")
+        flag = _canonical(flag)
+        negated = flag.startswith("--no-") and _canonical("--" + flag[5:]) in FLAGS
+        spec = FLAGS.get("--" + flag[5:] if negated else flag)
+        if spec is None:  # not modelled: skip its value too (the next token, unless it is a flag)
+            if not eq and i < len(toks) and not toks[i].startswith("-"):
+                i += 1
+            out.ignored.append(f"{flag} (not modelled)")
+            continue
+        if spec.parse is None:
+            if eq:
+                raise ConfigError(f"--vllm-args {tok}: {flag} is a switch and takes no value "
+                                  f"(use {flag} or --no-{flag[2:]})")  # fmt: skip
+            value: Any = not negated
+        else:
+            if negated:
+                raise ConfigError(f"--vllm-args {flag}: not a switch; give {flag[5:]} a value")
+            if not eq:
+                if i >= len(toks):
+                    raise ConfigError(f"--vllm-args {flag}: expects a value")
+                inline, i = toks[i], i + 1
+            if inline in AUTO.get(flag, ()):
+                continue
+            value = spec.parse(flag, inline)
+            if value is None:
+                out.ignored.append(f"{flag} {inline} (its bits come from the checkpoint's quantization_config; "
+                                   "or set model.dtype)")  # fmt: skip
+                continue
+        name = flag if not negated else "--" + flag[5:]
+        if spec.key in PRESET_KEYS and spec.key.split(".")[1] not in accepted_keys:
+            out.ignored.append(f"{name} (not modelled by this preset)")
+            continue
+        if spec.key == "model.name":
+            out.model = str(value)
+        if flag == "--quantization":
+            quant = value
+        elif not (spec.key == "model.dtype" and quant is not None):
+            out.overrides.append(f"{spec.key}={json.dumps(value)}")
+    if quant is not None:  # --dtype names the activations in vLLM; the weights are the quantized ones
+        out.overrides = [o for o in out.overrides if not o.startswith("model.dtype=")]
+        out.overrides.append(f"model.dtype={json.dumps(quant)}")
+    return out
