@@ -57,7 +57,8 @@ class LlamaCppOptions(PolicyOptions):
                           free_fraction=1.0, context_knob="n_ctx", context_tokens=self.n_ctx, max_model_len=max(1, self.n_ctx // n_par))
 
     def from_memory(self, plan: Any, limits: dict[str, Any], explicit: Any) -> LlamaCppOptions:
-        fixed_token_pool(self.n_ctx, "n_ctx", plan, limits)  # LC-1: n_ctx tokens of KV up front
+        fixed_token_pool(self.n_ctx, "n_ctx", plan, limits,  # LC-1: n_ctx tokens of KV up front
+                         "; llama.cpp fails to allocate it (lower -c or offload fewer layers)")
         return self
 
 

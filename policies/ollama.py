@@ -55,7 +55,8 @@ class OllamaOptions(PolicyOptions):
 
     def from_memory(self, plan: Any, limits: dict[str, Any], explicit: Any) -> OllamaOptions:
         # OL-1: the runner gets num_ctx x OLLAMA_NUM_PARALLEL tokens of KV.
-        fixed_token_pool(self.num_ctx * limits["max_num_seqs"], "num_ctx x num_parallel", plan, limits)
+        fixed_token_pool(self.num_ctx * limits["max_num_seqs"], "num_ctx x num_parallel", plan, limits,
+                         "; Ollama would offload layers to the CPU instead (llm/memory.go), which is not modelled")
         return self
 
 

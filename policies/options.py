@@ -161,7 +161,7 @@ class PolicyOptions:
         return self
 
 
-def fixed_token_pool(total: int, knob: str, plan: Any, limits: dict[str, Any]) -> None:
+def fixed_token_pool(total: int, knob: str, plan: Any, limits: dict[str, Any], hint: str = "") -> None:
     """A slot engine allocating ``total`` tokens of KV up front, no paging (llama.cpp LC-1, Ollama OL-1):
     check it fits and report the pool in tokens (blocks of 1), as the slot policies count it."""
     if total < 1:
@@ -170,7 +170,7 @@ def fixed_token_pool(total: int, knob: str, plan: Any, limits: dict[str, Any]) -
     if need > plan.kv_budget_bytes:
         raise ConfigError(
             f"[engine] {knob} = {total} tokens needs {need / GIB:.2f} GiB of KV cache, only "
-            f"{plan.kv_budget_bytes / GIB:.2f} GiB fit on this GPU (memory plan)"
+            f"{plan.kv_budget_bytes / GIB:.2f} GiB fit on this GPU (memory plan){hint}"
         )
     limits["block_size"] = 1
     limits["num_gpu_blocks"] = total + 1

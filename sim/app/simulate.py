@@ -66,7 +66,8 @@ def _plan(cfg: RunConfig, model: Any, gpu: Any, block_size: int, max_num_seqs: i
     """The memory plan under the preset's start-up rule (policies/options.py MemoryRule)."""
     e = cfg.engine
     tp = cfg.hardware.tensor_parallel_size
-    max_model_len = e.max_model_len or rule.max_model_len
+    # a slot engine's per-request context (llama.cpp accepts n_ctx beyond training with a warning)
+    max_model_len = e.max_model_len or (rule.max_model_len and min(rule.max_model_len, model.max_position_embeddings))
     over = engine_overheads(rule, model, tokens=rule.profile_tokens, max_num_seqs=max_num_seqs,
                             max_model_len=max_model_len or model.max_position_embeddings, tensor_parallel_size=tp,
                             dtype=normalize_dtype(weight_dtype(cfg.model.dtype, model.quantization)))
