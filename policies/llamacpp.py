@@ -18,11 +18,12 @@ Default ``ctx_shift = false`` follows llama.cpp since PR #15416 (Aug 2025); the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from policies.base import PolicyLimits, StepPlan, register
-from policies.options import PolicyOptions, fixed_token_pool, invalid
+from policies.options import MemoryRule, PolicyOptions, fixed_token_pool, invalid
 from policies.slots import Slot, SlotPolicy, common_prefix
 from sim.core.errors import ConfigError
 from sim.core.request import Request, RequestSpec
@@ -46,8 +47,18 @@ class LlamaCppOptions(PolicyOptions):
         if not 0 <= self.slot_prompt_similarity <= 1:
             raise invalid("slot_prompt_similarity", self.slot_prompt_similarity, "in [0, 1]")
 
+    GPU_MEMORY_UTILIZATION = 1.0  # no cap: llama.cpp allocates weights, n_ctx of KV and its buffers
+
+    def memory_rule(self, limits: Mapping[str, Any], explicit: Mapping[str, Any], max_model_len: int) -> MemoryRule:
+        """KV = n_ctx tokens up front; the ggml compute buffer is sized for one ubatch at n_ctx; the input
+        embedding stays on the host (sim/app/engine_memory.py). A request's context is n_ctx / n_parallel."""
+        n_par = max(1, int(limits["max_num_seqs"]))
+        return MemoryRule(profile="llamacpp", profile_tokens=int(limits["max_num_batched_tokens"]),
+                          free_fraction=1.0, context_knob="n_ctx", context_tokens=self.n_ctx, max_model_len=max(1, self.n_ctx // n_par))
+
     def from_memory(self, plan: Any, limits: dict[str, Any], explicit: Any) -> LlamaCppOptions:
-        fixed_token_pool(self.n_ctx, "n_ctx", plan, limits)  # LC-1: n_ctx tokens of KV up front
+        fixed_token_pool(self.n_ctx, "n_ctx", plan, limits,  # LC-1: n_ctx tokens of KV up front
+                         "; llama.cpp fails to allocate it (lower -c or offload fewer layers)")
         return self
 
 

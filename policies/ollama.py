@@ -17,11 +17,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from policies.base import PolicyLimits, StepPlan, register
-from policies.options import PolicyOptions, fixed_token_pool, invalid
+from policies.options import MemoryRule, PolicyOptions, fixed_token_pool, invalid
 from policies.slots import Slot, SlotPolicy, common_prefix
 from sim.core.request import Request
 
@@ -43,9 +44,19 @@ class OllamaOptions(PolicyOptions):
         if self.max_queue < 1:
             raise invalid("max_queue", self.max_queue, ">= 1")
 
+    GPU_MEMORY_UTILIZATION = 1.0  # no cap: Ollama fits layers into the free VRAM (llm/memory.go)
+
+    def memory_rule(self, limits: Mapping[str, Any], explicit: Mapping[str, Any], max_model_len: int) -> MemoryRule:
+        """OL-1: KV = num_ctx x num_parallel up front; the graph as Ollama estimates it (fs/ggml/ggml.go
+        GraphSize) and its 457 MiB per CUDA GPU (sim/app/engine_memory.py). A request's context is num_ctx."""
+        n_par = max(1, int(limits["max_num_seqs"]))
+        return MemoryRule(profile="ollama", profile_tokens=int(limits["max_num_batched_tokens"]),
+                          free_fraction=1.0, context_knob="num_ctx x num_parallel", context_tokens=self.num_ctx * n_par, max_model_len=max(1, self.num_ctx))
+
     def from_memory(self, plan: Any, limits: dict[str, Any], explicit: Any) -> OllamaOptions:
         # OL-1: the runner gets num_ctx x OLLAMA_NUM_PARALLEL tokens of KV.
-        fixed_token_pool(self.num_ctx * limits["max_num_seqs"], "num_ctx x num_parallel", plan, limits)
+        fixed_token_pool(self.num_ctx * limits["max_num_seqs"], "num_ctx x num_parallel", plan, limits,
+                         "; Ollama would offload layers to the CPU instead (llm/memory.go), which is not modelled")
         return self
 
 

@@ -11,6 +11,7 @@ options class declares, in the policy's own file:
 - ``LIMIT_FIELDS``: own knobs that resolve() hands to ``PolicyLimits`` (where the policy reads them);
 - ``SCHEDULING_POLICIES`` it models, and ``VLLM_BUDGET_RULE`` (vLLM's "no chunked prefill -> budget =
   max(max_model_len, 2048)", engines.md §1.1);
+- ``memory_rule`` / ``GPU_MEMORY_UTILIZATION``: how the engine sizes its KV cache at start-up;
 - ``from_memory``: what it derives from the memory plan (and preset-specific default resolution).
 
 Fields marked ``derived()`` are not user knobs: ``from_memory`` fills them (tests may pass them directly).
@@ -50,6 +51,26 @@ def invalid(knob: str, value: Any, allowed: str) -> ConfigError:
 
 
 @dataclass(frozen=True)
+class MemoryRule:
+    """How an engine turns GPU memory into a KV budget at start-up. Data only: sim/app/engine_memory.py
+    estimates the overheads of ``profile`` and sim/app/memory.py does the arithmetic; the sources are in
+    docs/memory_reservations.md.
+
+    ``free_fraction`` None is vLLM's rule: KV = util x total - (weights + activation + non-torch). A
+    number is the rule of engines that size the KV from what is free once they are loaded (TensorRT-LLM's
+    free_gpu_memory_fraction, TGI's wiggle room; 1.0 for llama.cpp / Ollama / HF, which reserve no
+    headroom): KV = free_fraction x (util x total - CUDA context - weights - activation - non-torch)."""
+
+    profile: str = "vllm"  # the start-up pass the activation estimate follows (sim/app/engine_memory.py)
+    profile_tokens: int = 2048  # its token budget (max_num_batched_tokens, max_num_tokens, chunk_size, ...)
+    free_fraction: float | None = None
+    context_tokens: int | None = None  # tokens of KV the graph is sized for (llama.cpp n_ctx, Ollama)
+    context_knob: str = ""  # the knob that sets context_tokens, named when the plan fails
+    max_model_len: int | None = None  # per-request context when [engine] max_model_len is unset
+    cap_max_model_len: bool = False  # unset max_model_len: cap to what fits (TGI, HF) instead of failing
+
+
+@dataclass(frozen=True)
 class PolicyOptions:
     """Base class (no knobs). Subclasses are frozen dataclasses; see the module docstring."""
 
@@ -58,6 +79,9 @@ class PolicyOptions:
     LIMIT_FIELDS: ClassVar[tuple[str, ...]] = ()
     SCHEDULING_POLICIES: ClassVar[tuple[str, ...]] = ("fcfs",)
     VLLM_BUDGET_RULE: ClassVar[bool] = False
+    # [engine] gpu_memory_utilization when the config leaves it out: vLLM's 0.9 of the total; 1.0 (the
+    # whole card) for engines with no such cap, where it is only the card's share (two engines on a card).
+    GPU_MEMORY_UTILIZATION: ClassVar[float] = 0.9
 
     def __post_init__(self) -> None:
         self.validate()
@@ -107,11 +131,23 @@ class PolicyOptions:
             raise KeyError(key)
         return getattr(self, key)
 
-    @classmethod
-    def profile_seqs(cls, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int) -> int:
-        """Rows of logits in the engine's memory-profiling pass (the sampler term of the activation
-        estimate, sim/app/memory.py). vLLM's profile_run samples min(max_num_seqs, tokens) dummy rows."""
-        return max_num_seqs
+    def memory_rule(self, limits: Mapping[str, Any], explicit: Mapping[str, Any], max_model_len: int) -> MemoryRule:
+        """How this engine sizes its KV cache at start-up (sim/app/engine_memory.py applies it). ``limits``:
+        the shared limits as picked (max_num_seqs, max_num_batched_tokens, enable_chunked_prefill, ...);
+        ``explicit``: those the user set (None: not set); ``max_model_len``: as given, else the model's.
+        vLLM V1 (and the default): profile_run over the scheduler's token budget."""
+        return MemoryRule(profile_tokens=self.budget_tokens(limits, explicit, max_model_len))
+
+    def budget_tokens(
+        self, limits: Mapping[str, Any], explicit: Mapping[str, Any], max_model_len: int,
+        chunked: bool | None = None,
+    ) -> int:
+        """max_num_batched_tokens as the engine will use it: with VLLM_BUDGET_RULE and no chunked prefill
+        an unset budget is max(max_model_len, 2048) (engines.md §1.1)."""
+        chunked = limits["enable_chunked_prefill"] if chunked is None else chunked
+        if self.VLLM_BUDGET_RULE and not chunked and explicit["max_num_batched_tokens"] is None:
+            return max(max_model_len, 2048)
+        return int(limits["max_num_batched_tokens"])
 
     # ---- resolution -----------------------------------------------------------------------------------
     def limit_values(self) -> dict[str, Any]:
@@ -125,7 +161,7 @@ class PolicyOptions:
         return self
 
 
-def fixed_token_pool(total: int, knob: str, plan: Any, limits: dict[str, Any]) -> None:
+def fixed_token_pool(total: int, knob: str, plan: Any, limits: dict[str, Any], hint: str = "") -> None:
     """A slot engine allocating ``total`` tokens of KV up front, no paging (llama.cpp LC-1, Ollama OL-1):
     check it fits and report the pool in tokens (blocks of 1), as the slot policies count it."""
     if total < 1:
@@ -134,7 +170,7 @@ def fixed_token_pool(total: int, knob: str, plan: Any, limits: dict[str, Any]) -
     if need > plan.kv_budget_bytes:
         raise ConfigError(
             f"[engine] {knob} = {total} tokens needs {need / GIB:.2f} GiB of KV cache, only "
-            f"{plan.kv_budget_bytes / GIB:.2f} GiB fit on this GPU (memory plan)"
+            f"{plan.kv_budget_bytes / GIB:.2f} GiB fit on this GPU (memory plan){hint}"
         )
     limits["block_size"] = 1
     limits["num_gpu_blocks"] = total + 1

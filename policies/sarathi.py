@@ -15,11 +15,13 @@ modelled. Unlike vLLM V1, a step that preempted may still admit (the Sarathi cod
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
-from policies.options import PolicyOptions, invalid
+from policies.options import MemoryRule, PolicyOptions, invalid
 from policies.preemption import preempt_recompute
 from sim.core.errors import ConfigError
 from sim.core.request import Request, Status
@@ -37,10 +39,16 @@ class SarathiOptions(PolicyOptions):
     ALIASES = {"chunk_size": "max_num_batched_tokens"}  # Sarathi-Serve's name for the token budget
 
     watermark: float = 0.01
+    GPU_MEMORY_UTILIZATION = 0.8  # sarathi/config/config.py WorkerConfig.gpu_memory_utilization
 
     def validate(self) -> None:
         if not 0 <= self.watermark < 1:
             raise invalid("watermark", self.watermark, "in [0, 1)")
+
+    def memory_rule(self, limits: Mapping[str, Any], explicit: Mapping[str, Any], max_model_len: int) -> MemoryRule:
+        """sarathi/model_executor/model_runner.py profile_num_available_blocks: one forward of a chunk_size
+        chunk, no sampler; KV = total x util - torch.cuda.max_memory_allocated() (no non-torch term)."""
+        return MemoryRule(profile="sarathi", profile_tokens=int(limits["max_num_batched_tokens"]))
 
 
 class SarathiPolicy(QueuedPolicy):

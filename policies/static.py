@@ -7,13 +7,15 @@ tokens) until the longest row ends, and every result is returned at the batch's 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from policies.base import PolicyLimits, StepPlan, register
 from policies.common import QueuedPolicy
-from policies.options import PolicyOptions, invalid
+from policies.options import MemoryRule, PolicyOptions, invalid
 from sim.core.batch import BatchSummary
 from sim.core.request import Request, Status
 
@@ -32,6 +34,14 @@ class StaticOptions(PolicyOptions):
     VLLM_BUDGET_RULE = True
 
     max_new_tokens: int | None = None  # HF generate's max_new_tokens (None: the batch's longest output)
+    GPU_MEMORY_UTILIZATION = 1.0  # HF reserves nothing: the whole card (a share of it when set)
+
+    def memory_rule(self, limits: Mapping[str, Any], explicit: Mapping[str, Any], max_model_len: int) -> MemoryRule:
+        """HF-4: no pre-reservation, the cache grows until the GPU is full; the budget is the device less
+        the CUDA context, weights and a prefill's intermediates, and a long max_model_len never stops it
+        from starting (sim/app/engine_memory.py)."""
+        return MemoryRule(profile="hf", profile_tokens=int(limits["max_num_batched_tokens"]), free_fraction=1.0,
+                          cap_max_model_len=True)
 
     def validate(self) -> None:
         if self.max_new_tokens is not None and self.max_new_tokens < 1:

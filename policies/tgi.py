@@ -19,12 +19,13 @@ the following steps before new entries are considered.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
-from policies.options import PolicyOptions, invalid
+from policies.options import MemoryRule, PolicyOptions, invalid
 from sim.core.errors import ConfigError
 from sim.core.request import Request, RequestSpec, Status
 
@@ -44,6 +45,9 @@ class TgiOptions(PolicyOptions):
     waiting_served_ratio: float = 0.3
     max_waiting_tokens: int = 20
     max_batch_total_tokens: int | None = None  # None: inferred from memory (the whole KV pool)
+    wiggle_room: float = 0.90  # TGI_WIGGLE_ROOM: the share of free memory after warmup the KV cache takes
+    # [engine] gpu_memory_utilization plays TGI's --cuda-memory-fraction (default 1.0: the whole card).
+    GPU_MEMORY_UTILIZATION = 1.0
 
     def validate(self) -> None:
         for key in ("max_concurrent_requests", "max_waiting_tokens"):
@@ -51,6 +55,16 @@ class TgiOptions(PolicyOptions):
                 raise invalid(key, getattr(self, key), ">= 1")
         if not self.waiting_served_ratio >= 0:
             raise invalid("waiting_served_ratio", self.waiting_served_ratio, ">= 0")
+        if not 0 < self.wiggle_room < 1:  # TGI asserts 0 < TGI_WIGGLE_ROOM < 1
+            raise invalid("wiggle_room", self.wiggle_room, "in (0, 1)")
+
+    def memory_rule(self, limits: Mapping[str, Any], explicit: Mapping[str, Any], max_model_len: int) -> MemoryRule:
+        """Warmup (server/text_generation_server/models/flash_causal_lm.py): a prefill of
+        max_batch_prefill_tokens, with prefill logprobs (backends/v3 grpc_client.rs), then KV =
+        TGI_WIGGLE_ROOM x (free - (1 - cuda_memory_fraction) x total); unset max_input/total tokens come
+        from what fits (launcher passes None to the warmup). docs/memory_reservations.md."""
+        return MemoryRule(profile="tgi", profile_tokens=int(limits["max_num_batched_tokens"]),
+                          free_fraction=self.wiggle_room, cap_max_model_len=True)
 
     def from_memory(self, plan: Any, limits: dict[str, Any], explicit: Any) -> TgiOptions:
         mbtt = self.max_batch_total_tokens

@@ -21,11 +21,13 @@ LLM-API values (2048 / 8192), which engines.md §2.1 could not verify from sourc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
-from policies.options import PolicyOptions, invalid
+from policies.options import MemoryRule, PolicyOptions, invalid
 from policies.preemption import preempt_recompute
 from sim.core.request import Request, RequestSpec, Status
 
@@ -52,20 +54,24 @@ class TrtllmOptions(PolicyOptions):
     capacity_scheduler_policy: str = "GUARANTEED_NO_EVICT"
     context_chunking_policy: str = "FIRST_COME_FIRST_SERVED"
 
-    @classmethod
-    def profile_seqs(cls, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int) -> int:
-        """TensorRT-LLM (PyTorch backend, KvCacheCreator._create_dummy_context_requests in
-        tensorrt_llm/_torch/pyexecutor/_util.py) profiles with dummy *context* requests of
-        min(max_num_tokens, max_seq_len) tokens each, max_tokens=1, filling max_num_tokens: the logits
-        are one row per dummy request, not max_batch_size rows as in vLLM's sampler dummy run."""
-        per_request = max(1, min(max_num_batched_tokens, max_model_len))
-        return min(max_num_seqs, -(-max_num_batched_tokens // per_request))
+    free_gpu_memory_fraction: float = 0.9  # KvCacheConfig: the share of free memory the KV cache takes
+    GPU_MEMORY_UTILIZATION = 1.0  # no cap of its own: [engine] gpu_memory_utilization is the card's share
+
+    def memory_rule(self, limits: Mapping[str, Any], explicit: Mapping[str, Any], max_model_len: int) -> MemoryRule:
+        """PyTorch backend, tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator: dummy *context*
+        requests of min(max_num_tokens, max_seq_len) tokens fill max_num_tokens (one logits row each);
+        ``_cal_max_memory``: KV = (total - peak) x free_gpu_memory_fraction, peak = torch peak + non-torch
+        (CUDA context, NCCL, CUDA graphs). docs/memory_reservations.md."""
+        return MemoryRule(profile="trtllm", profile_tokens=int(limits["max_num_batched_tokens"]),
+                          free_fraction=self.free_gpu_memory_fraction)
 
     def validate(self) -> None:
         if self.capacity_scheduler_policy not in POLICIES:
             raise invalid("capacity_scheduler_policy", self.capacity_scheduler_policy, f"one of {POLICIES}")
         if self.context_chunking_policy not in CHUNKING:
             raise invalid("context_chunking_policy", self.context_chunking_policy, f"one of {CHUNKING}")
+        if not 0 < self.free_gpu_memory_fraction <= 1:
+            raise invalid("free_gpu_memory_fraction", self.free_gpu_memory_fraction, "in (0, 1]")
 
 
 class TrtllmPolicy(QueuedPolicy):

@@ -15,12 +15,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
-from policies.options import GIB, PolicyOptions, derived, invalid
+from policies.options import GIB, MemoryRule, PolicyOptions, derived, invalid
 from policies.preemption import preempt_recompute, preempt_swap, swap_in
 from sim.core.request import Request, RequestSpec, Status
 from sim.kv import KVCacheManager
@@ -55,12 +56,23 @@ class VllmV0Options(PolicyOptions):
         if not self.scheduler_delay_factor >= 0:
             raise invalid("scheduler_delay_factor", self.scheduler_delay_factor, ">= 0")
 
+    @staticmethod
+    def chunked_prefill(limits: Mapping[str, Any], explicit: Mapping[str, Any], max_model_len: int) -> bool:
+        """engines.md §1.5: V0 turns chunked prefill on by itself when max_model_len > 32768."""
+        if explicit["enable_chunked_prefill"] is not None:
+            return bool(limits["enable_chunked_prefill"])
+        return bool(limits["enable_chunked_prefill"]) or max_model_len > 32768
+
+    def memory_rule(self, limits: Mapping[str, Any], explicit: Mapping[str, Any], max_model_len: int) -> MemoryRule:
+        """V0's profile_run covers the budget it will schedule (max(max_model_len, 2048) without chunked
+        prefill), and its non-torch term is all non-torch memory, CUDA context included (vllm/worker/
+        worker.py determine_num_available_blocks; sim/app/engine_memory.py)."""
+        chunked = self.chunked_prefill(limits, explicit, max_model_len)
+        return MemoryRule(profile="vllm-v0",
+                          profile_tokens=self.budget_tokens(limits, explicit, max_model_len, chunked))
+
     def from_memory(self, plan: Any, limits: dict[str, Any], explicit: Any) -> VllmV0Options:
-        if explicit["enable_chunked_prefill"] is None:
-            # engines.md §1.5: V0 turns chunked prefill on by itself when max_model_len > 32768.
-            limits["enable_chunked_prefill"] = (
-                limits["enable_chunked_prefill"] or limits["max_model_len"] > 32768
-            )
+        limits["enable_chunked_prefill"] = self.chunked_prefill(limits, explicit, limits["max_model_len"])
         # engines.md V0-1: num_cpu_blocks = floor(swap_space_bytes / cache_block_size).
         return dataclasses.replace(self, num_cpu_blocks=int(self.swap_space * GIB) // plan.block_bytes)
 

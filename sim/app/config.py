@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from policies.base import all_preset_keys, parse_engine_options
+from policies.base import all_preset_keys, options_class, parse_engine_options, policy_names
 from sim.app.frontend import FrontendConfig, frontend_from_dict
 from sim.app.prices import CostConfig, cost_from_dict
 from sim.core.errors import ConfigError
@@ -41,7 +41,7 @@ class EngineConfig:
     max_num_batched_tokens: int | None = None
     max_model_len: int | None = None  # None: the model's max_position_embeddings, capped to what fits
     block_size: int | None = None  # None: the preset's (vLLM 16, TensorRT-LLM 32)
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float = 0.9  # left out of a config: the preset's GPU_MEMORY_UTILIZATION
     kv_cache_dtype: str = "auto"
     num_gpu_blocks_override: int | None = None
     enable_prefix_caching: bool | None = None
@@ -131,8 +131,12 @@ def _build_engine(raw: dict[str, Any], fields: dict[str, Any]) -> EngineConfig:
     shared = shared_engine_keys()
     kwargs = {k: _check_type("engine", k, v, fields[k].type) for k, v in raw.items() if k in shared}
     own = {k: v for k, v in raw.items() if k not in shared}
+    policy = kwargs.get("policy", EngineConfig.policy)
     if own:  # (an unknown policy with no own keys fails in resolve(), as before)
-        own = parse_engine_options(kwargs.get("policy", EngineConfig.policy), own, shared).given
+        own = parse_engine_options(policy, own, shared).given
+    if "gpu_memory_utilization" not in kwargs and policy in policy_names():
+        # The preset's default: vLLM's 0.9 of the card; 1.0 for engines with no such cap (policies/options.py)
+        kwargs["gpu_memory_utilization"] = options_class(policy).GPU_MEMORY_UTILIZATION
     return EngineConfig(**kwargs, options=own)
 
 

@@ -7,6 +7,11 @@ vLLM V1 semantics (engines.md §1.4; V0 is the same arithmetic, §1.5 V0-1):
     num_gpu_blocks = floor(available / page bytes)               (num_gpu_blocks_override wins)
     max_concurrency (logged) = num_gpu_blocks / ceil(max_model_len / block_size)
 
+Engines that size the KV from the memory left free once loaded (TensorRT-LLM, TGI, llama.cpp, Ollama, HF;
+``free_fraction``) use ``available = free_fraction × (requested − CUDA context − weights − activation −
+non-torch)`` instead; each preset's rule and overheads: policies/options.py MemoryRule,
+sim/app/engine_memory.py, docs/memory_reservations.md.
+
 The seeds' worked example (DESIGN.md "Facts") is ``SEEDS_EXAMPLE`` / ``seeds_example_plan()``.
 """
 
@@ -52,6 +57,21 @@ NON_TORCH_BYTES_TP = int(0.55 * GiB)
 DEFAULT_CONTEXT_LENGTHS: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384, 32768)
 
 
+def forward_activation_bytes(
+    model: ModelSpec, tokens: int, *, tensor_parallel_size: int = 1, dtype: str = "bf16"
+) -> int:
+    """One layer's live intermediates for a forward over ``tokens`` tokens (the forward term above)."""
+    tp = tensor_parallel_size
+    if model.is_moe:
+        inter = model.experts_per_tok * model.expert_intermediate_size + model.shared_expert_width
+        if model.first_k_dense_replace:
+            inter = max(inter, model.intermediate_size)
+    else:
+        inter = model.intermediate_size
+    per_token = 4 * model.hidden_size + (model.q_size + 2 * model.kv_size) / tp + 3 * inter / tp
+    return int(math.ceil(tokens * per_token * activation_dtype_bytes(dtype)))
+
+
 def estimate_activation_bytes(
     model: ModelSpec,
     *,
@@ -61,17 +81,11 @@ def estimate_activation_bytes(
     dtype: str = "bf16",
 ) -> int:
     """Torch peak of vLLM's profile run: max(forward over the token budget, sampler over the seq budget)."""
-    tp = tensor_parallel_size
-    if model.is_moe:
-        inter = model.experts_per_tok * model.expert_intermediate_size + model.shared_expert_width
-        if model.first_k_dense_replace:
-            inter = max(inter, model.intermediate_size)
-    else:
-        inter = model.intermediate_size
-    per_token = 4 * model.hidden_size + (model.q_size + 2 * model.kv_size) / tp + 3 * inter / tp
-    forward = max_num_batched_tokens * per_token * activation_dtype_bytes(dtype)
+    forward = forward_activation_bytes(
+        model, max_num_batched_tokens, tensor_parallel_size=tensor_parallel_size, dtype=dtype
+    )
     sampler = min(max_num_seqs, max_num_batched_tokens) * model.vocab_size * SAMPLER_BYTES_PER_LOGIT
-    return int(math.ceil(max(forward, sampler)))
+    return max(forward, int(sampler))
 
 
 def estimate_non_torch_bytes(tensor_parallel_size: int = 1) -> int:
@@ -124,10 +138,13 @@ class MemoryPlan:
     kv_elements_per_token_layer: int
     notes: tuple[str, ...] = ()
     is_mla: bool = False
+    context_bytes: int = 0  # CUDA context, counted by engines that size the KV from free memory
+    free_fraction: float | None = None  # None: vLLM's util x total rule; else the share of free memory
+    overhead_source: str = "estimate"  # what the activation / non-torch figures stand for
 
     @property
     def non_kv_bytes(self) -> int:
-        return self.weight_bytes + self.activation_bytes + self.non_torch_bytes
+        return self.weight_bytes + self.activation_bytes + self.non_torch_bytes + self.context_bytes
 
     def concurrency_at(self, context_len: int) -> int:
         """Seeds-style concurrency for any context length (bytes, not blocks)."""
@@ -144,7 +161,7 @@ class MemoryPlan:
         g = _g
         tp = f", TP={self.tensor_parallel_size} (per GPU)" if self.tensor_parallel_size > 1 else ""
         kvd = {1: "fp8", 2: "16-bit", 4: "fp32"}[self.kv_dtype_bytes]
-        src = "estimate" if self.overhead_estimated else "given"
+        src = self.overhead_source if self.overhead_estimated else "given"
         lines = [
             f"Memory plan: {self.model} on {self.gpu}{tp}; weights {self.dtype}, KV cache {kvd}, "
             f"block_size {self.block_size}",
@@ -154,9 +171,16 @@ class MemoryPlan:
             f"  - weights                  {g(self.weight_bytes):>9} GiB  ({self.num_params:,} params, "
             f"{self.weight_bytes:,} B{' per GPU' if self.tensor_parallel_size > 1 else ''})",
             f"  - activation peak          {g(self.activation_bytes):>9} GiB  ({src})",
-            f"  - non-torch                {g(self.non_torch_bytes):>9} GiB  ({src})",
-            f"  = KV cache budget          {g(self.kv_budget_bytes):>9} GiB",
+            f"  - non-torch                {g(self.non_torch_bytes):>9} GiB  "
+            f"({'estimate' if self.overhead_estimated else 'given'})",
         ]
+        if self.context_bytes:
+            lines.append(f"  - CUDA context             {g(self.context_bytes):>9} GiB")
+        if self.free_fraction is not None:
+            free = self.requested_memory_bytes - self.non_kv_bytes
+            lines.append(f"  = free after loading       {g(free):>9} GiB  x {self.free_fraction:.2f} (the engine's "
+                         "share of free memory)")
+        lines.append(f"  = KV cache budget          {g(self.kv_budget_bytes):>9} GiB")
         if self.is_mla:
             lines.append(
                 f"KV per token: {self.num_layers} layers x {self.kv_elements_per_token_layer} latent elems "
@@ -216,6 +240,10 @@ def plan_memory(
     context_lengths: tuple[int, ...] | list[int] = DEFAULT_CONTEXT_LENGTHS,
     simple_weights: bool = False,
     fit_max_model_len: bool = False,
+    free_fraction: float | None = None,
+    context_bytes: int = 0,
+    offload_bytes: int = 0,
+    overhead_source: str | None = None,
 ) -> MemoryPlan:
     """Plan GPU memory the way vLLM does at start-up (engines.md §1.4).
 
@@ -224,6 +252,9 @@ def plan_memory(
     simple_weights: weights = params × bytes/param (the seeds' arithmetic; see ModelSpec.weight_bytes).
     fit_max_model_len: with max_model_len None, cap the model's max_position_embeddings to what fits
     instead of raising (vLLM itself raises).
+    free_fraction: None is vLLM's rule above; a number sizes the KV from free memory instead (TensorRT-LLM,
+    TGI, llama.cpp; policies/options.py MemoryRule): free_fraction x (requested - context_bytes - non-KV).
+    offload_bytes: weights that stay in host memory (llama.cpp's input embedding).
     Raises MemoryPlanError when the model or one max_model_len request does not fit, ConfigError on bad input.
     """
     spec = get_model(model) if isinstance(model, str) else model
@@ -242,9 +273,13 @@ def plan_memory(
         ("activation_bytes", activation_bytes),
         ("non_torch_bytes", non_torch_bytes),
         ("num_gpu_blocks_override", num_gpu_blocks_override),
+        ("context_bytes", context_bytes),
+        ("offload_bytes", offload_bytes),
     ):
         if val is not None and val < 0:
             raise ConfigError(f"{key} must be >= 0, got {val!r}")
+    if free_fraction is not None and not 0 < free_fraction <= 1:
+        raise ConfigError(f"free_fraction must be in (0, 1], got {free_fraction!r}")
     if usable_memory_bytes is not None and usable_memory_bytes <= 0:
         raise ConfigError(f"usable_memory_bytes must be > 0, got {usable_memory_bytes!r}")
     tp = tensor_parallel_size
@@ -265,8 +300,9 @@ def plan_memory(
 
     total = int(usable_memory_bytes if usable_memory_bytes is not None else card.memory_bytes)
     requested = int(math.floor(total * gpu_memory_utilization))
-    weights = math.ceil(spec.weight_bytes(wdtype, simple=simple_weights) / tp)
-    estimated = activation_bytes is None or non_torch_bytes is None
+    weights = math.ceil(max(0, spec.weight_bytes(wdtype, simple=simple_weights) - offload_bytes) / tp)
+    # overhead_source: the caller passes an engine's estimate (sim/app/engine_memory.py), not a measurement
+    estimated = activation_bytes is None or non_torch_bytes is None or overhead_source is not None
     act = (
         int(activation_bytes)
         if activation_bytes is not None
@@ -279,13 +315,16 @@ def plan_memory(
         )
     )
     non_torch = int(non_torch_bytes) if non_torch_bytes is not None else estimate_non_torch_bytes(tp)
-    non_kv = weights + act + non_torch
+    non_kv = weights + act + non_torch + context_bytes
     available = requested - non_kv
+    if free_fraction is not None and available > 0:
+        available = int(math.floor(available * free_fraction))
     if available <= 0:
         raise MemoryPlanError(
             f"model does not fit: needs {_g(non_kv)} GiB, budget {_g(requested)} GiB "
             f"(short by {_g(non_kv - requested)} GiB): weights {_g(weights)} + activation {_g(act)} + "
-            f"non-torch {_g(non_torch)} GiB vs {_g(total)} GiB x gpu_memory_utilization {gpu_memory_utilization} "
+            f"non-torch {_g(non_torch)}{f' + CUDA context {_g(context_bytes)}' if context_bytes else ''} GiB "
+            f"vs {_g(total)} GiB x gpu_memory_utilization {gpu_memory_utilization} "
             f"for {spec.name} on {card.name}{f' at TP={tp}' if tp > 1 else ''}"
         )
 
@@ -362,6 +401,9 @@ def plan_memory(
         kv_elements_per_token_layer=elems,
         notes=tuple(notes),
         is_mla=spec.is_mla,
+        context_bytes=int(context_bytes),
+        free_fraction=free_fraction,
+        overhead_source=overhead_source or ("estimate" if estimated else "given"),
     )
 
 

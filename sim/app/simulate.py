@@ -21,18 +21,19 @@ from policies.base import (
     parse_engine_options,
     policy_names,
 )
-from policies.options import LIMIT_KNOBS
+from policies.options import LIMIT_KNOBS, MemoryRule
 from sim.app.collect import assemble, engine_counters, engine_rows, spec_rows
 from sim.app.config import RunConfig, shared_engine_keys
+from sim.app.engine_memory import engine_overheads, fraction_of
 from sim.app.frontend import apply_frontend, with_frontend
 from sim.app.memory import plan_memory
 from sim.app.progress import run_bar, run_env
 from sim.app.results import SimResult
 from sim.app.streams import check_listable, source_for, unsent
-from sim.core.errors import ConfigError
+from sim.core.errors import ConfigError, MemoryPlanError
 from sim.cost.costmodel import make_cost_model
 from sim.cost.hardware import get_gpu
-from sim.cost.models import get_model
+from sim.cost.models import get_model, normalize_dtype
 from sim.cost.profiles import get_profile
 from sim.cost.quantconfig import weight_dtype
 from sim.engine.loop import Engine
@@ -62,26 +63,48 @@ class Setup:
         return with_admission(pol, self.max_waiting, self.queue_timeout_s)
 
 
-def _plan(cfg: RunConfig, model: Any, gpu: Any, block_size: int, mnbt: int, max_num_seqs: int) -> Any:
+def _plan(cfg: RunConfig, model: Any, gpu: Any, block_size: int, max_num_seqs: int, rule: MemoryRule) -> Any:
+    """The memory plan under the preset's start-up rule (policies/options.py MemoryRule)."""
     e = cfg.engine
-    return plan_memory(
-        model,
-        gpu,
-        dtype=cfg.model.dtype,
-        kv_cache_dtype=e.kv_cache_dtype,
-        gpu_memory_utilization=e.gpu_memory_utilization,
-        block_size=block_size,
-        max_model_len=e.max_model_len,
-        max_num_batched_tokens=mnbt,
-        max_num_seqs=max_num_seqs,
-        tensor_parallel_size=cfg.hardware.tensor_parallel_size,
-        num_gpu_blocks_override=e.num_gpu_blocks_override,
-        **(
-            {"activation_bytes": int(e.overhead_gib * GIB), "non_torch_bytes": 0}
-            if e.overhead_gib is not None
-            else {}
-        ),
-    )
+    tp = cfg.hardware.tensor_parallel_size
+    # a slot engine's per-request context (llama.cpp accepts n_ctx beyond training with a warning)
+    max_model_len = e.max_model_len or (rule.max_model_len and min(rule.max_model_len, model.max_position_embeddings))
+    over = engine_overheads(rule, model, tokens=rule.profile_tokens, max_num_seqs=max_num_seqs,
+                            max_model_len=max_model_len or model.max_position_embeddings, tensor_parallel_size=tp,
+                            dtype=normalize_dtype(weight_dtype(cfg.model.dtype, model.quantization)))
+    if e.overhead_gib is not None:  # everything but weights and KV, as the user measured it
+        overheads: dict[str, Any] = {"activation_bytes": int(e.overhead_gib * GIB), "non_torch_bytes": 0}
+    else:
+        overheads = {"activation_bytes": over.activation_bytes, "non_torch_bytes": over.non_torch_bytes,
+                     "context_bytes": over.context_bytes, "overhead_source": over.source}
+    try:
+        plan = plan_memory(
+            model,
+            gpu,
+            dtype=cfg.model.dtype,
+            kv_cache_dtype=e.kv_cache_dtype,
+            gpu_memory_utilization=e.gpu_memory_utilization,
+            block_size=block_size,
+            max_model_len=max_model_len,
+            max_num_batched_tokens=rule.profile_tokens,
+            max_num_seqs=max_num_seqs,
+            tensor_parallel_size=tp,
+            num_gpu_blocks_override=e.num_gpu_blocks_override,
+            fit_max_model_len=rule.cap_max_model_len,
+            free_fraction=fraction_of(rule),
+            offload_bytes=over.offload_bytes,
+            **overheads,
+        )
+    except MemoryPlanError as exc:
+        if not rule.context_knob:
+            raise
+        raise MemoryPlanError(f"[engine] {rule.context_knob} = {rule.context_tokens} tokens: {exc}") from None
+    if rule.context_knob and rule.context_tokens:  # a slot engine: its KV is a fixed pool, not the budget
+        pool = rule.context_tokens * plan.kv_bytes_per_token
+        note = (f"the engine allocates {rule.context_knob} = {rule.context_tokens:,} tokens of KV "
+                f"({pool / GIB:.2f} GiB) of this budget up front, in slots of {rule.max_model_len:,}")
+        plan = dataclasses.replace(plan, notes=(*plan.notes, note))
+    return plan
 
 
 def _explicit_limits(e: Any, aliases: dict[str, str], given: dict[str, Any]) -> dict[str, Any]:
@@ -125,16 +148,19 @@ def resolve(cfg: RunConfig) -> Setup:
     max_num_seqs = pick("max_num_seqs", 256)
     mnbt_explicit = explicit["max_num_batched_tokens"]
     mnbt = mnbt_explicit or cls.LIMITS.get("max_num_batched_tokens", 2048)
-    profile_len = e.max_model_len or model.max_position_embeddings
-    plan = _plan(cfg, model, gpu, block_size, mnbt, cls.profile_seqs(max_num_seqs, mnbt, profile_len))
+    picked = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": mnbt, "block_size": block_size,
+              "enable_prefix_caching": pick("enable_prefix_caching", True),
+              "enable_chunked_prefill": pick("enable_chunked_prefill", True)}
+    rule = parsed.options.memory_rule(picked, explicit, e.max_model_len or model.max_position_embeddings)
+    plan = _plan(cfg, model, gpu, block_size, max_num_seqs, rule)
     limit_kw: dict[str, Any] = dict(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=mnbt,
         max_model_len=plan.max_model_len,
         block_size=block_size,
         num_gpu_blocks=plan.num_gpu_blocks,
-        enable_prefix_caching=pick("enable_prefix_caching", True),
-        enable_chunked_prefill=pick("enable_chunked_prefill", True),
+        enable_prefix_caching=picked["enable_prefix_caching"],
+        enable_chunked_prefill=picked["enable_chunked_prefill"],
         scheduling_policy=e.scheduling_policy,
         async_scheduling=e.async_scheduling,
         **parsed.options.limit_values(),

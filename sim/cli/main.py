@@ -156,7 +156,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:  # subcommands registered by other modules dispatch through `run`
         raise SystemExit(parser.print_help() or 2)
     try:
-        return run_command(func, args)
+        rc = run_command(func, args)
+        sys.stdout.flush()  # a reader that left shows here, not in the interpreter's final flush
+        return rc
     except KeyboardInterrupt:  # pragma: no cover
         return 130
     except BrokenPipeError:  # `servesim run --json | head`: the reader left; say nothing more

@@ -2,6 +2,8 @@
 
 With no --model and no --gpu (or with --seeds-example) it prints the seeds' worked example; options given
 on top of --seeds-example change that example (e.g. `--kv-cache-dtype fp8` -> 22 requests of 4K).
+With --preset NAME the plan follows that engine's own start-up rule and defaults (TensorRT-LLM, TGI,
+llama.cpp, ...: docs/memory_reservations.md), as `servesim run` resolves it.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def add_parser(subparsers: Any) -> None:
         dest="context_lengths",
         help="context length for the concurrency table (repeatable)",
     )
+    p.add_argument("--preset", help="plan as this engine preset sizes its KV cache (default: vLLM's rule)")
     p.add_argument("--seeds-example", action="store_true", help="the seeds' worked example (24 GB card, 7B)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=run)
@@ -81,6 +84,24 @@ def _kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "context_lengths", None):
         kw["context_lengths"] = tuple(args.context_lengths)
     return kw
+
+
+def _preset_plan(preset: str, args: argparse.Namespace, kw: dict[str, Any]) -> Any:
+    """The plan `servesim run` would make for this preset (sim/app/simulate.py resolve)."""
+    from sim.app.config import config_from_dict
+    from sim.app.simulate import resolve
+
+    for flag, key in (("--usable-gib", "usable_memory_bytes"), ("--context-length", "context_lengths")):
+        if key in kw:
+            raise ConfigError(f"plan: {flag} does not combine with --preset (it plans the catalogue card)")
+    engine: dict[str, Any] = {"policy": preset}
+    engine.update({k: kw[k] for k in _PASSTHROUGH if k in kw and k not in ("dtype", "tensor_parallel_size")})
+    if getattr(args, "overhead_gib", None) is not None:
+        engine["overhead_gib"] = float(args.overhead_gib)
+    raw = {"model": {"name": kw["model"], **({"dtype": kw["dtype"]} if "dtype" in kw else {})},
+           "hardware": {"gpu": kw["gpu"], "tensor_parallel_size": kw.get("tensor_parallel_size", 1)},
+           "engine": engine}
+    return resolve(config_from_dict(raw)).memory
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,7 +125,13 @@ def run(args: argparse.Namespace) -> int:
             )
         kw = {"model": model, "gpu": gpu, **overrides}
         untouched = False
-    plan = plan_memory(kw.pop("model"), kw.pop("gpu"), **kw)
+    preset = getattr(args, "preset", None)
+    if preset is not None and seeds:
+        raise ConfigError("plan: --preset needs --model and --gpu (the seeds' example is vLLM's arithmetic)")
+    if preset is not None:
+        plan = _preset_plan(preset, args, kw)
+    else:
+        plan = plan_memory(kw.pop("model"), kw.pop("gpu"), **kw)
     if getattr(args, "json", False):
         print(json.dumps(plan.to_dict(), indent=2))
         return 0
