@@ -449,11 +449,6 @@ _REGISTRY: dict[str, type] = {"roofline": RooflineCostModel, "constant": Constan
 register_cost_model = registrar(_REGISTRY)
 
 
-def cost_model_names() -> list[str]:
-    """The registered cost models' names (``engine.cost_model``)."""
-    return sorted(_REGISTRY)
-
-
 def resolve_cost_model(spec: str) -> str:
     """The registered name of ``spec``: a name, ``"package.module:Class"`` or a ``servesim.cost_models``
     entry point (sim/core/plugins.py); a class named by module path is registered under ``spec``."""
