@@ -258,6 +258,8 @@ CASES = [
      ["a.csv"]),
     ("azure-neg-tokens", lambda t: ["trace", "stats", _write(t, "a.csv", AZURE + AZ_ROW + "2023-11-16 18:15:47.0,-3,4\n")],
      ["-3"]),
+    ("azure-tokens-1e300", lambda t: ["trace", "stats", _write(t, "a.csv", AZURE + "2023-11-16 18:15:46.68,1e300,4\n")],
+     ["ContextTokens", "1e300", "too large"]),
     ("azure-bad-time", lambda t: ["trace", "stats", _write(t, "a.csv", AZURE + "yesterday,374,44\n")],
      ["yesterday"]),
     ("burstgpt-bad", lambda t: ["trace", "stats", _write(t, "b.csv", "Timestamp,Model,Request tokens,Response "

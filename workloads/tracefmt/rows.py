@@ -155,7 +155,9 @@ class CsvTable:
         self.errors.flag(~ok, self.lines, not_int)
         neg = ok & (np.where(ok, num, 0) < 0)
         self.errors.flag(neg, self.lines, lambda i: f"{col}: {raw.iat[i]!r} must be >= 0")
-        return np.where(ok & ~neg, num, 0).astype(np.int64)
+        big = ok & ~neg & (np.where(ok, num, 0) > 2**53)  # past exact integers: no int64 to cast it to
+        self.errors.flag(big, self.lines, lambda i: f"{col}: {raw.iat[i]!r} is too large (at most 2**53)")
+        return np.where(ok & ~neg & ~big, num, 0).astype(np.int64)
 
     def floats(self, col: str) -> np.ndarray:
         raw = self.raw(col)
