@@ -99,7 +99,7 @@ def error_line(where: str, err: Mapping[str, Any], cls: type | None, keys: Itera
         return f"{where} unknown key {key!r}; {hint}known keys: {', '.join(known)}"
     if kind in _BOUNDS:
         lo, hi, lo_open, hi_open = _bounds(ann)
-        allowed = _range(lo, hi, lo_open, hi_open, _unit(loc[-1]))
+        allowed = _range(lo, hi, lo_open, hi_open, _unit(loc[-1], _description(cls, loc[0]) or ""))
         head = "must be a finite number" if kind == "finite_number" else "out of range"
         return f"{where} {key}: {head}, got {_show(value)}; allowed {allowed}"
     if kind == "literal_error":
@@ -118,8 +118,11 @@ def _show(value: Any) -> str:
     return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else repr(value)
 
 
-def _unit(key: str) -> str:
-    return "seconds" if key.endswith("_s") else "GiB" if key.endswith("_gib") else ""
+def _unit(key: str, doc: str) -> str:
+    """From the name (``_s``, ``_gib``) or a description that starts with its unit."""
+    if key.endswith("_s") or doc.startswith("seconds"):
+        return "seconds"
+    return "GiB" if key.endswith("_gib") else ""
 
 
 def _range(lo: Any, hi: Any, lo_open: bool, hi_open: bool, unit: str) -> str:
