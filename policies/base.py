@@ -10,15 +10,16 @@ Each policy registers with its options class (policies/options.py), in its own f
 from __future__ import annotations
 
 import difflib
+import typing
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from policies.options import PolicyOptions
 from sim.core.errors import ConfigError
-from sim.core.fields import check_type
 from sim.core.plugins import resolve
 from sim.core.policy import Policy, PolicyLimits, Quiet, StepPlan
+from sim.core.typed import check_value
 
 __all__ = ["Policy", "PolicyLimits", "PolicyOptions", "Quiet", "StepPlan", "make_policy",
            "options_class", "parse_engine_options", "policy_defaults", "policy_names", "register"]  # fmt: skip
@@ -122,8 +123,8 @@ def parse_engine_options(name: str, table: Mapping[str, Any], shared: Iterable[s
     for key in table:
         if key not in accepted:
             raise _unknown(name, key, shared)
-    limit_types = {f.name: f.type for f in fields(PolicyLimits)}
-    aliases = {k: check_type("[engine]", k, v, limit_types[cls.ALIASES[k]]) for k, v in table.items()
+    limit_types = typing.get_type_hints(PolicyLimits)
+    aliases = {k: check_value("[engine]", k, v, limit_types[cls.ALIASES[k]]) for k, v in table.items()
                if k in cls.ALIASES}  # fmt: skip
     opts = cls.from_table({k: v for k, v in table.items() if k not in cls.ALIASES})
     given = {k: (aliases[k] if k in aliases else getattr(opts, k)) for k in table}

@@ -5,7 +5,8 @@ max_num_seqs, block_size, ...) or the chosen preset's own: a field of its option
 *engine-native alias* of a shared limit (TensorRT-LLM's ``max_batch_size`` for ``max_num_seqs``). An
 options class declares, in the policy's own file:
 
-- its knobs as dataclass fields (name, type, default); ``validate`` checks their values;
+- its knobs as dataclass fields (name, type, default; pydantic checks the types, and any
+  ``Annotated[int, Field(ge=1)]`` constraint); ``validate`` checks the rest of their values;
 - ``LIMITS``: the preset's defaults for the shared limits (vLLM: 256 sequences, 2048-token budget);
 - ``ALIASES``: engine-native name -> shared limit;
 - ``LIMIT_FIELDS``: own knobs that resolve() hands to ``PolicyLimits`` (where the policy reads them);
@@ -24,8 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
+from pydantic import BaseModel
+
 from sim.core.errors import ConfigError
-from sim.core.fields import check_type
+from sim.core.typed import section_model, validate_table
 
 GIB = 1024**3
 
@@ -107,9 +110,14 @@ class PolicyOptions:
     # ---- construction ---------------------------------------------------------------------------------
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> Self:
-        """Knobs from an ``[engine]`` table (only this class's knobs; aliases are the caller's), type-checked."""
-        types = {f.name: f.type for f in dataclasses.fields(cls)}
-        return cls(**{k: check_type("[engine]", k, v, types[k]) for k, v in table.items()})
+        """Knobs from an ``[engine]`` table (only this class's knobs; aliases are the caller's), type-checked
+        by the pydantic model made from the class (``options_model``); ``validate`` then checks values."""
+        return cls(**validate_table(cls, "[engine]", table))
+
+    @classmethod
+    def options_model(cls) -> type[BaseModel]:
+        """The pydantic model of the user knobs (derived fields left out): their JSON Schema for editors."""
+        return section_model(cls)
 
     @classmethod
     def from_dict(cls, options: Mapping[str, Any], policy: str) -> Self:

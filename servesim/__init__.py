@@ -8,6 +8,20 @@
     >>> len(res.requests), res.summary["completed"]
     (8, 8)
 
+``compare`` replays a real benchmark run (a ``vllm bench serve`` result JSON, an inference-perf results
+directory, engine JSONL or Prometheus scrapes) and returns what ``servesim compare --json`` prints; ``size``
+searches ``max_num_seqs`` for the most capacity under SLOs (milliseconds) and returns the SizingResult:
+
+    >>> sizing = servesim.size({"engine": {"cost_model": "constant", "constant_step_s": 0.01},
+    ...                         "workload": {"num_requests": 40, "rate": 4.0,
+    ...                                      "prompt": {"dist": "fixed", "value": 64},
+    ...                                      "output": {"dist": "fixed", "value": 8}}},
+    ...                        slo={"p99_ttft_ms": 200}, max_num_seqs=[2, 8], replications=2)
+    >>> [c.params["engine.max_num_seqs"] for c in sizing.candidates], sizing.recommended
+    ([2, 8], 1)
+    >>> bool(sizing.table()["capacity_req_s"].iloc[1] > sizing.table()["capacity_req_s"].iloc[0])  # 8 seqs: more req/s
+    True
+
 ``run`` takes a config (a path to a TOML file, a dict of TOML tables, or a loaded ``RunConfig``) and
 keyword overrides, one table each (``engine={...}`` merges into ``[engine]``), and returns a ``Result``:
 the per-request and per-step tables as pandas DataFrames and the summary (vLLM ``bench serve`` keys).
@@ -16,6 +30,7 @@ the per-request and per-step tables as pandas DataFrames and the summary (vLLM `
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from functools import cached_property
 from importlib.metadata import PackageNotFoundError
@@ -34,7 +49,7 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a checkout that was never installed
     __version__ = "0+unknown"
 
-__all__ = ["Result", "RunConfig", "__version__", "load_config", "run"]
+__all__ = ["Result", "RunConfig", "__version__", "compare", "load_config", "run", "size"]
 
 
 @dataclass(frozen=True)
@@ -72,14 +87,66 @@ def _merge(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
-def run(config: str | Path | dict[str, Any] | RunConfig | None = None, **overrides: dict[str, Any]) -> Result:
-    """Simulate ``config`` (TOML path, dict of tables, RunConfig, or None for the built-in defaults) with
-    ``overrides`` merged table by table; bad input raises ServesimError subclasses naming the field."""
+def _config(config: str | Path | dict[str, Any] | RunConfig | None, overrides: dict[str, Any]) -> RunConfig:
+    """A RunConfig from any form ``run`` takes, with ``overrides`` merged table by table."""
     if isinstance(config, RunConfig):
         raw = config.to_dict()
     elif isinstance(config, str | Path):
         raw = load_config(config).to_dict()
     else:
         raw = copy.deepcopy(config) if config is not None else {}
-    cfg = config_from_dict(_merge(raw, overrides))
+    return config_from_dict(_merge(raw, overrides))
+
+
+def run(config: str | Path | dict[str, Any] | RunConfig | None = None, **overrides: dict[str, Any]) -> Result:
+    """Simulate ``config`` (TOML path, dict of tables, RunConfig, or None for the built-in defaults) with
+    ``overrides`` merged table by table; bad input raises ServesimError subclasses naming the field."""
+    cfg = _config(config, overrides)
     return Result(raw=simulate(cfg), config=cfg)
+
+
+def _set_strings(overrides: list[str] | dict[str, dict[str, Any]] | None) -> list[str]:
+    """``{"engine": {"max_num_seqs": 64}}`` (or ``--set`` strings as they are) -> ``["engine.max_num_seqs=64"]``:
+    JSON scalars are TOML values, which is how the replay reads its overrides."""
+    if overrides is None or isinstance(overrides, list | tuple):
+        return list(overrides or [])
+    out = []
+    for section, table in overrides.items():
+        if not isinstance(table, dict):
+            from sim.core.errors import ConfigError
+
+            raise ConfigError(f"servesim.compare(overrides={{{section!r}: ...}}): expected a table (dict) of "
+                              f"[{section}] keys, got {type(table).__name__}")
+        out += [f"{section}.{k}={json.dumps(v)}" for k, v in table.items()]
+    return out
+
+
+def compare(run_path: str | Path, gpu: str | None = None, overrides: list[str] | dict[str, Any] | None = None,
+            profile: str | None = None, *, format: str = "auto", max_per_stage: int | None = None) -> dict[str, Any]:
+    """Replay a real run and compare: ``{"settings", "stages", "overall", "timeseries"}``, each metric as
+    ``{"real", "sim", "error_pct"}`` (what ``servesim compare --json`` prints). ``overrides``: ``--set``
+    strings or a dict of tables; ``max_per_stage``: replay only the first N requests of each stage."""
+    from sim.app.compare import compare as _compare
+    from sim.app.results import to_jsonable
+    from workloads.runs import load_run
+
+    real = load_run(str(run_path), format)
+    c = _compare(real, gpu, profile, _set_strings(overrides), max_per_stage)
+    return to_jsonable(c.to_dict())
+
+
+def size(config: str | Path | dict[str, Any] | RunConfig | None = None, slo: dict[str, float] | None = None,
+         *, as_dict: bool = False, **kw: Any) -> Any:
+    """Search ``max_num_seqs`` (or ``vary``) for the highest capacity under ``slo`` (ms keys as in ``[slo]``:
+    ``p99_ttft_ms``, ``ttft_ms``, ...; default: the config's [slo]). ``kw``: sim.app.sizing.size's keywords
+    (max_num_seqs, vary, goal, replications, level, jobs, ...). Returns the SizingResult (``.table()``,
+    ``.recommended``), or with ``as_dict`` what ``servesim size --json`` prints."""
+    from sim.app.sizing import size as _size
+
+    cfg = _config(config, {})
+    if slo is not None:
+        from sim.app.results import parse_slo
+
+        parse_slo(slo)  # before any run: a bad key or unit is one line naming it
+    res = _size(cfg, slo, **kw)
+    return res.to_dict() if as_dict else res

@@ -6,67 +6,91 @@ Creating a config writes nothing; every unknown key or wrong type is a ConfigErr
 from __future__ import annotations
 
 import dataclasses
-import math
+import difflib
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 from policies.base import all_preset_keys, options_class, parse_engine_options, policy_names
 from sim.app.frontend import FrontendConfig, frontend_from_dict
 from sim.app.prices import CostConfig, cost_from_dict
 from sim.core.errors import ConfigError
-from sim.core.fields import MAX_GENERATED, check_range, check_type, missing_file, read_utf8
+from sim.core.fields import MAX_GENERATED, missing_file, read_utf8
+from sim.core.typed import build, validate_table
+
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128)  # vLLM's --block-size choices
+
+Pos = Annotated[int, Field(ge=1)]
+Seconds = Annotated[float, Field(gt=0)]
+
+
+def _doc(text: str) -> dict[str, str]:
+    """A field's description: the JSON Schema's, shown by editors completing the TOML."""
+    return {"doc": text}
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = "Mistral-7B"  # catalogue name or path to a HF config.json
-    dtype: str = "auto"  # vLLM --dtype; "auto" = bf16; awq/gptq/int4/fp8/int8 for quantized weights
+    """[model]: which model's weights and shapes the cost model and the memory plan use."""
+
+    name: str = field(default="Mistral-7B", metadata=_doc("catalogue name (servesim models), HF id, or path to a HF config.json"))
+    dtype: str = field(default="auto", metadata=_doc("vLLM --dtype; auto = bf16; awq/gptq/int4/fp8/int8 for quantized weights"))
 
 
 @dataclass(frozen=True)
 class HardwareConfig:
-    gpu: str = "RTX 4090"
-    tensor_parallel_size: int = 1
-    profile: str = "auto"  # calibration profile name/path; "auto" = shipped fit or spec-sheet prior
+    """[hardware]: the GPU and its parallelism."""
+
+    gpu: str = field(default="RTX 4090", metadata=_doc("catalogue GPU name (servesim gpus)"))
+    tensor_parallel_size: Pos = 1
+    profile: str = field(default="auto", metadata=_doc("calibration profile name/path; auto = shipped fit or spec-sheet prior"))
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Names follow vLLM engine args so settings can be copied over."""
+    """[engine]: the knobs every preset shares; names follow vLLM engine args so settings can be copied
+    over. The chosen preset's own knobs sit in the same table (``options``)."""
 
-    policy: str = "vllm"
-    max_num_seqs: int | None = None  # None: the preset's default (vLLM: 256 on <70 GiB GPUs)
-    max_num_batched_tokens: int | None = None
-    max_model_len: int | None = None  # None: the model's max_position_embeddings, capped to what fits
-    block_size: int | None = None  # None: the preset's (vLLM 16, TensorRT-LLM 32)
-    gpu_memory_utilization: float = 0.9  # left out of a config: the preset's GPU_MEMORY_UTILIZATION
+    policy: str = field(default="vllm", metadata=_doc("engine preset / batching policy (or package.module:name)"))
+    max_num_seqs: Pos | None = field(default=None, metadata=_doc("None: the preset's default (vLLM: 256 on <70 GiB GPUs)"))
+    max_num_batched_tokens: Pos | None = None
+    max_model_len: Pos | None = field(default=None, metadata=_doc("None: the model's max_position_embeddings, capped to what fits"))
+    block_size: Literal[BLOCK_SIZES] | None = field(default=None, metadata=_doc("None: the preset's (vLLM 16, TensorRT-LLM 32)"))
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = field(
+        default=0.9, metadata=_doc("left out: the preset's default (vLLM 0.9; 1.0 = the whole card for engines with no cap)"))
     kv_cache_dtype: str = "auto"
-    num_gpu_blocks_override: int | None = None
+    num_gpu_blocks_override: Pos | None = None
     enable_prefix_caching: bool | None = None
     enable_chunked_prefill: bool | None = None
-    scheduling_policy: str = "fcfs"  # "priority" only where the preset models it (its SCHEDULING_POLICIES)
+    scheduling_policy: Literal["fcfs", "priority"] = field(
+        default="fcfs", metadata=_doc("priority only where the preset models it (its SCHEDULING_POLICIES)"))
     # vLLM V1's --async-scheduling: a two-deep batch queue (sim/engine/loop.py). Preset vllm only; off by
     # default for now, as the decode fast-forward covers only the synchronous loop (a slow run).
     async_scheduling: bool = False
-    cost_model: str = "roofline"  # or "constant"
-    constant_step_s: float = 0.02  # step time of the constant cost model
-    overhead_gib: float | None = None  # activation peak + non-torch memory, overriding the estimate
-    preset: str | None = None  # alias of `policy` (the issue's `engine.preset = "trtllm"`)
-    max_waiting: int | None = None  # admission control: waiting-queue cap, then "queue full" rejections
-    queue_timeout_s: float | None = None  # admission control: never scheduled after this long -> dropped
+    cost_model: str = field(default="roofline", metadata=_doc("roofline, constant, or a registered / package.module:Class cost model"))
+    constant_step_s: Annotated[float, Field(gt=0, le=3600)] = field(default=0.02, metadata=_doc("step time of the constant cost model (s)"))
+    overhead_gib: Annotated[float, Field(ge=0, le=1024)] | None = field(
+        default=None, metadata=_doc("activation peak + non-torch memory, overriding the estimate"))
+    preset: str | None = field(default=None, metadata=_doc("alias of policy"))
+    max_waiting: Pos | None = field(default=None, metadata=_doc("admission control: waiting-queue cap, then queue-full rejections"))
+    queue_timeout_s: Seconds | None = field(default=None, metadata=_doc("admission control: never scheduled after this long -> dropped"))
     # The chosen preset's own keys (its knobs and engine-native names) as given, type-checked and
     # validated by the preset's options class (policies/options.py); in the TOML they sit in [engine].
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict, metadata={"derived": True})
 
 
 @dataclass(frozen=True)
 class SimulationConfig:
-    seed: int = 0
-    horizon: float | None = None  # seconds; None = run until every request is done
-    num_requests: int | None = None  # overrides workload.num_requests
-    record_step_trace: bool = False  # keep the per-step JSONL trace (written by --out)
+    """[simulation]: seed, horizon and what the run records."""
+
+    seed: Annotated[int, Field(ge=0, le=2**64 - 1)] = 0
+    horizon: Seconds | None = field(default=None, metadata=_doc("seconds; None = run until every request is done"))
+    num_requests: Annotated[int, Field(ge=1, le=MAX_GENERATED)] | None = field(
+        default=None, metadata=_doc("overrides workload.num_requests (each workload kind checks its own cap)"))
+    record_step_trace: bool = field(default=False, metadata=_doc("keep the per-step JSONL trace (written by --out)"))
 
 
 @dataclass(frozen=True)
@@ -88,8 +112,6 @@ class RunConfig:
         return d
 
 
-BLOCK_SIZES = (1, 8, 16, 32, 64, 128)  # vLLM's --block-size choices
-
 _SECTIONS: dict[str, type] = {
     "model": ModelConfig,
     "hardware": HardwareConfig,
@@ -98,22 +120,13 @@ _SECTIONS: dict[str, type] = {
 }
 
 
-def _check_type(section: str, key: str, value: Any, annotation: Any) -> Any:
-    return check_type(f"[{section}]", key, value, annotation)
+SECTION_NAMES = ("model", "hardware", "engine", "workload", "simulation", "slo", "frontend", "cost")
 
 
 def _build_section(name: str, cls: type, raw: Any) -> Any:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"[{name}] must be a table, got {raw!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
     if cls is EngineConfig:
-        return _build_engine(raw, fields)
-    kwargs = {}
-    for key, value in raw.items():
-        if key not in fields:
-            raise ConfigError(f"[{name}] unknown key {key!r}; known keys: {', '.join(fields)}")
-        kwargs[key] = _check_type(name, key, value, fields[key].type)
-    return cls(**kwargs)
+        return _build_engine(raw)
+    return build(cls, f"[{name}]", raw)
 
 
 def shared_engine_keys() -> list[str]:
@@ -126,10 +139,13 @@ def engine_keys() -> list[str]:
     return [*shared_engine_keys(), *all_preset_keys()]
 
 
-def _build_engine(raw: dict[str, Any], fields: dict[str, Any]) -> EngineConfig:
-    """Shared keys are EngineConfig fields; the rest belong to the chosen preset's options class."""
+def _build_engine(raw: Any) -> EngineConfig:
+    """Shared keys are EngineConfig fields (its model checks them); the rest belong to the chosen preset's
+    options class."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[engine] must be a table, got {raw!r}")
     shared = shared_engine_keys()
-    kwargs = {k: _check_type("engine", k, v, fields[k].type) for k, v in raw.items() if k in shared}
+    kwargs = validate_table(EngineConfig, "[engine]", {k: v for k, v in raw.items() if k in shared})
     own = {k: v for k, v in raw.items() if k not in shared}
     policy = kwargs.get("policy", EngineConfig.policy)
     if own:  # (an unknown policy with no own keys fails in resolve(), as before)
@@ -141,12 +157,11 @@ def _build_engine(raw: dict[str, Any], fields: dict[str, Any]) -> EngineConfig:
 
 
 def config_from_dict(raw: dict[str, Any]) -> RunConfig:
-    unknown = set(raw) - set(_SECTIONS) - {"workload", "slo", "frontend", "cost"}
+    unknown = sorted(set(raw) - set(SECTION_NAMES))
     if unknown:
-        raise ConfigError(
-            f"unknown section(s) {sorted(unknown)}; known: model, hardware, engine, workload, simulation, slo, "
-            "frontend, cost"
-        )
+        close = difflib.get_close_matches(unknown[0], SECTION_NAMES, n=1)
+        hint = f"did you mean [{close[0]}]? " if close else ""
+        raise ConfigError(f"unknown section(s) {unknown}; {hint}known: {', '.join(SECTION_NAMES)}")
     raw = _resolve_plugin(_merge_preset(raw))
     parts: dict[str, Any] = {k: _build_section(k, cls, raw.get(k, {})) for k, cls in _SECTIONS.items()}
     workload = raw.get("workload", {})
@@ -195,46 +210,8 @@ def _resolve_plugin(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _validate(cfg: RunConfig) -> None:
+    """What the section models cannot check alone: names looked up in catalogues and registries."""
     e = cfg.engine
-    if not 0 < e.gpu_memory_utilization <= 1:
-        raise ConfigError(
-            f"[engine] gpu_memory_utilization must be in (0, 1], got {e.gpu_memory_utilization}"
-        )
-    for key in (
-        "max_num_seqs",
-        "max_num_batched_tokens",
-        "max_model_len",
-        "block_size",
-        "num_gpu_blocks_override",
-    ):
-        v = getattr(e, key)
-        if v is not None and v < 1:
-            raise ConfigError(f"[engine] {key} must be >= 1, got {v}")
-    if e.scheduling_policy not in ("fcfs", "priority"):
-        raise ConfigError(
-            f"[engine] scheduling_policy must be 'fcfs' or 'priority', got {e.scheduling_policy!r}"
-        )
-    if e.max_waiting is not None and e.max_waiting < 1:
-        raise ConfigError(f"[engine] max_waiting must be >= 1, got {e.max_waiting}")
-    if e.queue_timeout_s is not None and not (e.queue_timeout_s > 0 and math.isfinite(e.queue_timeout_s)):
-        raise ConfigError(
-            f"[engine] queue_timeout_s must be a positive number of seconds, got {e.queue_timeout_s}"
-        )
-    check_range("[engine]", "constant_step_s", e.constant_step_s, 0, 3600, lo_open=True, unit="seconds")
-    check_range("[engine]", "overhead_gib", e.overhead_gib, 0, 1024, unit="GiB")
-    if e.block_size is not None and e.block_size not in BLOCK_SIZES:
-        raise ConfigError(f"[engine] block_size: not a supported block size, got {e.block_size}; allowed "
-                          f"{', '.join(map(str, BLOCK_SIZES))} (vLLM's choices)")
-    check_range("[simulation]", "seed", cfg.simulation.seed, 0, 2**64 - 1)
-    if cfg.hardware.tensor_parallel_size < 1:
-        raise ConfigError(
-            f"[hardware] tensor_parallel_size must be >= 1, got {cfg.hardware.tensor_parallel_size}"
-        )
-    h = cfg.simulation.horizon
-    if h is not None and not (h > 0 and math.isfinite(h)):
-        raise ConfigError(f"[simulation] horizon must be a positive number of seconds, got {h}")
-    n = cfg.simulation.num_requests
-    check_range("[simulation]", "num_requests", n, 1, MAX_GENERATED)  # each workload kind checks its own cap
     if cfg.slo:
         from sim.app.results import parse_slo
 

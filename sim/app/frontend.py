@@ -25,16 +25,15 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Annotated, Any
 
 import numpy as np
 import pandas as pd
+from pydantic import Field
 
-from sim.core.errors import ConfigError
-from sim.core.fields import check_type
 from sim.core.request import RequestSpec
+from sim.core.typed import build
 from sim.engine.sources import OpenSource
 
 # field -> (prior, published range, source). The defaults below are these priors.
@@ -77,17 +76,26 @@ PRIORS: dict[str, tuple[float, str, str]] = {
 }
 
 
+Delay = Annotated[float, Field(ge=0)]  # seconds, finite
+
+
+def _prior(key: str) -> Any:
+    """The field's default: its prior, with the published range as its description (and schema's)."""
+    prior, published, _ = PRIORS[key]
+    return field(default=prior, metadata={"doc": f"seconds; prior {prior:g}, published range {published}"})
+
+
 @dataclass(frozen=True)
 class FrontendConfig:
     """``[frontend]``: the request path around the engine (seconds). An empty table = the priors."""
 
     enabled: bool = True
-    request_overhead_s: float = PRIORS["request_overhead_s"][0]
-    tokenize_s_per_token: float = PRIORS["tokenize_s_per_token"][0]
-    engine_hop_s: float = PRIORS["engine_hop_s"][0]
-    output_s_per_request: float = PRIORS["output_s_per_request"][0]
-    stream_chunk_s: float = PRIORS["stream_chunk_s"][0]
-    network_rtt_s: float = PRIORS["network_rtt_s"][0]
+    request_overhead_s: Delay = _prior("request_overhead_s")
+    tokenize_s_per_token: Delay = _prior("tokenize_s_per_token")
+    engine_hop_s: Delay = _prior("engine_hop_s")
+    output_s_per_request: Delay = _prior("output_s_per_request")
+    stream_chunk_s: Delay = _prior("stream_chunk_s")
+    network_rtt_s: Delay = _prior("network_rtt_s")
 
     def input_latency(self, prompt_len: int | np.ndarray) -> Any:
         """Client send → the engine core holds the request."""
@@ -104,20 +112,7 @@ def frontend_from_dict(raw: Any) -> FrontendConfig | None:
     """The ``[frontend]`` table (None or absent: no front end; ``enabled = false``: none either)."""
     if raw is None:
         return None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"[frontend] must be a table, got {raw!r}")
-    fields = {f.name: f for f in dataclasses.fields(FrontendConfig)}
-    kwargs = {}
-    for key, value in raw.items():
-        if key not in fields:
-            raise ConfigError(f"[frontend] unknown key {key!r}; known keys: {', '.join(fields)}")
-        kwargs[key] = check_type("[frontend]", key, value, fields[key].type)
-        if key != "enabled" and not (math.isfinite(kwargs[key]) and kwargs[key] >= 0):
-            raise ConfigError(
-                f"[frontend] {key} = {value!r}: must be a finite number of seconds >= 0 "
-                f"(prior {PRIORS[key][0]:g}, published range {PRIORS[key][1]})"
-            )
-    fe = FrontendConfig(**kwargs)
+    fe = build(FrontendConfig, "[frontend]", raw)
     return fe if fe.enabled else None
 
 

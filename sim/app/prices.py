@@ -22,20 +22,20 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from sim.core.errors import ConfigError
+from sim.core.typed import validate_table
 from sim.cost.hardware import get_gpu, list_gpus
 
 CATALOGUE_PATH = Path(__file__).resolve().parent / "data" / "gpu_prices.toml"
 DEFAULT_SET = "on-demand"
 HOURS_PER_MONTH = 730.0  # 365 × 24 / 12
-COST_KEYS = ("price_set", "currency", "gpu_hour_usd", "gpu_hour_price", "gpu_hour", "usd_rate", "hours_per_month")
-_CURRENCY = re.compile(r"^[A-Za-z]{3}$")
 _ENTRY_KEYS = ("gpu", "price", "per", "provider", "source", "via", "date")
 
 
@@ -88,15 +88,22 @@ def load_catalogue(path: str | None = None) -> dict[str, PriceSet]:
 
 
 # ---- [cost] ------------------------------------------------------------------------------------------
+Price = Annotated[float, Field(gt=0, le=1e6)]
+
+
 @dataclass(frozen=True)
 class CostConfig:
-    price_set: str = DEFAULT_SET
-    currency: str | None = None  # None: the price set's
-    gpu_hour_usd: float | None = None
-    gpu_hour_price: float | None = None
-    gpu_hour: dict[str, float] = field(default_factory=dict)  # catalogue name -> price in `currency`
-    usd_rate: float | None = None
-    hours_per_month: float = HOURS_PER_MONTH
+    """[cost]: GPU prices for the cost metrics; every key optional."""
+
+    price_set: str = field(default=DEFAULT_SET, metadata={"doc": "a set of the price catalogue: on-demand (USD) | seeds-idc10000 (CNY)"})
+    currency: Annotated[str, Field(pattern=r"^[A-Za-z]{3}$")] | None = field(
+        default=None, metadata={"doc": "a 3-letter currency code (ISO 4217: USD, CNY, EUR, ...)"})  # None: the set's
+    gpu_hour_usd: Price | None = field(default=None, metadata={"doc": "one price for every card, in USD"})
+    gpu_hour_price: Price | None = field(default=None, metadata={"doc": "one price for every card, in currency"})
+    gpu_hour: dict[str, Price] = field(
+        default_factory=dict, metadata={"doc": "per card, in currency: catalogue name or alias = price"})
+    usd_rate: Price | None = field(default=None, metadata={"doc": "units of currency per USD"})
+    hours_per_month: Annotated[float, Field(gt=0, le=744)] = HOURS_PER_MONTH
 
     @property
     def unit(self) -> str:
@@ -104,54 +111,28 @@ class CostConfig:
         return self.currency or load_catalogue()[self.price_set].currency
 
 
-def _positive(key: str, value: Any, hi: float = 1e6) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not 0 < value <= hi:
-        raise ConfigError(f"[cost] {key}: expected a number > 0 and <= {hi:g}, got {value!r}")
-    return float(value)
-
-
 def cost_from_dict(raw: Any) -> CostConfig | None:
-    """Validate a ``[cost]`` table (None or absent: the defaults apply where a price is needed)."""
+    """Validate a ``[cost]`` table (None or absent: the defaults apply where a price is needed): types and
+    ranges by its model, then the names against the catalogues."""
     if raw is None:
         return None
     if isinstance(raw, CostConfig):
         return raw
-    if not isinstance(raw, dict):
-        raise ConfigError(f"[cost] must be a table, got {raw!r}")
-    bad = sorted(set(raw) - set(COST_KEYS))
-    if bad:
-        raise ConfigError(f"[cost] unknown key(s) {bad}; known: {', '.join(COST_KEYS)}")
+    given = validate_table(CostConfig, "[cost]", raw)
     sets = load_catalogue()
-    ps = raw.get("price_set", DEFAULT_SET)
+    ps = given.get("price_set", DEFAULT_SET)
     if ps not in sets:
         raise ConfigError(f"[cost] price_set: unknown set {ps!r}; allowed: {', '.join(sets)}")
-    cur = raw.get("currency")
-    if cur is not None:
-        if not isinstance(cur, str) or not _CURRENCY.match(cur):
-            raise ConfigError(f"[cost] currency: expected a 3-letter currency code (ISO 4217: USD, CNY, EUR, ...), "
-                              f"got {cur!r}")  # fmt: skip
-        cur = cur.upper()
-    table = raw.get("gpu_hour", {})
-    if not isinstance(table, dict):
-        raise ConfigError(f"[cost] gpu_hour: expected a table of GPU name = price, e.g. "
-                          f"{{ \"A100 40GB SXM\" = 1.29 }}, got {table!r} (one price for every card: gpu_hour_price)")
     per_gpu: dict[str, float] = {}
-    for name, price in table.items():
+    for name, price in given.get("gpu_hour", {}).items():
         try:
             gpu = get_gpu(str(name)).name
         except ConfigError as e:
             raise ConfigError(f"[cost] gpu_hour: {e}") from None
-        per_gpu[gpu] = _positive(f"gpu_hour.{name}", price)
-    cfg = CostConfig(
-        price_set=ps,
-        currency=cur,
-        gpu_hour_usd=None if raw.get("gpu_hour_usd") is None else _positive("gpu_hour_usd", raw["gpu_hour_usd"]),
-        gpu_hour_price=None if raw.get("gpu_hour_price") is None else _positive("gpu_hour_price", raw["gpu_hour_price"]),
-        gpu_hour=per_gpu,
-        usd_rate=None if raw.get("usd_rate") is None else _positive("usd_rate", raw["usd_rate"]),
-        hours_per_month=_positive("hours_per_month", raw.get("hours_per_month", HOURS_PER_MONTH), 744),
-    )
+        per_gpu[gpu] = price
+    if given.get("currency") is not None:
+        given["currency"] = given["currency"].upper()
+    cfg = CostConfig(**{**given, "gpu_hour": per_gpu})
     set_cur = sets[ps].currency
     own = cfg.gpu_hour_price is not None or cfg.gpu_hour_usd is not None or cfg.gpu_hour
     if cfg.unit != set_cur and not own and not (set_cur == "USD" and cfg.usd_rate is not None):

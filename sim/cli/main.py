@@ -126,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     from sim.cli import cluster as cli_cluster
     from sim.cli import compare as cli_compare
     from sim.cli import plan as cli_plan
+    from sim.cli import schema as cli_schema
     from sim.cli import size as cli_size
     from sim.cli import sweep as cli_sweep
 
@@ -139,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_plan.add_parser(sub)
     sub.choices["plan"].set_defaults(func=cli_plan.run)
     cli_catalog.add_parsers(sub)
+    cli_schema.add_parser(sub)
     try:
         from sim.cli import trace as cli_trace
     except ImportError:  # pragma: no cover - optional until the trace loaders land
