@@ -187,3 +187,17 @@ def test_compare_a_capped_h100_run():
     assert st0["ttft_mean_ms"]["real"] == pytest.approx(25.0366, abs=1e-3)
     assert "completed" not in st0  # a capped stage's counts are not compared
     assert abs(st0["e2el_mean_ms"]["error_pct"]) < 10 and abs(st0["itl_mean_ms"]["error_pct"]) < 10
+
+
+def test_compare_and_fit_progress_bars_change_nothing(capsys):
+    """The bars (forced on: stderr is not a terminal here) are drawn and the numbers are the same."""
+    from sim.app.runfit import fit_runs
+
+    run = load_run(BENCH)
+    plain = compare(run, max_per_stage=20).to_dict()
+    barred = compare(run, max_per_stage=20, progress=True).to_dict()
+    assert barred == plain
+    a = fit_runs([run], None, max_per_stage=10, max_nfev=1)
+    b = fit_runs([run], None, max_per_stage=10, max_nfev=1, progress=True)
+    assert a.params == b.params
+    assert "fit" in capsys.readouterr().err  # the evaluations bar went to stderr

@@ -146,10 +146,10 @@ class Comparison:
 
 
 def compare(run: RealRun, gpu: str | None = None, profile: str | None = None, overrides: list[str] | None = None,
-            max_per_stage: int | None = None, rep: Replay | None = None) -> Comparison:  # fmt: skip
-    """Replay ``run`` and set it against what was measured (see the module doc)."""
+            max_per_stage: int | None = None, rep: Replay | None = None, progress: bool = False) -> Comparison:  # fmt: skip
+    """Replay ``run`` and set it against what was measured (see the module doc); ``progress``: a bar."""
     rep = rep or prepare(run, gpu, profile, overrides, max_per_stage)
-    df, res = simulate_replay(rep)
+    df, res = simulate_replay(rep, progress)
     one = len(run.stages) == 1
     itl = (res.itl_values, res.itl_weights) if one else None
     stages, per_stage = [], []

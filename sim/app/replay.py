@@ -32,6 +32,7 @@ import simpy
 
 from sim.app.config import apply_overrides, config_from_dict, parse_value
 from sim.app.frontend import FrontendConfig, apply_frontend, with_frontend
+from sim.app.progress import run_bar, run_env
 from sim.app.results import SimResult, request_metrics
 from sim.app.simulate import Setup, collect, resolve
 from sim.core.errors import ConfigError, ServesimError
@@ -267,8 +268,9 @@ def with_profile(rep: Replay, profile: CalibrationProfile, frontend: FrontendCon
                                setup=dataclasses.replace(rep.setup, cost_model=cost))
 
 
-def simulate_replay(rep: Replay) -> tuple[pd.DataFrame, SimResult]:
-    """(per-request metrics in seconds on the run's basis, with ``stage`` and ``send``; the SimResult)."""
+def simulate_replay(rep: Replay, progress: bool = False) -> tuple[pd.DataFrame, SimResult]:
+    """(per-request metrics in seconds on the run's basis, with ``stage`` and ``send``; the SimResult).
+    ``progress``: a bar over the requests that arrived (sim/app/progress.py; the run is the same)."""
     t0 = time.perf_counter()
     env = simpy.Environment()
     src = OpenSource(rep.specs) if rep.max_concurrency is None else \
@@ -277,7 +279,7 @@ def simulate_replay(rep: Replay) -> tuple[pd.DataFrame, SimResult]:
     rec = Recorder()
     eng = Engine(env, rep.setup.make_policy(), rep.setup.cost_model, src, rec,
                  async_scheduling=rep.setup.limits.async_scheduling, client_timeout_s=rep.client_timeout_s)
-    env.run()
+    run_env(env, run_bar(rep.specs, "replay", progress), lambda: len(eng.requests))
     res = apply_frontend(collect(rep.cfg, rep.setup, eng, src, rec, time.perf_counter() - t0), rep.cfg.frontend, send)
     # the replay compares on the real runs' bare names (seconds), as workloads/runs spells them
     df = request_metrics(res.requests).rename(columns={f"{m}_s": m for m in (

@@ -34,6 +34,7 @@ from scipy.optimize import least_squares
 
 from sim.app.compare import sim_stats
 from sim.app.frontend import FrontendConfig
+from sim.app.progress import bar
 from sim.app.replay import Replay, prepare, simulate_replay, with_profile
 from sim.core.errors import ConfigError
 from sim.cost.hardware import get_gpu
@@ -139,8 +140,9 @@ def stage_errors(rep: Replay, targets: list[tuple[int, str]]) -> dict[tuple[int,
 
 def fit_runs(runs: Sequence[RealRun], gpu: str | None, profile: str | None = None,
              overrides: Sequence[str] = (), max_per_stage: int | None = 200, max_nfev: int = 30,
-             log: Callable[[str], None] = lambda m: None) -> FitResult:  # fmt: skip
-    """Fit on ``runs`` (see the module doc); every replay is prepared (and bad input refused) first."""
+             log: Callable[[str], None] = lambda m: None, progress: bool = False) -> FitResult:  # fmt: skip
+    """Fit on ``runs`` (see the module doc); every replay is prepared (and bad input refused) first.
+    ``progress``: a bar over the fit's evaluations (each replays every run)."""
     if not runs:
         raise ConfigError("servesim fit --from-run: give at least one run")
     reps = [prepare(r, gpu, profile, list(overrides), max_per_stage) for r in runs]
@@ -167,9 +169,12 @@ def fit_runs(runs: Sequence[RealRun], gpu: str | None, profile: str | None = Non
     keys = [(i, k, m) for i, t in enumerate(targets) for k, m in t]
     cache: dict[bytes, np.ndarray] = {}
 
+    evals = bar(None, "fit", enabled=progress, unit="eval")
+
     def errors_at(u: np.ndarray) -> np.ndarray:
         key = np.round(u, 12).tobytes()
         if key not in cache:
+            evals.update(1)
             prof, fe = apply_theta(base, fe0, spec, [t0 * math.exp(x) for (_, t0, _), x in zip(spec, u, strict=True)])
             errs: dict[tuple[int, int, str], float] = {}
             for i, rep in enumerate(reps):
@@ -191,6 +196,7 @@ def fit_runs(runs: Sequence[RealRun], gpu: str | None, profile: str | None = Non
     log(f"shipped profile: RMS ln-error {np.sqrt(np.nanmean(e_before ** 2)):.3f} over {len(keys)} targets")
     sol = least_squares(fun, x0, bounds=(lo, hi), method="trf", diff_step=0.05, max_nfev=max_nfev, x_scale=1.0)
     e_after = errors_at(sol.x)
+    evals.close()
     log(f"fitted: RMS ln-error {np.sqrt(np.nanmean(e_after ** 2)):.3f} ({sol.nfev} evaluations, "
         f"{time.perf_counter() - t_start:.0f} s)")
     theta = [t0 * math.exp(x) for (_, t0, _), x in zip(spec, sol.x, strict=True)]

@@ -59,6 +59,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--max-per-stage", type=int, default=200,
                    help="with --from-run: replay the first N requests of each stage (default 200)")
     f.add_argument("--max-nfev", type=int, default=30, help="with --from-run: at most this many fit iterations")
+    from sim.cli.progress import add_quiet_option
+
+    add_quiet_option(f)
     f.add_argument("--profile", help="with --from-run: the profile to start from (default: the GPU's shipped one)")
     f.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="with --from-run: a replay setting for every run (repeatable)")

@@ -24,6 +24,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-per-stage", type=int, help="replay only the first N requests of each stage (faster)")
     p.add_argument("--json", action="store_true", help='print {"stages": [...], "overall": {...}} as JSON')
     p.add_argument("--out", help="directory for report.html (distributions and time series) and comparison.json")
+    from sim.cli.progress import add_quiet_option
+
+    add_quiet_option(p)
     p.set_defaults(func=run)
 
 
@@ -37,7 +40,9 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(args.out)
     real = load_run(args.run, args.format)
     rep = prepare(real, args.gpu, args.profile, args.overrides, args.max_per_stage)  # bad input fails here
-    c = compare(real, rep=rep)
+    from sim.cli.progress import show_progress
+
+    c = compare(real, rep=rep, progress=show_progress(args))
     if args.out:
         from sim.app.compare_report import write_report
 

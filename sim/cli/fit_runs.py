@@ -31,6 +31,7 @@ def _per_run(rows: list[dict[str, Any]], key: str) -> list[str]:
 def run_fit_from_runs(args: argparse.Namespace) -> int:
     from sim.app.runfit import evaluate, fit_runs, fitted_profile
     from sim.cli.outpath import check_out_file
+    from sim.cli.progress import show_progress
     from sim.core.errors import ConfigError
     from workloads.runs import load_run
 
@@ -45,7 +46,7 @@ def run_fit_from_runs(args: argparse.Namespace) -> int:
     holdout = [load_run(p) for p in (args.holdout or [])]
     cmd = "servesim fit " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "servesim fit --from-run"
     res = fit_runs(runs, args.gpu, args.profile, args.overrides, args.max_per_stage, args.max_nfev,
-                   log=lambda m: print(m, flush=True))
+                   log=lambda m: print(m, flush=True), progress=show_progress(args))
     prof = fitted_profile(res, runs, cmd, args.max_per_stage)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     prof.save(args.out)
