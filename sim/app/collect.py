@@ -59,7 +59,7 @@ def assemble(
     requests = requests_frame(rows)
     if annotate is not None:
         requests = annotate(requests)
-    frames = [r.steps_frame() for r in recorders]
+    frames = [r.steps_frame(release=True) for r in recorders]  # the result is the steps' last reader
     steps = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     itl = [r.itl() for r in recorders]
     if not merge_traces:
