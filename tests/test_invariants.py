@@ -7,6 +7,10 @@ queue caps and timeouts) so preemption, rejection and cut-off paths are taken.
 
 from __future__ import annotations
 
+import json
+import tempfile
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,6 +30,8 @@ from tests.invariants import (
 )
 
 POLICIES = policy_names()
+_TRACE_DIR = tempfile.TemporaryDirectory()  # the drawn trace files (one per distinct row list)
+TRACES = Path(_TRACE_DIR.name)
 SLOT_ENGINES = ("llamacpp", "ollama")  # KV sized by the context (n_ctx / num_ctx), not a block count
 MAX_MODEL_LEN = 512
 
@@ -58,8 +64,21 @@ def run_configs(draw, policy: str, prefix: bool, *, horizon: bool = True, admiss
     engine = {k: v for k, v in engine.items() if v is not None}
     prompt = {"dist": "uniform", "low": 1, "high": draw(st.integers(2, 400))}
     output = {"dist": "uniform", "low": 1, "high": draw(st.integers(2, 100))}
-    kind = draw(st.sampled_from(["open", "closed", "sessions"]))  # every workload kind's source
-    if kind == "open":
+    kind = draw(st.sampled_from(["open", "closed", "sessions", "trace"]))  # every workload kind's source
+    if kind == "trace":  # a servesim JSONL file of drawn rows (ties and shared segments included)
+        n = draw(st.integers(1, 20))
+        times = sorted(draw(st.lists(st.floats(0.0, 3.0), min_size=n, max_size=n)))
+        rows = []
+        for i, t in enumerate(times):
+            p = draw(st.integers(1, 400))
+            row = {"request_id": f"q{i}", "arrival_time": t, "prompt_len": p, "output_len": draw(st.integers(1, 100))}
+            if p > 32 and draw(st.booleans()):
+                row["segments"] = [[["sys", draw(st.integers(0, 1))], 32], [["u", i], p - 32]]
+            rows.append(row)
+        path = TRACES / f"t{abs(hash(json.dumps(rows))):x}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        workload = {"trace": str(path), "too_long": "clip"}
+    elif kind == "open":
         workload = {"num_requests": draw(st.integers(1, 30)), "rate": draw(st.floats(1.0, 60.0)),
                     "prompt": prompt, "output": output}  # fmt: skip
     elif kind == "closed":
@@ -78,7 +97,7 @@ def run_configs(draw, policy: str, prefix: bool, *, horizon: bool = True, admiss
             workload["system_prompt"] = {"num_prompts": draw(st.integers(1, 2)), "len": draw(st.integers(8, 96))}
     if admission and draw(st.booleans()):
         workload["client_timeout_s"] = draw(st.floats(0.05, 5.0))
-    if kind != "sessions" and draw(st.booleans()):
+    if kind in ("open", "closed") and draw(st.booleans()):
         workload["shared_prefix"] = {"num_groups": draw(st.integers(1, 3)), "prefix_len": draw(st.integers(8, 96))}
     raw = {"engine": engine, "workload": workload, "simulation": {"seed": draw(st.integers(0, 2**16))}}
     if horizon and draw(st.booleans()):
