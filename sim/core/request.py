@@ -9,9 +9,11 @@ content of the tokens it covers, chained with its parent's hash as vLLM does (en
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import accumulate
 
 from sim.core.errors import ConfigError
 
@@ -142,6 +144,8 @@ class Request:
     _hash_bs: int = 0
     _shared: list[int] | None = None  # spec.prefix_hashes' list for _hash_bs, if it applies
     _shared_blocks: int = 0  # leading blocks that lie within the content shared with it
+    _segs: tuple[Segment, ...] | None = None  # _content_segments(), built on first use
+    _seg_ends: list[int] | None = None  # cumulative token ends of _segs
 
     def __post_init__(self) -> None:
         s = self.spec
@@ -220,19 +224,21 @@ class Request:
 
     def _content_segments(self) -> tuple[Segment, ...]:
         """The prompt's segments, then the output as one segment (what ``_segment_idents`` walks)."""
-        out_key = self.spec.output_key if self.spec.output_key is not None else ("o", self.request_id)
-        return (*self.spec.prompt_segments(), (out_key, self.output_len))
+        segs = self._segs
+        if segs is None:
+            out_key = self.spec.output_key if self.spec.output_key is not None else ("o", self.request_id)
+            segs = self._segs = (*self.spec.prompt_segments(), (out_key, self.output_len))
+            self._seg_ends = list(accumulate(n for _, n in segs))
+        return segs
 
     def _segment_idents(self, first: int, last: int, bs: int) -> Iterator[tuple]:
         """``_content`` of blocks ``first..last-1`` (no token ids), walking the segments once: a cursor
         stays on the first segment that ends after the block's start (sessions' prompts have many)."""
         segs = self._content_segments()
+        ends: list[int] = self._seg_ends  # type: ignore[assignment]  # set by _content_segments
         nseg = len(segs)
-        j = pos = 0
-        lo = first * bs
-        while j < nseg and pos + segs[j][1] <= lo:
-            pos += segs[j][1]
-            j += 1
+        j = bisect_right(ends, first * bs)  # the first segment that ends after the first block's start
+        pos = ends[j - 1] if j else 0
         for i in range(first, last):
             lo, hi = i * bs, (i + 1) * bs
             parts = []

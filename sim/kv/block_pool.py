@@ -278,6 +278,18 @@ class BlockPool:
             return entry
         return next(iter(entry.values()))
 
+    def longest_cached_prefix(self, hashes: Sequence[int], max_blocks: int) -> list[KVBlock]:
+        """``get_cached_block`` of ``hashes[0..]`` up to the first miss (at most ``max_blocks``): the
+        prefix lookup, in one loop that touches only the hit blocks and the first miss."""
+        cached = self._cached
+        hit: list[KVBlock] = []
+        for i in range(max_blocks):
+            entry = cached.get(hashes[i])
+            if entry is None:
+                break
+            hit.append(entry if type(entry) is KVBlock else next(iter(entry.values())))
+        return hit
+
     def cache_full_blocks(
         self, blocks: Sequence[KVBlock], hashes: Sequence[int], start: int, end: int
     ) -> None:
