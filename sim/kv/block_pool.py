@@ -247,14 +247,19 @@ class BlockPool:
         raise ValueError(f"double free of block {bad.block_id} (ref_cnt {bad.ref_cnt})")
 
     def touch(self, blocks: Iterable[KVBlock]) -> None:
-        """Take a reference on prefix-hit blocks; free ones leave the middle of the queue (KV-6)."""
+        """Take a reference on prefix-hit blocks; free ones leave the middle of the queue (KV-6).
+
+        One pass with the queue's fields in locals and its counters written once (a session's turn
+        touches its whole history)."""
+        back, head, base, cf_start = self._back, self._head, self._base, self._cf_start
+        nback = len(back)
+        holes = left = cf_left = 0
         for b in blocks:
             if b.ref_cnt == 0:
                 if b.is_null:
                     continue
-                back, head = self._back, self._head
-                i = b.qpos - self._base
-                if not (head <= i < len(back) and back[i] is b):
+                i = b.qpos - base
+                if not (head <= i < nback and back[i] is b):
                     # An unhashed block (no prefix hit finds one; a direct call may): search for it.
                     try:
                         i = back.index(b, head)
@@ -262,13 +267,17 @@ class BlockPool:
                         i = -1
                 if i >= 0:
                     back[i] = None
-                    self._holes += 1
-                    if i + self._base >= self._cf_start:
-                        self._num_cached_free -= 1
+                    holes += 1
+                    if i + base >= cf_start:
+                        cf_left += 1
                 else:
                     self._front.remove(b)
-                self._num_free -= 1
+                left += 1
             b.ref_cnt += 1
+        if left:
+            self._holes += holes
+            self._num_cached_free -= cf_left
+            self._num_free -= left
 
     # ---- prefix cache -----------------------------------------------------------------------------
     def get_cached_block(self, block_hash: int) -> KVBlock | None:
