@@ -151,7 +151,18 @@ class BlockPool:
             h += m
         else:
             while m:
-                chunk = back[h:h + m]
+                # a window of at least 32 entries, cut after its m-th live one: a long run of holes
+                # (prefix hits taken from the queue) costs a few slices, not one pass per hole
+                chunk = back[h:h + (m if m > 32 else 32)]
+                if len(chunk) - chunk.count(None) > m:
+                    seen = end = 0
+                    for b in chunk:
+                        end += 1
+                        if b is not None:
+                            seen += 1
+                            if seen == m:
+                                break
+                    chunk = chunk[:end]
                 cut = self._cf_start - base - h  # chunk[cut:] is in the cached-free region
                 h += len(chunk)
                 holes = chunk.count(None)
