@@ -100,6 +100,9 @@ def _state(kv: KVCacheManager, reqs: list[Request]) -> tuple:
         kv.pool.num_cached_blocks,
         kv.pool.num_cached_hashes,
         tuple((r.num_computed_tokens, r.num_tokens, r.num_output_tokens) for r in reqs),
+        # which block answers each hash, and the order of the duplicates behind it (not the map's order:
+        # nothing iterates it)
+        tuple(sorted((h, tuple(e) if isinstance(e, dict) else (e.block_id,)) for h, e in kv.pool._cached.items())),
     )
 
 

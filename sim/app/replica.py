@@ -8,7 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import simpy
 
 from policies.base import Policy
@@ -79,8 +78,8 @@ class Replica:
         if rv is None:
             return self.policy.kv.usage
         starts, free = rv
-        j = max(int(np.searchsorted(starts, now, side="right")) - 1, 0)
-        return 1.0 - float(free[j]) / self.policy.kv.usable_blocks
+        j = int(starts.searchsorted(now, "right")) - 1  # the method: no dispatch through np.searchsorted
+        return 1.0 - float(free[j if j > 0 else 0]) / self.policy.kv.usable_blocks
 
     def poll(self, now: float) -> None:
         v = self.view

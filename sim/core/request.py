@@ -9,14 +9,41 @@ content of the tokens it covers, chained with its parent's hash as vLLM does (en
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import accumulate
 
 from sim.core.errors import ConfigError
 
 Segment = tuple[Hashable, int]
 NONE_HASH = 0x5EED  # parent of block 0; fixed so runs are reproducible (vLLM seeds it from PYTHONHASHSEED)
+
+
+class PrefixHashes:
+    """Block hashes of a content sequence that several requests start with, computed once for all.
+
+    ``segments`` describes the sequence as content segments (prompt segments, then outputs as
+    ``(output_key, length)``): a conversation's whole history, or a shared system prompt. A request
+    whose ``prefix_hashes`` is this object copies the hashes of the blocks that lie within the leading
+    segments it has in common with ``segments`` (checked once, by tuple equality, so a renamed or
+    truncated spec just falls back to hashing itself) and adds the ones it computes first. The hashes
+    are a pure function of the content, so sharing them changes no result.
+    """
+
+    __slots__ = ("segments", "_by_size")
+
+    def __init__(self, segments: tuple[Segment, ...]) -> None:
+        self.segments = segments
+        self._by_size: dict[int, list[int]] = {}
+
+    def for_size(self, block_size: int) -> list[int]:
+        """The shared list for ``block_size`` (hashes of blocks 0..len-1, grown by the requests)."""
+        got = self._by_size.get(block_size)
+        if got is None:
+            got = self._by_size[block_size] = []
+        return got
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +63,8 @@ class RequestSpec:
     segments: tuple[Segment, ...] | None = None
     # Content of the generated tokens, so a later turn that repeats them can hit the cache.
     output_key: Hashable | None = None
+    # Hashes this request shares with others (a session's earlier turns, a shared system prompt).
+    prefix_hashes: PrefixHashes | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1:
@@ -113,6 +142,10 @@ class Request:
     seq: int = 0  # admission order tiebreak
     _hashes: list[int] = field(default_factory=list)
     _hash_bs: int = 0
+    _shared: list[int] | None = None  # spec.prefix_hashes' list for _hash_bs, if it applies
+    _shared_blocks: int = 0  # leading blocks that lie within the content shared with it
+    _segs: tuple[Segment, ...] | None = None  # _content_segments(), built on first use
+    _seg_ends: list[int] | None = None  # cumulative token ends of _segs
 
     def __post_init__(self) -> None:
         s = self.spec
@@ -138,20 +171,33 @@ class Request:
 
     # ---- prefix identity -------------------------------------------------------------------------
     def block_hashes(self, block_size: int, num_tokens: int) -> list[int]:
-        """Chained hashes of the full blocks among the first ``num_tokens`` tokens (cached, grown lazily)."""
+        """Chained hashes of the full blocks among the first ``num_tokens`` tokens (cached, grown lazily).
+
+        Blocks within the content shared through ``spec.prefix_hashes`` are copied from it (and given
+        to it when this request computes them first): a session's turn hashes only its new blocks."""
         if self._hash_bs != block_size:
             self._hashes = []
             self._hash_bs = block_size
+            self._attach_shared(block_size)
         want = num_tokens // block_size
         hashes = self._hashes
         if len(hashes) >= want:
             return hashes
+        shared = self._shared
+        if shared is not None:
+            n = len(hashes)
+            if n < len(shared):
+                hashes.extend(shared[n : min(want, self._shared_blocks)])
+                if len(hashes) >= want:
+                    return hashes
         parent = hashes[-1] if hashes else NONE_HASH
         token_ids = self.spec.token_ids
         if token_ids is None:  # one pass over the segments for all the new blocks (not one per block)
             for ident in self._segment_idents(len(hashes), want, block_size):
                 parent = hash((parent, ident))
                 hashes.append(parent)
+            if shared is not None and len(shared) < self._shared_blocks:
+                shared.extend(hashes[len(shared) : self._shared_blocks])
             return hashes
         for i in range(len(hashes), want):
             lo, hi = i * block_size, (i + 1) * block_size
@@ -163,17 +209,36 @@ class Request:
             hashes.append(parent)
         return hashes
 
+    def _attach_shared(self, block_size: int) -> None:
+        """Point ``_shared`` at the prefix hashes when this request's content starts with theirs."""
+        self._shared = None
+        ph = self.spec.prefix_hashes
+        if ph is None or self.spec.token_ids is not None:
+            return
+        content = self._content_segments()
+        m = min(len(content), len(ph.segments))
+        if m == 0 or content[:m] != ph.segments[:m]:
+            return
+        self._shared = ph.for_size(block_size)
+        self._shared_blocks = sum(n for _, n in content[:m]) // block_size
+
+    def _content_segments(self) -> tuple[Segment, ...]:
+        """The prompt's segments, then the output as one segment (what ``_segment_idents`` walks)."""
+        segs = self._segs
+        if segs is None:
+            out_key = self.spec.output_key if self.spec.output_key is not None else ("o", self.request_id)
+            segs = self._segs = (*self.spec.prompt_segments(), (out_key, self.output_len))
+            self._seg_ends = list(accumulate(n for _, n in segs))
+        return segs
+
     def _segment_idents(self, first: int, last: int, bs: int) -> Iterator[tuple]:
         """``_content`` of blocks ``first..last-1`` (no token ids), walking the segments once: a cursor
         stays on the first segment that ends after the block's start (sessions' prompts have many)."""
-        out_key = self.spec.output_key if self.spec.output_key is not None else ("o", self.request_id)
-        segs = (*self.spec.prompt_segments(), (out_key, self.output_len))
+        segs = self._content_segments()
+        ends: list[int] = self._seg_ends  # type: ignore[assignment]  # set by _content_segments
         nseg = len(segs)
-        j = pos = 0
-        lo = first * bs
-        while j < nseg and pos + segs[j][1] <= lo:
-            pos += segs[j][1]
-            j += 1
+        j = bisect_right(ends, first * bs)  # the first segment that ends after the first block's start
+        pos = ends[j - 1] if j else 0
         for i in range(first, last):
             lo, hi = i * bs, (i + 1) * bs
             parts = []

@@ -151,7 +151,18 @@ class BlockPool:
             h += m
         else:
             while m:
-                chunk = back[h:h + m]
+                # a window of at least 32 entries, cut after its m-th live one: a long run of holes
+                # (prefix hits taken from the queue) costs a few slices, not one pass per hole
+                chunk = back[h:h + (m if m > 32 else 32)]
+                if len(chunk) - chunk.count(None) > m:
+                    seen = end = 0
+                    for b in chunk:
+                        end += 1
+                        if b is not None:
+                            seen += 1
+                            if seen == m:
+                                break
+                    chunk = chunk[:end]
                 cut = self._cf_start - base - h  # chunk[cut:] is in the cached-free region
                 h += len(chunk)
                 holes = chunk.count(None)
@@ -247,14 +258,19 @@ class BlockPool:
         raise ValueError(f"double free of block {bad.block_id} (ref_cnt {bad.ref_cnt})")
 
     def touch(self, blocks: Iterable[KVBlock]) -> None:
-        """Take a reference on prefix-hit blocks; free ones leave the middle of the queue (KV-6)."""
+        """Take a reference on prefix-hit blocks; free ones leave the middle of the queue (KV-6).
+
+        One pass with the queue's fields in locals and its counters written once (a session's turn
+        touches its whole history)."""
+        back, head, base, cf_start = self._back, self._head, self._base, self._cf_start
+        nback = len(back)
+        holes = left = cf_left = 0
         for b in blocks:
             if b.ref_cnt == 0:
                 if b.is_null:
                     continue
-                back, head = self._back, self._head
-                i = b.qpos - self._base
-                if not (head <= i < len(back) and back[i] is b):
+                i = b.qpos - base
+                if not (head <= i < nback and back[i] is b):
                     # An unhashed block (no prefix hit finds one; a direct call may): search for it.
                     try:
                         i = back.index(b, head)
@@ -262,13 +278,17 @@ class BlockPool:
                         i = -1
                 if i >= 0:
                     back[i] = None
-                    self._holes += 1
-                    if i + self._base >= self._cf_start:
-                        self._num_cached_free -= 1
+                    holes += 1
+                    if i + base >= cf_start:
+                        cf_left += 1
                 else:
                     self._front.remove(b)
-                self._num_free -= 1
+                left += 1
             b.ref_cnt += 1
+        if left:
+            self._holes += holes
+            self._num_cached_free -= cf_left
+            self._num_free -= left
 
     # ---- prefix cache -----------------------------------------------------------------------------
     def get_cached_block(self, block_hash: int) -> KVBlock | None:
@@ -277,6 +297,18 @@ class BlockPool:
         if entry is None or type(entry) is KVBlock:
             return entry
         return next(iter(entry.values()))
+
+    def longest_cached_prefix(self, hashes: Sequence[int], max_blocks: int) -> list[KVBlock]:
+        """``get_cached_block`` of ``hashes[0..]`` up to the first miss (at most ``max_blocks``): the
+        prefix lookup, in one loop that touches only the hit blocks and the first miss."""
+        cached = self._cached
+        hit: list[KVBlock] = []
+        for i in range(max_blocks):
+            entry = cached.get(hashes[i])
+            if entry is None:
+                break
+            hit.append(entry if type(entry) is KVBlock else next(iter(entry.values())))
+        return hit
 
     def cache_full_blocks(
         self, blocks: Sequence[KVBlock], hashes: Sequence[int], start: int, end: int

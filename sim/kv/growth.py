@@ -32,7 +32,10 @@ class DecodeGrowth:
 
         The caller has checked that the free blocks suffice. Rows whose ``k`` tokens neither cross nor
         complete a block need nothing; the blocks of the others are popped in one go, in row order, as
-        row-by-row ``allocate_slots`` calls would pop them (rows with shared content take that path).
+        row-by-row ``allocate_slots`` calls would pop them, and rows with shared content then register
+        their completed blocks in row order. The end state equals the row-by-row one: a pop evicts only
+        free blocks and a registration names only held ones, so the two commute (same hash map, same
+        order of duplicates under a hash, same counts).
         ``computed``: each row's computed tokens, for a caller that advances the requests' counters
         later (rows without hashed content only); their prompt and output then count as ``computed + k``,
         less ``lag`` tokens still in flight under async scheduling (not yet known, so not yet cached).
@@ -41,14 +44,16 @@ class DecodeGrowth:
         caching = self.enable_caching
         max_len = self.max_model_len
         table = self._reqs
-        grow: list[tuple[Any, int, int]] = []  # (state, new blocks, full blocks to count as cached)
+        # (state, new blocks, full blocks to count as cached, the request when it registers them)
+        grow: list[tuple[Any, int, int, Request | None]] = []
         total = 0
         for i, req in enumerate(reqs):
             c = req.num_computed_tokens if computed is None else computed[i]
             if c % bs and (c + k) // bs == c // bs and (c + k) % bs:
                 continue
             st = table.get(req.request_id)
-            if st is None or (caching and req.spec.shares_content) or c + k > max_len:
+            hashed = caching and req.spec.shares_content
+            if st is None or c + k > max_len or (hashed and computed is not None):
                 if computed is not None:
                     raise ValueError(f"request {req.request_id}: grow_decodes(computed=...) needs a held, "
                                      "unhashed row within max_model_len")
@@ -66,23 +71,30 @@ class DecodeGrowth:
                 full = (c + k if c + k < tokens else tokens) // bs
             else:
                 full = 0
-            grow.append((st, need, full))
+            grow.append((st, need, full, req if hashed else None))
             total += need
         if grow:
             self._grow(grow, total)
 
-    def _grow(self, grow: list[tuple[Any, int, int]], total: int) -> None:
-        """Pop ``total`` blocks and hand each row its share, in row order."""
-        if total > self.pool.num_free_blocks:
-            raise RuntimeError(f"decode run promised {total} blocks, {self.pool.num_free_blocks} are free")
-        new = self.pool.get_new_blocks(total) if total else []
+    def _grow(self, grow: list[tuple[Any, int, int, Request | None]], total: int) -> None:
+        """Pop ``total`` blocks and hand each row its share, in row order; hashed rows register theirs."""
+        pool = self.pool
+        if total > pool.num_free_blocks:
+            raise RuntimeError(f"decode run promised {total} blocks, {pool.num_free_blocks} are free")
+        new = pool.get_new_blocks(total) if total else []
+        bs = self.block_size
         p = 0
-        for st, need, full in grow:
+        for st, need, full, req in grow:
+            blocks = st.blocks
             if need:
-                st.blocks.extend(new[p:p + need])
+                blocks.extend(new[p:p + need])
                 p += need
             if full > st.num_cached:
-                st.num_cached = full if full < len(st.blocks) else len(st.blocks)
+                if full > len(blocks):
+                    full = len(blocks)
+                if req is not None:
+                    pool.cache_full_blocks(blocks, req.block_hashes(bs, full * bs), st.num_cached, full)
+                st.num_cached = full
 
     def decode_run_blocks(
         self, computed: np.ndarray, held: np.ndarray, finish_step: np.ndarray, k: int

@@ -93,12 +93,7 @@ class KVCacheManager(DecodeGrowth):
             max_blocks = (num_tokens - 1) // self.block_size
             if max_blocks > 0:
                 hashes = req.block_hashes(self.block_size, max_blocks * self.block_size)
-                lookup = self.pool.get_cached_block
-                for i in range(max_blocks):
-                    blk = lookup(hashes[i])
-                    if blk is None:
-                        break
-                    hit.append(blk)
+                hit = self.pool.longest_cached_prefix(hashes, max_blocks)
         # else: unique content never preempted -- nobody can hold its blocks (module docstring).
         hit_tokens = len(hit) * self.block_size
         if record:

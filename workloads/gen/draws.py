@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from sim.core.errors import ConfigError
-from sim.core.request import RequestSpec
+from sim.core.request import PrefixHashes, RequestSpec
 from workloads.gen.lengths import LengthDist, check_keys, clip_to_context, read_float, read_int
 
 
@@ -72,15 +72,20 @@ class Draws:
     groups: np.ndarray | None
     prefix_len: int
     num_clipped: int
+    prefix_hashes: tuple[PrefixHashes, ...] = ()  # one per group: its system prompt's block hashes
 
     def spec(self, i: int, j: int, arrival_time: float, session_id: str | None = None) -> RequestSpec:
         """Request number ``i`` (id ``r<i>``), row ``j`` of these draws."""
         rid = f"r{i}"
         p = int(self.prompt_lens[j])
-        segs = None if self.groups is None else segments(rid, int(self.groups[j]), self.prefix_len, p)
+        segs = ph = None
+        if self.groups is not None:
+            g = int(self.groups[j])
+            segs = segments(rid, g, self.prefix_len, p)
+            ph = self.prefix_hashes[g] if self.prefix_hashes else None
         return RequestSpec(request_id=rid, arrival_time=arrival_time, prompt_len=p,
                            output_len=int(self.output_lens[j]), priority=int(self.priorities[j]),
-                           session_id=session_id, segments=segs)  # fmt: skip
+                           session_id=session_id, segments=segs, prefix_hashes=ph)  # fmt: skip
 
     def specs(self, i0: int, times: list[float]) -> list[RequestSpec]:
         """Requests ``i0, i0 + 1, ...`` arriving at ``times`` (one per row)."""
@@ -111,6 +116,10 @@ class Drawer:
         self.output = LengthDist.from_config(cfg["output"], f"{where}.output", base_dir)
         sp = cfg.get("shared_prefix")
         self.shared = None if sp is None else SharedPrefix.from_config(sp, f"{where}.shared_prefix")
+        # each group's system prompt hashed once for every draw (sim.core.request.PrefixHashes)
+        self.prefix_hashes = () if self.shared is None else tuple(
+            PrefixHashes(segments("", g, self.shared.prefix_len, self.shared.prefix_len)[:1])
+            for g in range(self.shared.num_groups))  # fmt: skip
         self.prefix_len = 0 if self.shared is None else self.shared.prefix_len
         pr = cfg.get("priority")
         self.priority = None if pr is None else PriorityMix.from_config(pr, f"{where}.priority")
@@ -137,4 +146,4 @@ class Drawer:
             prompt, output, changed = clip_to_context(prompt, output, self.max_model_len,
                                                       min_prompt=self.prefix_len + 1)  # fmt: skip
             num_clipped = int(changed.sum())
-        return Draws(prompt, output, priorities, groups, self.prefix_len, num_clipped)
+        return Draws(prompt, output, priorities, groups, self.prefix_len, num_clipped, self.prefix_hashes)

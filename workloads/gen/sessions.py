@@ -51,7 +51,7 @@ import numpy as np
 
 from sim.core.errors import ConfigError
 from sim.core.fields import MAX_REQUESTS
-from sim.core.request import RequestSpec, Segment
+from sim.core.request import PrefixHashes, RequestSpec, Segment
 from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig
 from workloads.gen.lengths import LengthDist, check_keys, clip_to_context, read_float, read_int
 
@@ -109,7 +109,11 @@ class Conversation:
                 segs.append((self.output_key(i), self.outputs[i]))
         return tuple(segs)
 
-    def spec(self, k: int, arrival_time: float) -> RequestSpec:
+    def content(self) -> tuple[Segment, ...]:
+        """The whole conversation as content segments: every turn's prompt + output is a prefix of it."""
+        return (*self.segments(self.num_turns - 1), (self.output_key(self.num_turns - 1), self.outputs[-1]))
+
+    def spec(self, k: int, arrival_time: float, prefix_hashes: PrefixHashes | None = None) -> RequestSpec:
         return RequestSpec(
             request_id=f"s{self.index}t{k}",
             arrival_time=float(arrival_time),
@@ -118,6 +122,7 @@ class Conversation:
             session_id=f"s{self.index}",
             segments=self.segments(k),
             output_key=self.output_key(k),
+            prefix_hashes=prefix_hashes,
         )
 
 
@@ -161,6 +166,8 @@ class SessionSource:
         self.next_conv = 0  # closed loop: next conversation not yet given to a client
         self.sent: dict[str, tuple[int, int]] = {}  # request id -> (conversation, turn) in flight
         self.done_turns = [0] * len(self.convs)  # turns of each conversation sent so far
+        # Block hashes of each conversation in flight, shared by its turns (dropped after its last turn).
+        self.hashes: dict[int, PrefixHashes] = {}
         self.last_time = 0.0
         if workload.num_clients is None:
             for j, c in enumerate(self.convs):
@@ -181,7 +188,11 @@ class SessionSource:
         out: list[RequestSpec] = []
         while self.heap and self.heap[0][0] <= now:
             t, _, j, k = heapq.heappop(self.heap)
-            spec = self.convs[j].spec(k, t)
+            conv = self.convs[j]
+            ph = self.hashes.get(j)
+            if ph is None and conv.num_turns > 1:
+                ph = self.hashes[j] = PrefixHashes(conv.content())
+            spec = conv.spec(k, t, ph)
             self.sent[spec.request_id] = (j, k)
             self.done_turns[j] = k + 1
             out.append(spec)
@@ -200,7 +211,9 @@ class SessionSource:
         t = now + conv.thinks[k]
         if k + 1 < conv.num_turns:
             self._push(t, j, k + 1)
-        elif self.w.num_clients is not None and self.next_conv < len(self.convs):
+            return
+        self.hashes.pop(j, None)
+        if self.w.num_clients is not None and self.next_conv < len(self.convs):
             self._push(t, self.next_conv, 0)
             self.next_conv += 1
 
