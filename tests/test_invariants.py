@@ -8,6 +8,7 @@ queue caps and timeouts) so preemption, rejection and cut-off paths are taken.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from tests.invariants import (
 
 POLICIES = policy_names()
 _TRACE_DIR = tempfile.TemporaryDirectory()  # the drawn trace files (one per distinct row list)
-TRACES = Path(_TRACE_DIR.name)
+TRACES = Path(os.environ.get("SERVESIM_TRACE_DIR", _TRACE_DIR.name))
 SLOT_ENGINES = ("llamacpp", "ollama")  # KV sized by the context (n_ctx / num_ctx), not a block count
 MAX_MODEL_LEN = 512
 

@@ -163,6 +163,26 @@ def apply_run(policy: Any, run: DecodeRun, end_times: np.ndarray) -> list[Reques
     return finished
 
 
+def step_times(start: float, durations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ends, starts) of consecutive steps from ``start``, with the additions the engine's clock makes
+    one step at a time (((start + d0) + d1) + ...): a run's boundaries are those of stepping, to the bit,
+    so an arrival at a boundary joins at the same step either way."""
+    ends = np.cumsum(np.concatenate(([start], durations)))
+    return ends[1:], ends[:-1]
+
+
+def delay_to(now: float, t: float) -> float:
+    """A delay ``d`` with ``now + d == t`` exactly (SimPy schedules a timeout at ``now + delay``; ``t - now``
+    alone can round), so the clock after a run is the last step's end, as after stepping."""
+    d = t - now
+    for _ in range(4):
+        got = now + d
+        if got == t:
+            break
+        d = math.nextafter(d, math.inf if got < t else -math.inf)
+    return d
+
+
 class FastForward:
     """One engine's decode fast-forward: after each step, take the quiet stretch that follows, if any.
 
@@ -238,8 +258,7 @@ class FastForward:
         nxt = self._next_event(eng)
         limit = min(math.inf if nxt is None else nxt, eng.horizon)
         durations = self._price_until(rows, ctx_sums, start, limit)
-        ends = start + np.cumsum(durations)
-        starts = ends - durations
+        ends, starts = step_times(start, durations)
         k = int(np.searchsorted(starts, limit, side="left"))
         if k < 2:
             return
@@ -248,20 +267,20 @@ class FastForward:
         last_tok = np.fromiter((r.last_token_time for r in run.requests), np.float64, len(run.requests))
         num_waiting = policy.num_waiting
         if wake is None:
-            yield env.timeout(float(ends[-1]) - start)
+            yield env.timeout(delay_to(start, float(ends[-1])))
         else:
             # A pushed source (sim/app/replica.py) cannot say when the next request comes, so a push
             # ends the run early: the steps that started by then still run (the push comes after every
             # step boundary at its instant), and the request joins at the next boundary, as without the
             # jump. No row finishes inside such a run, so the free blocks are known before it is applied.
             eng.run_view = (starts, kv.num_free_blocks - run.new_blocks[1:k + 1])
-            timeout = env.timeout(float(ends[-1]) - start)
+            timeout = env.timeout(delay_to(start, float(ends[-1])))
             fired = yield wake() | timeout
             if timeout not in fired:
                 t = env.now
                 k = max(int(np.searchsorted(starts, t, side="right")), 1)
                 starts, durations, ends, rows = starts[:k], durations[:k], ends[:k], rows[:k]
-                yield env.timeout(max(float(ends[-1]) - t, 0.0))
+                yield env.timeout(delay_to(t, float(ends[-1])) if ends[-1] > t else 0.0)
             eng.run_view = None
         finished = apply_run(policy, run, ends)
         self.runs += 1
@@ -340,15 +359,14 @@ class AsyncFastForward(FastForward):
         durations = self._price_until(sizes, ctx_sums, now + dt, limit)
         # Schedule j happens when batch i+j starts: at now, then at the end of each applied batch.
         applied = np.concatenate(([dt], durations))  # batches i+1.. in order
-        ends = now + np.cumsum(applied)
-        starts = ends - applied
+        ends, starts = step_times(now, applied)
         k = min(k, int(np.searchsorted(starts, limit, side="left")), len(durations))
         if k < 2:
             return None
         starts, applied, ends = starts[:k], applied[:k], ends[:k]
         last_tok = np.fromiter((r.last_token_time for r in running), np.float64, n)
         cached0 = kv.num_cached_free_blocks
-        yield env.timeout(float(ends[-1]) - now)
+        yield env.timeout(delay_to(now, float(ends[-1])))
         free_after, cached_after, finished = _apply_async(policy, running, c0, fin, cum, ends, k)
         policy.on_skipped_steps(k)
         run = DecodeRun(requests=running, max_steps=k, computed=c, finish_step=fin, new_blocks=cum[:k + 1],
