@@ -12,10 +12,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.core.errors import TraceFormatError
 from sim.core.request import RequestSpec
 from workloads.runs.model import LATENCIES, RealRun, Stage, stats_from_requests
-from workloads.tracefmt.benchresult import bench_arrivals, bench_rate, bench_requests, read_bench_result
+from workloads.tracefmt.benchresult import (
+    bench_rate,
+    read_successes,
+)
 
 # --metadata KEY=VALUE pairs that name a vLLM server setting servesim models (the result records no server
 # arguments of its own): [engine] keys, and the hardware.
@@ -65,12 +67,8 @@ def _file_stats(res: dict[str, Any]) -> dict[str, float]:
 
 def load_vllm_bench_run(path: str | Path, seed: int = 0) -> RealRun:
     path = Path(path)
-    res = read_bench_result(path)
-    reqs = bench_requests(res, path)
-    times, how = bench_arrivals(res, reqs, path, seed)
+    res, reqs, times, how = read_successes(path, seed)
     ok = reqs.ok
-    if not ok.any():
-        raise TraceFormatError(f"{path}: no successful request to replay (failed = {int((~ok).sum())})")
     order = np.flatnonzero(ok)
     order = order[np.argsort(times[order], kind="stable")]
     specs = [RequestSpec(request_id=str(i), arrival_time=float(times[i]), prompt_len=int(reqs.prompt[i]),

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.core.errors import ConfigError, TraceFormatError
+from sim.core.errors import TraceFormatError
 from workloads.tracefmt.core import Columns, LoadedTrace, TraceOptions, finish
 from workloads.tracefmt.rows import check_file, open_text
 
@@ -159,18 +159,25 @@ def bench_arrivals(res: dict[str, Any], reqs: BenchRequests, path: Path, seed: i
     return np.asarray(times, float), f"redrawn: {kind} at {rate:g} req/s, burstiness {b:g} (seed {seed})"
 
 
+def read_successes(path: Path, seed: int) -> tuple[dict[str, Any], Any, np.ndarray, str]:
+    """(result, its requests, their send times, how those were found) of a result with at least one
+    successful request (the only ones with an output length to replay); else one line saying so."""
+    res = read_bench_result(path)
+    reqs = bench_requests(res, path)
+    times, how = bench_arrivals(res, reqs, path, seed)
+    if not reqs.ok.any():
+        raise TraceFormatError(f"{path}: no successful request to replay (failed = {int((~reqs.ok).sum())})")
+    return res, reqs, times, how
+
+
 def load_bench_result(path: str | Path, *, seed_arrivals: int = 0, **options: Any) -> LoadedTrace:
     """The successful requests of a result as a trace (``servesim trace stats result.json``): their prompt
     and actual output lengths at their send times (see ``bench_arrivals``). No prefix identity: the file
     has no prompt content."""
     path = Path(path)
     opts = TraceOptions.from_kwargs(options, "vllm-bench-result", ("seed_arrivals",))
-    res = read_bench_result(path)
-    reqs = bench_requests(res, path)
-    times, how = bench_arrivals(res, reqs, path, seed_arrivals)
+    _, reqs, times, how = read_successes(path, seed_arrivals)
     ok = reqs.ok
-    if not ok.any():
-        raise ConfigError(f"{path}: no successful request (failed = {int((~ok).sum())}); nothing to load")
     cols = Columns(fmt="vllm-bench-result", source=path, num_rows=len(ok), prompt=reqs.prompt[ok],
                    output=reqs.output[ok], times=times[ok], num_failed=int((~ok).sum()),
                    notes=[f"arrivals {how}", "failed requests dropped (their output length is not recorded)"
