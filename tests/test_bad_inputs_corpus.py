@@ -216,6 +216,8 @@ CASES = [
     ("size-jobs-0", lambda t: ["size", SIZING, "--jobs", "0"], ["--jobs", "0"]),
     ("size-goal", lambda t: ["size", SIZING, "--goal", "cheap"], ["--goal", "cheap"]),
     ("size-no-slo", lambda t: ["size", _toml(t, BASE)], ["slo"]),
+    ("size-intervals-with-gpus", lambda t: ["size", SIZING, "--gpus", "RTX 4090", "--target-concurrency", "4",
+                                            "--intervals"], ["--intervals", "--gpus"]),
     ("size-config-missing", lambda t: ["size", str(t / "no.toml")], ["no.toml"]),
     # ---- sweep ----
     ("sweep-grid-no-equals", lambda t: ["sweep", QUICK, "--grid", "engine.max_num_seqs", "--out", str(t / "s")],

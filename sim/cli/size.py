@@ -140,6 +140,9 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, [*vllm_overrides(args), *args.overrides, *price_overrides(args)])
     args.progress = show_progress(args)  # on a terminal unless --quiet (sim/cli/progress.py)
+    if args.gpus and args.intervals:
+        raise ConfigError("--intervals is not modelled with --gpus (the card search judges SLOs on the "
+                          "replications alone); drop one of them")
     if args.gpus:  # which card, how many, at what cost (sim/cli/size_cards.py)
         from sim.cli import size_cards
 
