@@ -104,12 +104,9 @@ class VllmPolicy(QueuedPolicy):
         if self.priority:
             self.waiting = _PriorityQueue()  # type: ignore[assignment]
         self._head_blocked_by_kv = False
+        # Async only: each request's sampled-but-unapplied tokens and unapplied scheduled tokens are its
+        # own fields (Request.num_output_placeholders, num_in_flight_tokens), as in vLLM's Request.
         self.async_scheduling = limits.async_scheduling
-        # Async only, per request with a non-zero count: sampled tokens not yet applied
-        # (num_output_placeholders, reset by a preemption) and tokens scheduled in batches not yet
-        # applied (num_in_flight_tokens).
-        self._placeholders: dict[Request, int] = {}
-        self._in_flight: dict[Request, int] = {}
 
     def _victim(self) -> Request:
         if self.priority:
@@ -124,7 +121,7 @@ class VllmPolicy(QueuedPolicy):
         victim.num_discarded_tokens += victim.num_computed_tokens
         victim.num_computed_tokens = 0
         victim.num_preemptions += 1
-        self._placeholders.pop(victim, None)  # async: its in-flight output is stale now
+        victim.num_output_placeholders = 0  # async: its in-flight output is stale now
         self.waiting.appendleft(victim)
 
     def schedule(self, now: float) -> StepPlan:
@@ -140,30 +137,38 @@ class VllmPolicy(QueuedPolicy):
         running = self.running
         asyn = self.async_scheduling
         alloc = kv.allocate_slots
-        placeholders = self._placeholders
 
         # V1-2 / V1-3: running requests first, in list order.
         i = 0
         while i < len(running) and budget > 0:
+            # A stretch of decode rows (one token each) in one tight pass; the row that ends it is
+            # handled below. Synchronous: rows below max_model_len (or they would have finished). Async:
+            # one token in flight, whose successor is neither the row's last nor past max_model_len.
+            j = i
             if not asyn:
-                # A stretch of decode rows (one token each; synchronous rows below max_model_len, or they
-                # would have finished) in one tight pass; the row that ends it is handled below.
-                j = i
                 for req in islice(running, i, i + budget):
-                    if req.num_tokens - req.num_computed_tokens != 1 or alloc(req, 1) is None:
+                    if req.num_tokens - req.num_computed_tokens != 1:
                         break
                     j += 1
-                if j > i:
-                    scheduled.extend(zip(running[i:j], repeat(1)))
-                    budget -= j - i
-                    i = j
-                    if i >= len(running) or budget <= 0:
+            else:
+                for req in islice(running, i, i + budget):
+                    c = req.num_computed_tokens
+                    if (req.num_output_placeholders != 1 or c != req.num_tokens or c >= max_len - 1
+                            or c + 1 >= req.prompt_len + req.output_len):
                         break
+                    j += 1
+            if j > i:
+                j = i + kv.allocate_decode_slots(running[i:j])
+            if j > i:
+                scheduled.extend(zip(running[i:j], repeat(1)))
+                budget -= j - i
+                i = j
+                if i >= len(running) or budget <= 0:
+                    break
             req = running[i]
             c = req.num_computed_tokens
             n = req.num_tokens - c
-            if asyn and req in placeholders:
-                ph = placeholders[req]
+            if asyn and (ph := req.num_output_placeholders):
                 if c + 2 - ph >= req.prompt_len + req.output_len:
                     i += 1  # its last token is in flight: nothing more to schedule
                     continue
@@ -244,21 +249,22 @@ class VllmPolicy(QueuedPolicy):
         dec: list[int] = []
         chunks: list[int] = []
         ctxs: list[int] = []
-        placeholders, in_flight = self._placeholders, self._in_flight
+        sampled = plan.sampled
+        add_dec, add_sampled = dec.append, sampled.append  # bound once: this loop sees every row
         for req, n in plan.scheduled:
             before = req.num_computed_tokens
             after = req.num_computed_tokens = before + n
-            in_flight[req] = in_flight.get(req, 0) + n
-            ph = placeholders.get(req, 0)
+            req.num_in_flight_tokens += n
+            ph = req.num_output_placeholders
             if after >= req.num_tokens + ph:
-                placeholders[req] = ph + 1
-                plan.sampled.append(req)
+                req.num_output_placeholders = ph + 1
+                add_sampled(req)
                 if n == 1 and before >= req.prompt_len:
-                    dec.append(after)
+                    add_dec(after)
                     continue
             chunks.append(n)
             ctxs.append(before)
-        plan.batch = BatchSummary.of(dec, chunks, ctxs, len(plan.sampled))
+        plan.batch = BatchSummary.of(dec, chunks, ctxs, len(sampled))
         return plan
 
     def update(self, plan: StepPlan, now: float) -> list[Request]:
@@ -266,35 +272,47 @@ class VllmPolicy(QueuedPolicy):
         rows that may since have been preempted (stale: appended, but no placeholder to resolve)."""
         if not self.async_scheduling:
             return super().update(plan, now)
-        placeholders, in_flight = self._placeholders, self._in_flight
-        sampled = set(map(id, plan.sampled))
+        sampled = plan.sampled  # in the order of plan.scheduled
+        ns = len(sampled)
+        si = 0
         max_len = self.limits.max_model_len
-        kv = self.kv
+        fin, rej, gone = Status.FINISHED, Status.REJECTED, Status.TIMED_OUT
+        to_cache: list[tuple[Request, int]] = []
         finished: list[Request] = []
         for req, n in plan.scheduled:
-            left = in_flight.pop(req, n) - n  # an aborted request's entry is gone
-            if left:
-                in_flight[req] = left
-            if req.is_finished or id(req) not in sampled:
+            st = req.status
+            if si < ns and sampled[si] is req:
+                si += 1
+                if st is fin or st is gone or st is rej:  # finished or aborted since: nothing in flight
+                    continue
+            else:
+                if st is not fin and st is not gone and st is not rej:
+                    req.num_in_flight_tokens -= n
                 continue
+            left = req.num_in_flight_tokens = req.num_in_flight_tokens - n
             req.num_output_tokens += 1
             req.num_tokens += 1
-            ph = placeholders.pop(req, 0)  # 0 when preempted since: the output is stale
+            ph = req.num_output_placeholders  # 0 when preempted since: the output is stale
             if ph:
-                if ph > 1:
-                    placeholders[req] = ph - 1
+                req.num_output_placeholders = ph - 1
                 # the blocks of what the applied batches computed, outputs included
-                kv.cache_blocks(req, req.num_computed_tokens - in_flight.get(req, 0))
+                to_cache.append((req, req.num_computed_tokens - left))
             if req.num_output_tokens >= req.output_len or req.num_tokens >= max_len:
+                finished.append(req)
+        # Registering a row's blocks and freeing another's touch different state (the prefix map, the
+        # free queue), so every registration goes first, in row order, then the frees, in row order.
+        if to_cache:
+            self.kv.cache_blocks_many(to_cache)
+        if finished:
+            kv = self.kv
+            for req in finished:
                 if req.status is not Status.RUNNING:
                     self.waiting.remove(req)  # preempted; its stale output was its last token
-                placeholders.pop(req, None)
+                req.num_output_placeholders = req.num_in_flight_tokens = 0
                 req.status = Status.FINISHED
                 req.finish_time = now
                 req.finish_reason = "length" if req.num_output_tokens >= req.output_len else "max_model_len"
                 kv.free(req)
-                finished.append(req)
-        if finished:
             done = set(map(id, finished))
             self.running = [r for r in self.running if id(r) not in done]
         return finished
@@ -302,13 +320,19 @@ class VllmPolicy(QueuedPolicy):
     def finish(self, finished: list[Request], now: float) -> None:
         super().finish(finished, now)
         for req in finished:  # async: nothing of theirs is in flight any more
-            self._placeholders.pop(req, None)
-            self._in_flight.pop(req, None)
+            req.num_output_placeholders = req.num_in_flight_tokens = 0
 
     def abort(self, req: Request, now: float) -> None:
         super().abort(req, now)
-        self._placeholders.pop(req, None)  # async: whatever it has in flight is dropped when it lands
-        self._in_flight.pop(req, None)
+        # async: whatever it has in flight is dropped when it lands
+        req.num_output_placeholders = req.num_in_flight_tokens = 0
+
+    def on_skipped_steps(self, k: int) -> None:
+        """Async: after a run every running row has one thing in flight, its one-token decode in the
+        queued batch (a row whose prompt's last chunk was in flight when the run began had more)."""
+        if self.async_scheduling:
+            for req in self.running:
+                req.num_in_flight_tokens = 1
 
     def quiet(self) -> Quiet | None:
         if self.limits.max_num_batched_tokens < len(self.running):

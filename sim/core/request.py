@@ -140,6 +140,10 @@ class Request:
     finish_time: float | None = None
     finish_reason: str | None = None
     seq: int = 0  # admission order tiebreak
+    # Async scheduling (vLLM's AsyncScheduler): tokens sampled but not yet applied (vLLM's
+    # num_output_placeholders; reset by a preemption) and tokens scheduled in batches not yet applied.
+    num_output_placeholders: int = 0
+    num_in_flight_tokens: int = 0
     _hashes: list[int] = field(default_factory=list)
     _hash_bs: int = 0
     _shared: list[int] | None = None  # spec.prefix_hashes' list for _hash_bs, if it applies

@@ -325,11 +325,17 @@ class AsyncFastForward(FastForward):
         max_len = policy.limits.max_model_len
         c0 = [0] * n
         left = [0] * n
+        prefills = False
         for i, ((req, m), row) in enumerate(zip(plan.scheduled, running, strict=True)):
             c = req.num_computed_tokens
-            # The queued batch is this row's decode of one token, the only one in flight.
-            if req is not row or m != 1 or c != req.num_tokens or c <= req.prompt_len:
+            # The queued batch is this row's decode of one token, the only one in flight, or the last
+            # chunk of its prompt, whose first token lands with it (from there on it decodes alike).
+            if req is not row or c != req.num_tokens:
                 return None
+            if m != 1 or c <= req.prompt_len:
+                if c != req.prompt_len or req.num_output_tokens or req.last_token_time is not None:
+                    return None
+                prefills = True
             if kv.enable_caching and req.spec.shares_content:
                 return None
             c0[i] = c
@@ -364,7 +370,8 @@ class AsyncFastForward(FastForward):
         if k < 2:
             return None
         starts, applied, ends = starts[:k], applied[:k], ends[:k]
-        last_tok = np.fromiter((r.last_token_time for r in running), np.float64, n)
+        nan = math.nan
+        last_tok = np.fromiter((nan if (t := r.last_token_time) is None else t for r in running), np.float64, n)
         cached0 = kv.num_cached_free_blocks
         yield env.timeout(delay_to(now, float(ends[-1])))
         free_after, cached_after, finished = _apply_async(policy, running, c0, fin, cum, ends, k)
@@ -379,7 +386,7 @@ class AsyncFastForward(FastForward):
         self.runs += 1
         self.steps += k
         eng.rec.on_decode_run(run, starts, applied, batch_rows, num_waiting, kv.usable_blocks, finished, last_tok,
-                              num_running=num_running)
+                              num_running=num_running, first=plan if prefills else None)
         for req in finished:
             eng.source.on_done(req.spec, req.finish_time)
         # Batch i+k+1: scheduled by the run's last schedule, on the GPU from the last applied end.

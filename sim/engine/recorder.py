@@ -120,16 +120,18 @@ class Recorder:
         finished: list[Request],
         last_token_before: np.ndarray,
         num_running: np.ndarray | None = None,
+        first: StepPlan | None = None,
     ) -> None:
         """k decode steps with ``rows[j]`` rows in step j: step rows from arrays, gaps as (value, weight).
 
         The free-block columns come from ``run`` (set when the run was applied). ``num_running``: the
         running count each step was scheduled with, when it is not the rows it computes (async
-        scheduling: a row whose last token is in flight still runs, unscheduled)."""
+        scheduling: a row whose last token is in flight still runs, unscheduled). ``first``: the plan of
+        step 0 when it is not all decodes (async: the batch in flight when the run began may finish
+        prompts; those rows' first tokens land with it, ``last_token_before`` NaN for them)."""
         if run.free_blocks is None or run.cached_free is None:
             raise RuntimeError("on_decode_run: the run was not applied (run.free_blocks/cached_free unset)")
         k = len(starts)
-        n = len(run.requests)
         c = self.cols
         free_blocks = run.free_blocks[:k]
         fin = np.minimum(run.finish_step, k)  # step of each row's last token in this run
@@ -138,8 +140,14 @@ class Recorder:
         running_list = rows_list if num_running is None else num_running.tolist()
         c["start"].extend(starts.tolist())
         c["duration"].extend(durations.tolist())
-        c["num_prefill_tokens"].extend([0] * k)
-        c["num_decode_tokens"].extend(rows_list)
+        if first is None:
+            c["num_prefill_tokens"].extend([0] * k)
+            c["num_decode_tokens"].extend(rows_list)
+        else:
+            c["num_prefill_tokens"].append(first.batch.num_prefill_tokens)
+            c["num_prefill_tokens"].extend([0] * (k - 1))
+            c["num_decode_tokens"].append(first.batch.num_decode)
+            c["num_decode_tokens"].extend(rows_list[1:])
         c["num_running"].extend(running_list)
         c["num_waiting"].extend([num_waiting] * k)
         c["num_preempted"].extend([0] * k)
@@ -153,8 +161,15 @@ class Recorder:
         ends = starts + durations
         # Each row's first gap runs from its previous token; later gaps are the step times, one per row
         # still running in that step.
-        first = ends[0] - last_token_before
-        self.itl_chunks.append((first, np.ones(n, dtype=np.int64)))
+        gap0 = ends[0] - last_token_before
+        if first is not None:
+            new = np.isnan(last_token_before)
+            t0 = float(ends[0])
+            for req, is_new in zip(run.requests, new.tolist(), strict=True):
+                if is_new:
+                    req.first_token_time = t0
+            gap0 = gap0[~new]
+        self.itl_chunks.append((gap0, np.ones(len(gap0), dtype=np.int64)))
         if k > 1:
             self.itl_chunks.append((np.diff(ends), rows[1:].astype(np.int64)))
         for req, t in zip(run.requests, ends[fin - 1].tolist(), strict=True):
@@ -170,6 +185,7 @@ class Recorder:
             # leave, so consecutive steps share one list (the records are output, never changed).
             leaves = set(fin_list)
             scheduled = [[rid, 1] for rid in ids]
+            first_scheduled = None if first is None else [[r.request_id, m] for r, m in first.scheduled]
             starts_l, durations_l, free_l = starts.tolist(), durations.tolist(), free_blocks.tolist()
             for j in range(k):
                 if j and j in leaves:
@@ -178,7 +194,7 @@ class Recorder:
                     {
                         "time": starts_l[j],
                         "duration": durations_l[j],
-                        "scheduled": scheduled,
+                        "scheduled": first_scheduled if j == 0 and first_scheduled is not None else scheduled,
                         "preempted": [],
                         "finished": done_at.get(j, []),
                         "num_running": running_list[j],

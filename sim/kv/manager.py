@@ -22,6 +22,7 @@ from sim.core.errors import ConfigError
 from sim.core.request import Request
 from sim.kv.block_pool import BlockPool, KVBlock
 from sim.kv.growth import DecodeGrowth
+from sim.kv.rows import RowBatchOps
 
 _NO_BLOCKS: tuple[KVBlock, ...] = ()  # allocate_slots' answer when no block was needed
 
@@ -37,7 +38,7 @@ class _ReqKV:
         self.num_cached = 0
 
 
-class KVCacheManager(DecodeGrowth):
+class KVCacheManager(DecodeGrowth, RowBatchOps):
     """Paged KV memory for one replica: a GPU block pool plus per-request block tables."""
 
     def __init__(
@@ -160,9 +161,10 @@ class KVCacheManager(DecodeGrowth):
             if c % bs and ((c + 1) % bs or not caching):
                 return _NO_BLOCKS
             # Content nobody shares needs no hashing, so its bookkeeping is inlined here, for a running
-            # row whose token is known (async scheduling: c >= num_tokens while one is in flight).
+            # row (async scheduling: c == num_tokens while its newest token is in flight).
             st = self._reqs.get(req.request_id)
-            if (st is not None and c < req.num_tokens and c < self.max_model_len
+            t = req.num_tokens
+            if (st is not None and c <= t and c < self.max_model_len
                     and not (caching and req.spec.shares_content)
                     and not (new_computed_blocks or num_new_computed_tokens or full_sequence_must_fit
                              or watermark_blocks)):
@@ -175,7 +177,7 @@ class KVCacheManager(DecodeGrowth):
                     new = self.pool.get_new_blocks(need)
                     blocks.extend(new)
                 if caching:
-                    full = (c + 1) // bs
+                    full = (c + 1 if c < t else t) // bs  # what is known: async may have c == t
                     if full > st.num_cached:
                         st.num_cached = full if full < len(blocks) else len(blocks)
                 return new
