@@ -273,31 +273,39 @@ class VllmPolicy(QueuedPolicy):
         if not self.async_scheduling:
             return super().update(plan, now)
         sampled = plan.sampled  # in the order of plan.scheduled
-        ns = len(sampled)
+        scheduled = plan.scheduled
+        every = len(sampled) == len(scheduled)  # the usual batch: every row samples
         si = 0
         max_len = self.limits.max_model_len
-        fin, rej, gone = Status.FINISHED, Status.REJECTED, Status.TIMED_OUT
+        running, fin, rej, gone = Status.RUNNING, Status.FINISHED, Status.REJECTED, Status.TIMED_OUT
         to_cache: list[tuple[Request, int]] = []
+        add_cache = to_cache.append
         finished: list[Request] = []
-        for req, n in plan.scheduled:
+        for req, n in scheduled:
             st = req.status
-            if si < ns and sampled[si] is req:
-                si += 1
-                if st is fin or st is gone or st is rej:  # finished or aborted since: nothing in flight
+            live = st is running or (st is not fin and st is not gone and st is not rej)
+            if not every:
+                if si < len(sampled) and sampled[si] is req:
+                    si += 1
+                else:
+                    if live:
+                        req.num_in_flight_tokens -= n
                     continue
-            else:
-                if st is not fin and st is not gone and st is not rej:
-                    req.num_in_flight_tokens -= n
+            if not live:  # finished or aborted since: nothing of it is in flight
                 continue
             left = req.num_in_flight_tokens = req.num_in_flight_tokens - n
-            req.num_output_tokens += 1
-            req.num_tokens += 1
+            out = req.num_output_tokens = req.num_output_tokens + 1
+            t = req.num_tokens = req.num_tokens + 1
             ph = req.num_output_placeholders  # 0 when preempted since: the output is stale
             if ph:
                 req.num_output_placeholders = ph - 1
-                # the blocks of what the applied batches computed, outputs included
-                to_cache.append((req, req.num_computed_tokens - left))
-            if req.num_output_tokens >= req.output_len or req.num_tokens >= max_len:
+                # The blocks of what the applied batches computed, outputs included. A row scheduled again
+                # since (left > 0) had them registered by that allocation already (it caches up to
+                # min(computed + new, num_tokens) >= what has landed), unless all its tokens have landed.
+                known = req.num_computed_tokens - left
+                if not left or known >= t:
+                    add_cache((req, known))
+            if out >= req.output_len or t >= max_len:
                 finished.append(req)
         # Registering a row's blocks and freeing another's touch different state (the prefix map, the
         # free queue), so every registration goes first, in row order, then the frees, in row order.

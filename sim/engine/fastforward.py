@@ -382,7 +382,9 @@ class AsyncFastForward(FastForward):
         run.free_blocks = np.concatenate(([counters[3]], free_after[:k - 1])).astype(np.int64)
         run.cached_free = np.concatenate(([counters[4]], cached_after[:k - 1])).astype(np.int64)
         batch_rows = np.concatenate(([n], sizes[:k - 1])).astype(np.int64)
-        num_running = np.array([n] + [int((fin >= j).sum()) for j in range(1, k)], dtype=np.int64)
+        # rows with fin >= j, j = 1..k-1 (a row runs, scheduled or not, until its last batch lands)
+        at_least = np.bincount(np.minimum(fin, k), minlength=k + 1)[::-1].cumsum()[::-1]
+        num_running = np.concatenate(([n], at_least[1:k])).astype(np.int64)
         self.runs += 1
         self.steps += k
         eng.rec.on_decode_run(run, starts, applied, batch_rows, num_waiting, kv.usable_blocks, finished, last_tok,
@@ -422,13 +424,13 @@ def _apply_async(policy: Any, rows: list[Request], c0: list[int], fin: np.ndarra
         np.minimum(free_after[a:b], kv.num_cached_free_blocks, out=cached_after[a:b])
         done = [i for i in alive if fin_l[i] == b]
         go_on = [i for i in alive if fin_l[i] > b]
-        if m > 1:  # schedules a+1..b-1: everyone; what lands by then is cached (no lag for the finishing)
-            if done:
-                kv.grow_decodes([rows[i] for i in done], m - 1, computed=[c0[i] + a for i in done])
-            if go_on:
-                kv.grow_decodes([rows[i] for i in go_on], m - 1, computed=[c0[i] + a for i in go_on], lag=1)
-        if go_on:  # schedule b: the rows that go on; their newest token is in flight
-            kv.grow_decodes([rows[i] for i in go_on], 1, computed=[c0[i] + b - 1 for i in go_on], lag=1)
+        # Schedules a+1..b-1 take everyone, schedule b the rows that go on (their newest token in flight:
+        # lag 1); a finishing row's last landing caches all it computed (no lag). Unhashed rows only, so
+        # one growth per group leaves the state step-by-step growth would (grow_decodes' docstring).
+        if m > 1 and done:
+            kv.grow_decodes([rows[i] for i in done], m - 1, computed=[c0[i] + a for i in done])
+        if go_on:
+            kv.grow_decodes([rows[i] for i in go_on], m, computed=[c0[i] + a for i in go_on], lag=1)
         if kv.num_free_blocks != free_after[b - 1]:
             raise RuntimeError(f"async decode run: {free0 - kv.num_free_blocks} blocks taken, "
                                f"{free0 - free_after[b - 1]} predicted")
