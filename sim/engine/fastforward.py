@@ -336,8 +336,6 @@ class AsyncFastForward(FastForward):
                 if c != req.prompt_len or req.num_output_tokens or req.last_token_time is not None:
                     return None
                 prefills = True
-            if kv.enable_caching and req.spec.shares_content:
-                return None
             c0[i] = c
             rest = req.output_len - req.num_output_tokens
             left[i] = rest if rest < max_len - c else max_len - c
@@ -406,8 +404,13 @@ def _apply_async(policy: Any, rows: list[Request], c0: list[int], fin: np.ndarra
     """The end state of an async run: segments end where rows finish; in segment (a, b] every row still
     running takes schedules a+1..b-1 and the rows that go on take schedule b too (a row finishing at b
     has its last token in flight then); the finished ones land and free their blocks after schedule b.
-    Returns the free and cached-free blocks after each schedule 1..k, and the finished requests."""
+    Returns the free and cached-free blocks after each schedule 1..k, and the finished requests.
+
+    Rows whose blocks get hashed are stepped schedule by schedule in row order, their counters current
+    at each allocation (it registers the blocks its known tokens complete: all but the newest, in
+    flight); the others grow once per segment and their counters move once."""
     kv = policy.kv
+    lazy = not kv.enable_caching or not any(r.spec.shares_content for r in rows)
     free_after = np.empty(k, dtype=np.int64)
     cached_after = np.empty(k, dtype=np.int64)
     fin_l = fin.tolist()
@@ -425,20 +428,33 @@ def _apply_async(policy: Any, rows: list[Request], c0: list[int], fin: np.ndarra
         done = [i for i in alive if fin_l[i] == b]
         go_on = [i for i in alive if fin_l[i] > b]
         # Schedules a+1..b-1 take everyone, schedule b the rows that go on (their newest token in flight:
-        # lag 1); a finishing row's last landing caches all it computed (no lag). Unhashed rows only, so
-        # one growth per group leaves the state step-by-step growth would (grow_decodes' docstring).
-        if m > 1 and done:
-            kv.grow_decodes([rows[i] for i in done], m - 1, computed=[c0[i] + a for i in done])
-        if go_on:
-            kv.grow_decodes([rows[i] for i in go_on], m, computed=[c0[i] + a for i in go_on], lag=1)
+        # lag 1); a finishing row's last landing caches all it computed (no lag). For unhashed rows one
+        # growth per group leaves the state step-by-step growth would (grow_decodes' docstring).
+        if lazy:
+            if m > 1 and done:
+                kv.grow_decodes([rows[i] for i in done], m - 1, computed=[c0[i] + a for i in done])
+            if go_on:
+                kv.grow_decodes([rows[i] for i in go_on], m, computed=[c0[i] + a for i in go_on], lag=1)
+        else:
+            everyone = [rows[i] for i in alive]
+            later = [rows[i] for i in go_on]
+            for j in range(a + 1, b + 1):
+                sched = everyone if j < b else later
+                kv.grow_decodes(sched, 1)  # schedule j: one slot each, blocks of the known tokens registered
+                for req in sched:
+                    req.num_computed_tokens += 1
+                for req in everyone:  # batch i+j lands: a token each (registrations: see update())
+                    req.num_output_tokens += 1  # inlined add_output_tokens
+                    req.num_tokens += 1
         if kv.num_free_blocks != free_after[b - 1]:
             raise RuntimeError(f"async decode run: {free0 - kv.num_free_blocks} blocks taken, "
                                f"{free0 - free_after[b - 1]} predicted")
         for i in done:  # their last token landed with batch i+b
             req = rows[i]
-            req.num_computed_tokens += b - 1  # schedules taken in the run
-            req.num_output_tokens += b
-            req.num_tokens += b
+            if lazy:
+                req.num_computed_tokens += b - 1  # schedules taken in the run
+                req.num_output_tokens += b
+                req.num_tokens += b
             # Landing, it caches all it computed (a row that took no schedule in this segment too).
             kv.cache_blocks(req, req.num_computed_tokens)
         if done:
@@ -447,11 +463,12 @@ def _apply_async(policy: Any, rows: list[Request], c0: list[int], fin: np.ndarra
             finished.extend(reqs)
         alive = go_on
         a = b
-    for i in alive:
-        req = rows[i]
-        req.num_computed_tokens += k
-        req.num_output_tokens += k
-        req.num_tokens += k
+    if lazy:
+        for i in alive:
+            req = rows[i]
+            req.num_computed_tokens += k
+            req.num_output_tokens += k
+            req.num_tokens += k
     return free_after, cached_after, finished
 
 
