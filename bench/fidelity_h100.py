@@ -149,7 +149,8 @@ def compare_stages(case: dict[str, Any], df: pd.DataFrame) -> list[dict[str, Any
 
 def h100_section(data: Path, frac: float = 1.0) -> tuple[list[str], pd.DataFrame]:
     """Markdown lines and the comparison frame for the four runs (async + [frontend] priors), with the
-    mean TTFT of the ablations (today's default: sync, no front end; async only) for the moderate stages."""
+    mean TTFT of the ablations (sync, no front end: the default before 2026-12; async only: the default
+    now) for the moderate stages."""
     rows, abl, walls = [], [], []
     for case in h100_cases(data):
         df, res, wall = simulate_h100(case, frac, client_timeout_s=CLIENT_TIMEOUT_S if case["overload"] else None)
@@ -204,7 +205,7 @@ def h100_section(data: Path, frac: float = 1.0) -> tuple[list[str], pd.DataFrame
                   + f" | {int(r0.n_real)} / {int(r0.n_sim)} |")
     if len(a):
         md += ["", "Mean TTFT of the moderate stages by what is modelled (ms; error vs real):", "",
-               "| run | stage | real | sync, no frontend (today's default) | async only | async + frontend | "
+               "| run | stage | real | sync, no frontend (the default before 2026-12) | async only (the default) | async + frontend | "
                "engine-side part of the last |", "|---|---|---|---|---|---|---|"]
         full = t[(t.metric == "ttft") & (t.stat == "mean") & ~t.overload]
         for r in full.itertuples():

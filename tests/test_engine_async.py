@@ -51,3 +51,15 @@ def test_an_arrival_during_a_step_waits_for_the_batch_already_scheduled():
 def test_async_scheduling_is_a_vllm_knob():
     with pytest.raises(ConfigError, match="async_scheduling = true is modelled for preset 'vllm' only"):
         _run(True, {"num_requests": 1}, policy="tgi")
+
+
+def test_async_scheduling_is_the_vllm_default_only():
+    """vLLM's GPU default: on for preset vllm unless the config says false; off (not modelled) for the others."""
+    from sim.app.simulate import resolve
+
+    base = {"model": {"name": "Meta-Llama-3-8B"}, "hardware": {"gpu": "A100-80GB-SXM"}}
+    assert resolve(config_from_dict({**base, "engine": {"policy": "vllm"}})).limits.async_scheduling is True
+    off = {**base, "engine": {"policy": "vllm", "async_scheduling": False}}
+    assert resolve(config_from_dict(off)).limits.async_scheduling is False
+    for preset in ("vllm-v0", "sarathi", "trtllm"):
+        assert resolve(config_from_dict({**base, "engine": {"policy": preset}})).limits.async_scheduling is False

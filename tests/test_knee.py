@@ -55,7 +55,8 @@ RAW = {
     "model": {"name": "seed-7b", "dtype": "fp16"},
     "hardware": {"gpu": "A100 40GB"},
     "engine": {"max_model_len": 512, "cost_model": "constant", "constant_step_s": 0.02,
-               "num_gpu_blocks_override": 48, "enable_prefix_caching": False},
+               "num_gpu_blocks_override": 48, "enable_prefix_caching": False,
+               "async_scheduling": False},  # the knee's reason as the synchronous loop frees blocks
     "workload": {"rate": 1.0, "num_requests": 64, "prompt": {"dist": "fixed", "value": 64},
                  "output": {"dist": "fixed", "value": 20}},
 }  # fmt: skip

@@ -152,16 +152,21 @@ NEVER_FAST_FORWARDS = ("llamacpp", "ollama")
 FAST_FORWARDS = ("vllm", "vllm-v0", "trtllm", "tgi", "orca", "sarathi")
 
 
-@pytest.mark.parametrize("preset", FAST_FORWARDS + NEVER_FAST_FORWARDS)
+@pytest.mark.parametrize("preset", FAST_FORWARDS + NEVER_FAST_FORWARDS + ("vllm-async",))
 def test_fast_forward_gives_the_same_run(preset):
     """The fast-forward must be exact for a preset: jumping over quiet decode stretches changes nothing; and the
-    jump must really happen (or, for a preset that cannot jump, provably not happen)."""
+    jump must really happen (or, for a preset that cannot jump, provably not happen). ``vllm`` runs both of its
+    loops: synchronous, and async (its default)."""
     from tests.invariants import check_fast_forward_exact, fast_forwarded_steps, run_checked
 
     raw = {
         "engine": {"preset": preset, "max_model_len": 2048, "num_gpu_blocks_override": 400},
         "workload": WORKLOAD,
     }
+    if preset == "vllm":
+        raw["engine"]["async_scheduling"] = False
+    elif preset == "vllm-async":
+        raw["engine"].update(preset="vllm", async_scheduling=True)
     if preset in ("llamacpp", "ollama"):
         del raw["engine"]["num_gpu_blocks_override"]
     cfg = config_from_dict(raw)

@@ -67,9 +67,10 @@ class EngineConfig:
     enable_chunked_prefill: bool | None = None
     scheduling_policy: Literal["fcfs", "priority"] = field(
         default="fcfs", metadata=_doc("priority only where the preset models it (its SCHEDULING_POLICIES)"))
-    # vLLM V1's --async-scheduling: a two-deep batch queue (sim/engine/loop.py). Preset vllm only; off by
-    # default for now, as the decode fast-forward covers only the synchronous loop (a slow run).
-    async_scheduling: bool = False
+    # vLLM V1's --async-scheduling: a two-deep batch queue (sim/engine/loop.py). Modelled for preset vllm
+    # only, where it is on by default (vLLM's GPU default since late 2025); false for an older server.
+    async_scheduling: bool | None = field(
+        default=None, metadata=_doc("None: the preset's (vllm true; others false, as they do not model it)"))
     cost_model: str = field(default="roofline", metadata=_doc("roofline, constant, or a registered / package.module:Class cost model"))
     constant_step_s: Annotated[float, Field(gt=0, le=3600)] = field(default=0.02, metadata=_doc("step time of the constant cost model (s)"))
     overhead_gib: Annotated[float, Field(ge=0, le=1024)] | None = field(

@@ -136,6 +136,7 @@ def resolve(cfg: RunConfig) -> Setup:
         )
     if e.async_scheduling and e.policy != "vllm":
         raise ConfigError(f"[engine] async_scheduling = true is modelled for preset 'vllm' only, not {e.policy!r}")
+    async_scheduling = e.policy == "vllm" if e.async_scheduling is None else e.async_scheduling
     explicit = _explicit_limits(e, cls.ALIASES, parsed.aliases)
 
     def pick(key: str, fallback: Any) -> Any:
@@ -162,7 +163,7 @@ def resolve(cfg: RunConfig) -> Setup:
         enable_prefix_caching=picked["enable_prefix_caching"],
         enable_chunked_prefill=picked["enable_chunked_prefill"],
         scheduling_policy=e.scheduling_policy,
-        async_scheduling=e.async_scheduling,
+        async_scheduling=async_scheduling,
         **parsed.options.limit_values(),
     )
     # The preset's own resolution: what it derives from the memory plan (policies/options.py).
