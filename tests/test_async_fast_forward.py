@@ -1,4 +1,4 @@
-"""The async loop's fast-forward (sim/engine/fastforward.py AsyncFastForward) against stepping batch by
+"""The async loop's fast-forward (sim/engine/fastforward_async.py AsyncFastForward) against stepping batch by
 batch: every request timestamp, every step row and every inter-token gap equal, with runs taken."""
 
 from __future__ import annotations

@@ -124,6 +124,8 @@ class FrontendSource:
     def __init__(self, inner: Any, fe: FrontendConfig, send_time: dict[str, float]) -> None:
         self.inner, self.fe, self.send_time = inner, fe, send_time
         self.arrivals_ignore_finishes = getattr(inner, "arrivals_ignore_finishes", False)
+        if callable(getattr(inner, "response_delay", None)):  # only a source that can say it
+            self.response_delay = self._response_delay
         self.heap: list[tuple[float, int, RequestSpec]] = []
         self.n = 0
 
@@ -147,6 +149,12 @@ class FrontendSource:
 
     def on_done(self, spec: RequestSpec, now: float) -> None:
         self.inner.on_done(spec, now + self.fe.output_latency(1))  # B = 1: the batch is not known here
+
+    def _response_delay(self, spec: RequestSpec) -> float | None:
+        """The inner source's, plus the way back to the client and the next request's way in (at least
+        its prompt-independent part)."""
+        d = self.inner.response_delay(spec)
+        return None if d is None else d + float(self.fe.output_latency(1)) + float(self.fe.input_latency(0))
 
     def remaining(self) -> list[RequestSpec]:
         return [s for _, _, s in sorted(self.heap)] + list(self.inner.remaining())

@@ -16,7 +16,8 @@ import simpy
 
 from sim.core.policy import Policy, StepPlan
 from sim.core.request import Request, RequestSpec, Status
-from sim.engine.fastforward import AsyncFastForward, FastForward
+from sim.engine.fastforward import FastForward
+from sim.engine.fastforward_async import AsyncFastForward
 from sim.engine.recorder import Recorder
 from sim.engine.sources import ClosedSource, OpenSource
 

@@ -2,6 +2,8 @@
 
 Both answer the same three questions the engine asks: when is the next arrival, which specs are due
 now, and what happens when a request ends (a closed-loop client thinks, then sends its next one).
+A source whose arrivals follow finishes may also say how soon at the earliest (``response_delay``): the
+decode fast-forward then lets rows finish inside a run that ends before the arrivals they cause.
 """
 
 from __future__ import annotations
@@ -130,6 +132,11 @@ class ClosedSource:
         client = self.client_of.pop(spec.request_id, None)
         if client is not None:
             self._schedule(client, now + self.think_of.pop(spec.request_id))
+
+    def response_delay(self, spec: RequestSpec) -> float | None:
+        """Seconds from this request's end to the earliest arrival its end can cause (its client's next
+        send after the think time drawn when it was sent), None if it causes none."""
+        return self.think_of.get(spec.request_id)
 
     def num_remaining(self) -> int:
         return self.w.num_requests - self.issued

@@ -217,6 +217,18 @@ class SessionSource:
             self._push(t, self.next_conv, 0)
             self.next_conv += 1
 
+    def response_delay(self, spec: RequestSpec) -> float | None:
+        """Seconds from this turn's end to the arrival it causes (the think time after it: the next turn,
+        or a closed-loop client's next conversation), None if it causes none."""
+        jk = self.sent.get(spec.request_id)
+        if jk is None:
+            return None
+        j, k = jk
+        conv = self.convs[j]
+        if k + 1 < conv.num_turns or (self.w.num_clients is not None and self.next_conv < len(self.convs)):
+            return float(conv.thinks[k])
+        return None
+
     def remaining(self) -> list[RequestSpec]:
         """Every turn never sent: due ones with their due time, later ones stamped with the last time seen."""
         due = {(j, k): t for t, _, j, k in self.heap}

@@ -1,0 +1,206 @@
+"""The async loop's decode fast-forward (vLLM's two-deep batch queue, Engine._loop_async).
+
+The synchronous fast-forward's rules (sim/engine/fastforward.py) with one batch always in flight: a run
+starts right after a batch landed, covers the schedules of the next batches and the outputs of the one
+in flight and of those, and leaves the last one it scheduled in flight.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+
+from sim.core.request import Request
+from sim.engine.fastforward import DecodeRun, FastForward, advance, delay_to, step_times
+
+
+class AsyncFastForward(FastForward):
+    """The fast-forward of the async loop (vLLM's two-deep batch queue, Engine._loop_async).
+
+    Taken right after batch i's output was applied at E_i, while batch i+1 (already scheduled) runs. A
+    run of k covers k more loop turns: schedules 1..k (of batches i+2..i+k+1) and the outputs of batches
+    i+1..i+k, and leaves batch i+k+1 in flight, so the loop goes on as if it had turned k times. A row
+    with R tokens left (its in-flight one included) gets its last token in batch i+R: schedule R skips
+    it (its last token is in flight) and it finishes, freeing its blocks, when batch i+R lands; rows
+    whose blocks get hashed are stepped one by one. Past a finish only as the synchronous run goes.
+    """
+
+    def after_batch(self, queue: Any, now: float) -> Generator[Any, Any, Any] | None:
+        """A process for the run, whose value is (queued batch, gpu_free), or None when there is none."""
+        if len(queue) != 1 or getattr(self.engine.source, "wake_event", None) is not None:
+            return None
+        plan, start, dt, counters = queue[0]
+        nxt = self._next_event(self.engine)
+        if start != now or (nxt is not None and nxt <= now + dt):
+            return None  # a run needs its second schedule (at the end of the queued batch) in time
+        return self._run_async(plan, dt, counters, now)
+
+    def _run_async(self, plan: Any, dt: float, counters: tuple, now: float) -> Generator[Any, Any, Any]:
+        eng = self.engine
+        policy, env = eng.policy, eng.env
+        quiet = policy.quiet()
+        running: list[Request] = list(policy.running)
+        num_waiting = policy.num_waiting
+        n = len(running)
+        if (quiet is None or not running or (num_waiting and not quiet.waiting_blocked)
+                or len(plan.scheduled) != n or counters[0] != n or counters[1] != num_waiting):
+            return None
+        kv = policy.kv
+        max_len = policy.limits.max_model_len
+        c0 = [0] * n
+        left = [0] * n
+        prefills = False
+        for i, ((req, m), row) in enumerate(zip(plan.scheduled, running, strict=True)):
+            c = req.num_computed_tokens
+            # The queued batch is this row's decode of one token, the only one in flight, or the last
+            # chunk of its prompt, whose first token lands with it (from there on it decodes alike).
+            if req is not row or c != req.num_tokens:
+                return None
+            if m != 1 or c <= req.prompt_len:
+                if c != req.prompt_len or req.num_output_tokens or req.last_token_time is not None:
+                    return None
+                prefills = True
+            c0[i] = c
+            rest = req.output_len - req.num_output_tokens
+            left[i] = rest if rest < max_len - c else max_len - c
+        # Schedule j gives a row its token c0 + j while j < R (the row's tokens left): its last is in
+        # flight after schedule R - 1. The run ends at the first finish unless finishes may pass.
+        through = self.passes and not quiet.finishes_matter and not num_waiting
+        k = max(left) - 1 if through else min(left) - 1
+        if k < 2:
+            return None
+        c = np.array(c0, dtype=np.int64)
+        fin = np.array(left, dtype=np.int64)  # the applied batch (1-based) with each row's last token
+        last_sched = fin - 1  # the last schedule that gives the row a token
+        cum = kv.decode_run_blocks(c, kv.num_blocks_held_array(running), last_sched, k)
+        free0 = kv.num_free_blocks
+        if cum[k] > free0 - quiet.keep_free:  # frees are not counted: a conservative cut
+            k = int(np.searchsorted(cum, free0 - quiet.keep_free, side="right")) - 1
+            if k < 2:
+                return None
+        # Batch i+1+j (schedule j) holds the rows with last_sched >= j, at contexts c0 + j.
+        last = np.minimum(last_sched, k)
+        sizes = np.bincount(last, minlength=k + 1)[::-1].cumsum()[::-1][1:]
+        ctx0 = np.bincount(last, weights=c, minlength=k + 1)[::-1].cumsum()[::-1][1:]
+        ctx_sums = ctx0 + sizes * np.arange(1, k + 1, dtype=np.int64)
+        limit = min(math.inf if (nxt := self._next_event(eng)) is None else nxt, eng.horizon)
+        durations = self._price_until(sizes, ctx_sums, now + dt, limit)
+        # Schedule j happens when batch i+j starts: at now, then at the end of each applied batch.
+        applied = np.concatenate(([dt], durations))  # batches i+1.. in order
+        ends, starts = step_times(now, applied)
+        if self.response_delay is not None and through:
+            limit = min(limit, self._caused(running, fin, ends))
+        k = min(k, int(np.searchsorted(starts, limit, side="left")), len(durations))
+        if k < 2:
+            return None
+        starts, applied, ends = starts[:k], applied[:k], ends[:k]
+        nan = math.nan
+        last_tok = np.fromiter((nan if (t := r.last_token_time) is None else t for r in running), np.float64, n)
+        cached0 = kv.num_cached_free_blocks
+        yield env.timeout(delay_to(now, float(ends[-1])))
+        free_after, cached_after, finished = _apply_async(policy, running, c0, fin, cum, ends, k)
+        policy.on_skipped_steps(k)
+        run = DecodeRun(requests=running, max_steps=k, computed=c, finish_step=fin, new_blocks=cum[:k + 1],
+                        cached_free_start=cached0)
+        # The applied batch i+1 keeps the counters of its own schedule; batch i+1+j those of schedule j.
+        run.free_blocks = np.concatenate(([counters[3]], free_after[:k - 1])).astype(np.int64)
+        run.cached_free = np.concatenate(([counters[4]], cached_after[:k - 1])).astype(np.int64)
+        batch_rows = np.concatenate(([n], sizes[:k - 1])).astype(np.int64)
+        # rows with fin >= j, j = 1..k-1 (a row runs, scheduled or not, until its last batch lands)
+        at_least = np.bincount(np.minimum(fin, k), minlength=k + 1)[::-1].cumsum()[::-1]
+        num_running = np.concatenate(([n], at_least[1:k])).astype(np.int64)
+        self.runs += 1
+        self.steps += k
+        eng.rec.on_decode_run(run, starts, applied, batch_rows, num_waiting, kv.usable_blocks, finished, last_tok,
+                              num_running=num_running, first=plan if prefills else None)
+        for req in finished:
+            eng.source.on_done(req.spec, req.finish_time)
+        # Batch i+k+1: scheduled by the run's last schedule, on the GPU from the last applied end.
+        alive = [(req, 1) for req, f in zip(running, left, strict=True) if f > k]
+        queued = _decode_plan(plan, alive, [x + k for x, f in zip(c0, left, strict=True) if f > k])
+        end = float(ends[-1])
+        free_k, cached_k = int(free_after[k - 1]), int(cached_after[k - 1])
+        cnt = (int((fin >= k).sum()), num_waiting, 1.0 - free_k / kv.usable_blocks, free_k, cached_k)
+        d_last = float(durations[k - 1])
+        return (queued, end, d_last, cnt), end + d_last
+
+
+def _apply_async(policy: Any, rows: list[Request], c0: list[int], fin: np.ndarray, cum: np.ndarray,
+                 ends: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, list[Request]]:
+    """The end state of an async run: segments end where rows finish; in segment (a, b] every row still
+    running takes schedules a+1..b-1 and the rows that go on take schedule b too (a row finishing at b
+    has its last token in flight then); the finished ones land and free their blocks after schedule b.
+    Returns the free and cached-free blocks after each schedule 1..k, and the finished requests.
+
+    Rows whose blocks get hashed are stepped schedule by schedule in row order, their counters current
+    at each allocation (it registers the blocks its known tokens complete: all but the newest, in
+    flight); the others grow once per segment and their counters move once."""
+    kv = policy.kv
+    lazy = not kv.enable_caching or not any(r.spec.shares_content for r in rows)
+    free_after = np.empty(k, dtype=np.int64)
+    cached_after = np.empty(k, dtype=np.int64)
+    fin_l = fin.tolist()
+    bounds = np.unique(fin[fin <= k]).tolist()
+    if not bounds or bounds[-1] != k:
+        bounds.append(k)
+    alive = list(range(len(rows)))
+    finished: list[Request] = []
+    a = 0
+    for b in bounds:
+        m = b - a
+        free0 = kv.num_free_blocks
+        free_after[a:b] = free0 - (cum[a + 1:b + 1] - cum[a])
+        np.minimum(free_after[a:b], kv.num_cached_free_blocks, out=cached_after[a:b])
+        done = [i for i in alive if fin_l[i] == b]
+        go_on = [i for i in alive if fin_l[i] > b]
+        # Schedules a+1..b-1 take everyone, schedule b the rows that go on (their newest token in flight:
+        # lag 1); a finishing row's last landing caches all it computed (no lag). For unhashed rows one
+        # growth per group leaves the state step-by-step growth would (grow_decodes' docstring).
+        if lazy:
+            if m > 1 and done:
+                kv.grow_decodes([rows[i] for i in done], m - 1, computed=[c0[i] + a for i in done])
+            if go_on:
+                kv.grow_decodes([rows[i] for i in go_on], m, computed=[c0[i] + a for i in go_on], lag=1)
+        else:
+            everyone = [rows[i] for i in alive]
+            later = [rows[i] for i in go_on]
+            for j in range(a + 1, b + 1):
+                sched = everyone if j < b else later
+                kv.grow_decodes(sched, 1)  # schedule j: one slot each, blocks of the known tokens registered
+                for req in sched:
+                    req.num_computed_tokens += 1
+                for req in everyone:  # batch i+j lands: a token each (registrations: see update())
+                    req.num_output_tokens += 1  # inlined add_output_tokens
+                    req.num_tokens += 1
+        if kv.num_free_blocks != free_after[b - 1]:
+            raise RuntimeError(f"async decode run: {free0 - kv.num_free_blocks} blocks taken, "
+                               f"{free0 - free_after[b - 1]} predicted")
+        for i in done:  # their last token landed with batch i+b
+            req = rows[i]
+            if lazy:
+                req.num_computed_tokens += b - 1  # schedules taken in the run
+                req.num_output_tokens += b
+                req.num_tokens += b
+            # Landing, it caches all it computed (a row that took no schedule in this segment too).
+            kv.cache_blocks(req, req.num_computed_tokens)
+        if done:
+            reqs = [rows[i] for i in done]
+            policy.finish(reqs, float(ends[b - 1]))
+            finished.extend(reqs)
+        alive = go_on
+        a = b
+    if lazy:
+        advance([rows[i] for i in alive], k)
+    return free_after, cached_after, finished
+
+
+def _decode_plan(like: Any, scheduled: list, computed: list[int]) -> Any:
+    """A step plan of one-token decodes of ``scheduled``, with their computed tokens after it."""
+    plan = type(like)()
+    plan.scheduled = scheduled
+    plan.sampled = [r for r, _ in scheduled]
+    plan.batch = type(like.batch).of(computed, [], [], len(plan.sampled))
+    return plan
