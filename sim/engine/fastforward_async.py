@@ -30,7 +30,7 @@ class AsyncFastForward(FastForward):
 
     def after_batch(self, queue: Any, now: float) -> Generator[Any, Any, Any] | None:
         """A process for the run, whose value is (queued batch, gpu_free), or None when there is none."""
-        if len(queue) != 1 or getattr(self.engine.source, "wake_event", None) is not None:
+        if len(queue) != 1:
             return None
         plan, start, dt, counters = queue[0]
         nxt = self._next_event(self.engine)
@@ -100,8 +100,25 @@ class AsyncFastForward(FastForward):
         nan = math.nan
         last_tok = np.fromiter((nan if (t := r.last_token_time) is None else t for r in running), np.float64, n)
         cached0 = kv.num_cached_free_blocks
-        yield env.timeout(delay_to(now, float(ends[-1])))
-        free_after, cached_after, finished = _apply_async(policy, running, c0, fin, cum, ends, k)
+        wake = getattr(eng.source, "wake_event", None)
+        if wake is None:
+            yield env.timeout(delay_to(now, float(ends[-1])))
+        else:
+            # A pushed source (a cluster replica's inbox) cannot say when the next request comes: a push at
+            # t ends the run after the schedules made by t (it comes after every boundary at its instant,
+            # and joins at the next one), and the loop goes on from there. No row finishes inside such a
+            # run (``passes`` is false for it), so the free blocks after each schedule are known now, for a
+            # router reading this replica mid-run.
+            eng.run_view = (starts, free0 - cum[1:k + 1])
+            timeout = env.timeout(delay_to(now, float(ends[-1])))
+            fired = yield wake() | timeout
+            if timeout not in fired:
+                t = env.now
+                k = max(int(np.searchsorted(starts, t, side="right")), 1)
+                starts, applied, ends = starts[:k], applied[:k], ends[:k]
+                yield env.timeout(delay_to(t, float(ends[-1])) if ends[-1] > t else 0.0)
+            eng.run_view = None
+        free_after, cached_after, finished = _apply_async(policy, running, c0, fin, cum, ends, k, cached0)
         policy.on_skipped_steps(k)
         run = DecodeRun(requests=running, max_steps=k, computed=c, finish_step=fin, new_blocks=cum[:k + 1],
                         cached_free_start=cached0)
@@ -129,11 +146,13 @@ class AsyncFastForward(FastForward):
 
 
 def _apply_async(policy: Any, rows: list[Request], c0: list[int], fin: np.ndarray, cum: np.ndarray,
-                 ends: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, list[Request]]:
+                 ends: np.ndarray, k: int, cached_start: int) -> tuple[np.ndarray, np.ndarray, list[Request]]:
     """The end state of an async run: segments end where rows finish; in segment (a, b] every row still
     running takes schedules a+1..b-1 and the rows that go on take schedule b too (a row finishing at b
     has its last token in flight then); the finished ones land and free their blocks after schedule b.
     Returns the free and cached-free blocks after each schedule 1..k, and the finished requests.
+    ``cached_start``: the cached-free blocks when the run was planned (a disaggregated decode replica's
+    pool gains cached blocks when a KV transfer lands mid-run, which must not show before it).
 
     Rows whose blocks get hashed are stepped schedule by schedule in row order, their counters current
     at each allocation (it registers the blocks its known tokens complete: all but the newest, in
@@ -153,7 +172,8 @@ def _apply_async(policy: Any, rows: list[Request], c0: list[int], fin: np.ndarra
         m = b - a
         free0 = kv.num_free_blocks
         free_after[a:b] = free0 - (cum[a + 1:b + 1] - cum[a])
-        np.minimum(free_after[a:b], kv.num_cached_free_blocks, out=cached_after[a:b])
+        cached0 = cached_start if a == 0 else kv.num_cached_free_blocks
+        np.minimum(free_after[a:b], cached0, out=cached_after[a:b])
         done = [i for i in alive if fin_l[i] == b]
         go_on = [i for i in alive if fin_l[i] > b]
         # Schedules a+1..b-1 take everyone, schedule b the rows that go on (their newest token in flight:
