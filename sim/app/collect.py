@@ -83,9 +83,5 @@ def assemble(
 
 def recorded_end(recorders: Sequence[Recorder]) -> float:
     """When the last step any recorder holds ended (0 with no steps)."""
-    ends = [
-        float((np.asarray(r.cols["start"]) + np.asarray(r.cols["duration"])).max())
-        for r in recorders
-        if len(r.cols["start"])
-    ]
+    ends = [e for r in recorders if (e := r.steps.end_time()) is not None]
     return max(ends, default=0.0)

@@ -39,6 +39,9 @@ class Engine:
         self.cost = cost_model
         self.source = source
         self.rec = recorder
+        usable = getattr(getattr(policy, "kv", None), "usable_blocks", None)
+        if usable:
+            recorder.set_usable_blocks(usable)  # kv_usage is then derived from the free blocks, not stored
         self.horizon = math.inf if horizon is None else horizon
         self.async_scheduling = async_scheduling
         # The decode fast-forward of the loop that runs (None: every step through the policy).
