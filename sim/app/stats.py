@@ -44,9 +44,11 @@ def clean_weighted(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray,
     w = np.asarray(weights).ravel()
     if v.shape != w.shape:
         raise ResultsIntegrityError(f"{v.size} values but {w.size} weights")
-    if w.size and (np.any(w < 0) or np.any(w != np.floor(w))):
+    if w.size and (np.any(w < 0) or (w.dtype.kind not in "iu" and np.any(w != np.floor(w)))):
         raise ResultsIntegrityError("ITL weights must be non-negative integers (counts of equal gaps)")
     keep = (w > 0) & np.isfinite(v)
+    if keep.all():  # the usual case: no copies (a million-request run has ~10^7 gaps)
+        return v, w.astype(np.int64, copy=False)
     return v[keep], w[keep].astype(np.int64)
 
 
