@@ -25,8 +25,9 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: Sequence[f
     if v.size == 0:
         raise ValueError("weighted_percentiles of an empty sample")
     order = np.argsort(v, kind="stable")
-    v = v[order]
-    cw = np.cumsum(w[order])
+    v, cw = v[order], w[order]
+    del order  # three arrays the sample's size at most (a big run has ~10^7 gaps)
+    np.cumsum(cw, out=cw)
     n = cw[-1]
     h = (n - 1) * (np.asarray(qs, dtype=np.float64) / 100.0)
     lo = np.floor(h)
