@@ -54,7 +54,7 @@ class Engine:
         self.ff = None if not fast_forward else AsyncFastForward(self) if async_scheduling else FastForward(self)
         # The Request objects the engine holds, in arrival order: all of them with ``keep_requests``;
         # otherwise finished and rejected ones move to ``log`` as result rows now and then (``_sweep``)
-        # and their objects go, so a long run's memory is what is in flight plus ~130 bytes a request.
+        # and their objects go, so a long run's memory is what is in flight plus ~190 bytes a request.
         # Timed-out requests stay to the end: a static batch still adds tokens to an aborted row.
         self.keep_requests = keep_requests
         self.requests: list[Request] = []
