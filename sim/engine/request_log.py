@@ -1,9 +1,10 @@
 """Result rows of requests as columns: what a run keeps of a request once the engine is done with it.
 
-A Request object (its spec, block hashes and a dozen boxed fields) costs about a kilobyte; the row the
-results need costs ~190 bytes (typed arrays, the id string). The engine moves finished and rejected requests here as
-it goes (sim/engine/loop.py) and drops the objects; the requests frame is built from these columns,
-with the dtypes a frame built from the Python values would have (``requests_frame``).
+A Request object (its spec, block hashes and a dozen boxed fields) costs about a kilobyte; the row
+the results need costs ~190 bytes (typed arrays, the id string). The engine moves finished and
+rejected requests here as it goes (sim/engine/loop.py) and drops the objects; the requests frame is
+built from these columns, with the dtypes a frame built from the Python values would have
+(``requests_frame``).
 """
 
 from __future__ import annotations

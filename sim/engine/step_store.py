@@ -101,12 +101,15 @@ class StepStore:
                                             "does not fit in int64")  # fmt: skip
             code = _WIDER[code]
         if code != a.typecode:
-            self.counts[i] = array(code, np.frombuffer(a, dtype=_DTYPE[a.typecode]).astype(_DTYPE[code]).tobytes())
+            wide = np.frombuffer(a, dtype=_DTYPE[a.typecode]).astype(_DTYPE[code])
+            self.counts[i] = array(code, wide.tobytes())
 
     def _store_kv_usage(self, n: int) -> None:
         """From step ``n`` on, kv_usage is not the derived value: store the derived one for steps < n."""
-        free = np.frombuffer(self.counts[FREE], dtype=_DTYPE[self.counts[FREE].typecode])[:n]  # type: ignore[union-attr,index]
-        self.kv_usage = array("d", (1.0 - free / self.usable_blocks).tobytes())  # type: ignore[operator]
+        col = self.counts[FREE]
+        assert col is not None and self.usable_blocks
+        free = np.frombuffer(col, dtype=_DTYPE[col.typecode])[:n]
+        self.kv_usage = array("d", (1.0 - free / self.usable_blocks).tobytes())
 
     def extend(self, starts: np.ndarray, durations: np.ndarray, counts: Iterable[np.ndarray | int],
                kv_usage: np.ndarray, usable_blocks: int) -> None:  # fmt: skip
@@ -132,8 +135,9 @@ class StepStore:
                 self.counts[i] = array("h", bytes(2 * n))
             self._fit(i, lo, hi)
             a = self.counts[i]
-            dt = _DTYPE[a.typecode]  # type: ignore[union-attr]
-            a.frombytes((v.astype(dt) if isinstance(v, np.ndarray) else np.full(k, v, dtype=dt)).tobytes())  # type: ignore[union-attr]
+            assert a is not None
+            dt = _DTYPE[a.typecode]
+            a.frombytes((v.astype(dt) if isinstance(v, np.ndarray) else np.full(k, v, dtype=dt)).tobytes())
         if self.kv_usage is None and usable_blocks != self.usable_blocks:
             self._store_kv_usage(n)
         if self.kv_usage is not None:
