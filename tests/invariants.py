@@ -27,7 +27,8 @@ import pandas as pd
 import sim.app.simulate as simulate_mod
 from sim.app.config import RunConfig
 from sim.app.results import STATUSES, SimResult
-from sim.engine.recorder import REQUEST_COLUMNS, Recorder
+from sim.engine.recorder import Recorder
+from sim.engine.request_log import REQUEST_COLUMNS
 from sim.kv.manager import KVCacheManager
 from workloads.synthetic import build_workload
 

@@ -9,33 +9,38 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from sim.app.collect import Row, assemble, engine_counters, engine_rows, recorded_end, spec_rows
+from sim.app.collect import assemble, engine_counters, engine_rows, recorded_end, spec_rows
 from sim.app.replica import Replica
 from sim.app.results import SimResult
 from sim.app.streams import unsent
 from sim.core.request import Request, Status
+from sim.engine.request_log import RequestLog
 
 if TYPE_CHECKING:
     from sim.app.cluster import Cluster
 
 
-def cluster_rows(c: Cluster) -> list[Row]:
-    rows: list[Row] = []
+def cluster_rows(c: Cluster) -> list[RequestLog]:
+    """The request rows in parts, in turn: each mixed replica's (then its inbox's), the P/D pairs', the
+    gateway's queue and rejections, the requests that never came."""
+    rows: list[RequestLog] = []
     for r in c.replicas:
         if r.spec.role != "mixed":
             continue  # P/D rows are merged by the coordinator
-        rows.extend(engine_rows(r.engine, r.index))
-        rows.extend(spec_rows(r.inbox.remaining(), r.index, "in_flight"))
+        rows.append(engine_rows(r.engine, r.index))
+        rows.append(spec_rows(r.inbox.remaining(), r.index, "in_flight"))
     if c.disagg is not None:
-        rows.extend(c.disagg.rows())
+        rows.append(RequestLog.of(c.disagg.rows()))
     gw = c.gateway
-    rows.extend(spec_rows((s for s, _ in gw.queue), -1, "in_flight"))
+    rows.append(spec_rows((s for s, _ in gw.queue), -1, "in_flight"))
+    rejected = RequestLog()
     for spec, reason, t in gw.rejected:
         req = Request(spec)
         req.status, req.finish_reason, req.finish_time, req.queued_time = Status.REJECTED, reason, t, None
-        rows.append((req, -1, "rejected"))
+        rejected.add(req, -1, "rejected")
+    rows.append(rejected)
     never, c.num_unlisted = unsent(c.source, c.listed, c.env.now)
-    rows.extend(spec_rows(never, -1, "not_arrived"))
+    rows.append(spec_rows(never, -1, "not_arrived"))
     return rows
 
 
@@ -59,7 +64,7 @@ def replica_meta(r: Replica, counters: dict[str, Any]) -> dict[str, Any]:
         "max_num_batched_tokens": lim.max_num_batched_tokens,
         "prefix_cache": counters["prefix_cache"],
         "num_preemptions": counters["num_preemptions"],
-        "num_prefilled": sum(q.status is Status.FINISHED for q in r.engine.requests),
+        "num_prefilled": r.engine.num_finished(),
     }
 
 

@@ -1,5 +1,5 @@
 """Result assembly shared by one engine (sim/app/simulate.py) and a cluster (sim/app/cluster_results.py):
-requests as (request, replica, status) rows, the recorders' steps, inter-token gaps and step traces, and
+requests as row logs (sim/engine/request_log.py), the recorders' steps, inter-token gaps and step traces, and
 the per-engine counters, made into one SimResult."""
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ import pandas as pd
 from sim.app.results import SimResult
 from sim.core.request import Request, RequestSpec, Status
 from sim.engine.loop import Engine
-from sim.engine.recorder import Recorder, requests_frame
-
-Row = tuple[Request, int, str]
+from sim.engine.recorder import Recorder
+from sim.engine.request_log import RequestLog, requests_frame
 
 _STATUS = {Status.FINISHED: "finished", Status.REJECTED: "rejected", Status.TIMED_OUT: "timed_out"}
 
@@ -25,14 +24,15 @@ def request_status(req: Request) -> str:
     return _STATUS.get(req.status, "in_flight")
 
 
-def engine_rows(engine: Engine, replica: int) -> list[Row]:
-    """A row for every request that reached ``engine``."""
-    return [(req, replica, request_status(req)) for req in engine.requests]
+def engine_rows(engine: Engine, replica: int) -> RequestLog:
+    """A row for every request that reached ``engine``, in arrival order (the engine is emptied of
+    them unless it keeps its requests)."""
+    return engine.drain_rows(replica, request_status)
 
 
-def spec_rows(specs: Iterable[RequestSpec], replica: int, status: str) -> list[Row]:
+def spec_rows(specs: Iterable[RequestSpec], replica: int, status: str) -> RequestLog:
     """Rows for requests that never reached an engine (not arrived yet, or still in an inbox)."""
-    return [(Request(s), replica, status) for s in specs]
+    return RequestLog.of((Request(s), replica, status) for s in specs)
 
 
 def engine_counters(engine: Engine, recorder: Recorder) -> dict[str, Any]:
@@ -44,7 +44,7 @@ def engine_counters(engine: Engine, recorder: Recorder) -> dict[str, Any]:
 
 
 def assemble(
-    rows: list[Row],
+    rows: Sequence[RequestLog],
     recorders: Sequence[Recorder],
     *,
     config: dict[str, Any],
@@ -53,8 +53,8 @@ def assemble(
     merge_traces: bool = False,
     annotate: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
 ) -> SimResult:
-    """The SimResult of ``rows`` and the ``recorders``' steps and gaps. One recorder's step trace is
-    taken as it is; with ``merge_traces`` (a cluster) every recorder's records are tagged with its
+    """The SimResult of ``rows`` (parts, in turn) and the ``recorders``' steps and gaps. One recorder's
+    step trace is taken as it is; with ``merge_traces`` (a cluster) every recorder's records are tagged with its
     replica and merged by time (None when no recorder keeps one). ``annotate`` adds request columns."""
     requests = requests_frame(rows)
     if annotate is not None:
@@ -83,9 +83,5 @@ def assemble(
 
 def recorded_end(recorders: Sequence[Recorder]) -> float:
     """When the last step any recorder holds ended (0 with no steps)."""
-    ends = [
-        float((np.asarray(r.cols["start"]) + np.asarray(r.cols["duration"])).max())
-        for r in recorders
-        if len(r.cols["start"])
-    ]
+    ends = [e for r in recorders if (e := r.steps.end_time()) is not None]
     return max(ends, default=0.0)

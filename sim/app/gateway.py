@@ -201,7 +201,7 @@ class Gateway:
         v = r.view
         v.outstanding -= 1
         self._set_room(v)
-        rejected = bool(r.engine.rejected) and r.engine.rejected[-1].spec is spec
+        rejected = r.engine.last_rejected is spec
         orig = self.spec_of[spec.request_id]
         router = self.router
         if self.disagg is not None:

@@ -278,8 +278,9 @@ def simulate_replay(rep: Replay, progress: bool = False) -> tuple[pd.DataFrame, 
     src, send = with_frontend(src, rep.cfg.frontend)
     rec = Recorder()
     eng = Engine(env, rep.setup.make_policy(), rep.setup.cost_model, src, rec,
-                 async_scheduling=rep.setup.limits.async_scheduling, client_timeout_s=rep.client_timeout_s)
-    run_env(env, run_bar(rep.specs, "replay", progress), lambda: len(eng.requests))
+                 async_scheduling=rep.setup.limits.async_scheduling, client_timeout_s=rep.client_timeout_s,
+                 keep_requests=False)
+    run_env(env, run_bar(rep.specs, "replay", progress), lambda: eng.num_submitted)
     res = apply_frontend(collect(rep.cfg, rep.setup, eng, src, rec, time.perf_counter() - t0), rep.cfg.frontend, send)
     # the replay compares on the real runs' bare names (seconds), as workloads/runs spells them
     df = request_metrics(res.requests).rename(columns={f"{m}_s": m for m in (

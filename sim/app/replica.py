@@ -110,8 +110,9 @@ def build_replica(
     cost = cost_for(rs.device, index, setup.cost_model)
     rec = Recorder(replica=index, trace=record_step_trace)
     inbox = Inbox(env, on_done)
+    # P/D replicas keep their Request objects: the coordinator merges each pair's rows at the end
     engine = Engine(env, policy, cost, inbox, rec, horizon, fast_forward,
-                    async_scheduling=setup.limits.async_scheduling)
+                    async_scheduling=setup.limits.async_scheduling, keep_requests=rs.role != "mixed")
     lim = setup.limits
     view = ReplicaView(
         index=index,

@@ -408,12 +408,12 @@ TRACE_SLICE = 50_000  # steps per to_json call: bounds the text held at once (~1
 def _write_step_trace(result: SimResult, path: Path) -> None:
     """The engine's own step records when it kept them, else one line per row of the steps frame."""
     if result.step_trace is None:
-        frame = result.steps[list(_TRACE_FIELDS)].rename(columns=_TRACE_FIELDS)
-        ints = [c for c in frame.columns if c not in ("time", "duration", "kv_usage")]
-        frame = frame.astype(dict.fromkeys(ints, np.int64))
-        with path.open("w", encoding="utf-8") as fh:  # in slices: one string per slice, not per file
-            for i in range(0, len(frame), TRACE_SLICE):
-                text = frame.iloc[i : i + TRACE_SLICE].to_json(orient="records", lines=True, double_precision=15)
+        ints = {v: np.int64 for k, v in _TRACE_FIELDS.items() if v not in ("time", "duration", "kv_usage")}
+        steps = result.steps
+        with path.open("w", encoding="utf-8") as fh:  # in slices: one string (and one copy) per slice
+            for i in range(0, len(steps), TRACE_SLICE):
+                frame = steps.iloc[i : i + TRACE_SLICE][list(_TRACE_FIELDS)].rename(columns=_TRACE_FIELDS)
+                text = frame.astype(ints).to_json(orient="records", lines=True, double_precision=15)
                 fh.write(text if text.endswith("\n") else text + "\n")
         return
     # The records are plain Python already (the recorder builds them so): the C encoder takes them as
@@ -438,6 +438,7 @@ def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, floa
     ``plotlyjs`` (sim.app.plotlyjs.PlotlyJS or its mode): how report.html loads plotly.js; by default one
     plotly.min.js in ``out_dir``. ``step_trace=False`` leaves out steps.jsonl (the demo: steps.parquet
     holds the same counts)."""
+    from sim.app.parquet_out import write_parquet
     from sim.app.plotlyjs import as_plotlyjs
     from sim.app.report import write_report  # report imports this module
 
@@ -453,8 +454,8 @@ def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, floa
         "timeseries": out / "timeseries.csv",
         "report": out / "report.html",
     }
-    request_metrics(result.requests).to_parquet(paths["requests"], index=False)
-    steps_table(result.steps).to_parquet(paths["steps"], index=False)
+    write_parquet(result.requests, paths["requests"], request_metrics)  # a row group at a time
+    write_parquet(steps_table(result.steps), paths["steps"])
     if step_trace:
         _write_step_trace(result, paths["step_trace"])
     else:

@@ -227,8 +227,9 @@ def simulate(cfg: RunConfig, *, fast_forward: bool = True, progress: bool = Fals
     policy = setup.make_policy()
     recorder = Recorder(trace=cfg.simulation.record_step_trace)
     engine = Engine(env, policy, setup.cost_model, source, recorder, cfg.simulation.horizon, fast_forward,
-                    async_scheduling=setup.limits.async_scheduling, client_timeout_s=timeout)
-    run_env(env, run_bar(workload, "run", progress), lambda: len(engine.requests))
+                    async_scheduling=setup.limits.async_scheduling, client_timeout_s=timeout,
+                    keep_requests=False)  # finished requests leave as rows (sim/engine/request_log.py)
+    run_env(env, run_bar(workload, "run", progress), lambda: engine.num_submitted)
     return apply_frontend(collect(cfg, setup, engine, source, recorder, time.perf_counter() - t0, listed),
                           cfg.frontend, send_time)
 
@@ -239,7 +240,7 @@ def collect(
 ) -> SimResult:
     """The run's SimResult (sim/app/collect.py, the same assembly as a cluster's)."""
     never, unlisted = unsent(source, listed, engine.env.now)
-    rows = engine_rows(engine, 0) + spec_rows(never, 0, "not_arrived")
+    rows = [engine_rows(engine, 0), spec_rows(never, 0, "not_arrived")]
     kv = engine.policy.kv
     counters = engine_counters(engine, recorder)
     meta = dict(setup.meta)

@@ -25,8 +25,9 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: Sequence[f
     if v.size == 0:
         raise ValueError("weighted_percentiles of an empty sample")
     order = np.argsort(v, kind="stable")
-    v = v[order]
-    cw = np.cumsum(w[order])
+    v, cw = v[order], w[order]
+    del order  # three arrays the sample's size at most (a big run has ~10^7 gaps)
+    np.cumsum(cw, out=cw)
     n = cw[-1]
     h = (n - 1) * (np.asarray(qs, dtype=np.float64) / 100.0)
     lo = np.floor(h)
@@ -44,9 +45,11 @@ def clean_weighted(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray,
     w = np.asarray(weights).ravel()
     if v.shape != w.shape:
         raise ResultsIntegrityError(f"{v.size} values but {w.size} weights")
-    if w.size and (np.any(w < 0) or np.any(w != np.floor(w))):
+    if w.size and (np.any(w < 0) or (w.dtype.kind not in "iu" and np.any(w != np.floor(w)))):
         raise ResultsIntegrityError("ITL weights must be non-negative integers (counts of equal gaps)")
     keep = (w > 0) & np.isfinite(v)
+    if keep.all():  # the usual case: no copies (a million-request run has ~10^7 gaps)
+        return v, w.astype(np.int64, copy=False)
     return v[keep], w[keep].astype(np.int64)
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 import simpy
@@ -19,7 +21,10 @@ from sim.core.request import Request, RequestSpec, Status
 from sim.engine.fastforward import FastForward
 from sim.engine.fastforward_async import AsyncFastForward
 from sim.engine.recorder import Recorder
+from sim.engine.request_log import RequestLog
 from sim.engine.sources import ClosedSource, OpenSource
+
+SWEEP_MIN = 4096  # held requests before the first sweep (and the least between two)
 
 
 class Engine:
@@ -34,18 +39,32 @@ class Engine:
         fast_forward: bool = True,
         async_scheduling: bool = False,
         client_timeout_s: float | None = None,
+        keep_requests: bool = True,
     ) -> None:
         self.env = env
         self.policy = policy
         self.cost = cost_model
         self.source = source
         self.rec = recorder
+        usable = getattr(getattr(policy, "kv", None), "usable_blocks", None)
+        if usable:
+            recorder.set_usable_blocks(usable)  # kv_usage is then derived from the free blocks, not stored
         self.horizon = math.inf if horizon is None else horizon
         self.async_scheduling = async_scheduling
         # The decode fast-forward of the loop that runs (None: every step through the policy).
         self.ff = None if not fast_forward else AsyncFastForward(self) if async_scheduling else FastForward(self)
+        # The Request objects the engine holds, in arrival order: all of them with ``keep_requests``;
+        # otherwise finished and rejected ones move to ``log`` as result rows now and then (``_sweep``)
+        # and their objects go, so a long run's memory is what is in flight plus ~190 bytes a request.
+        # Timed-out requests stay to the end: a static batch still adds tokens to an aborted row.
+        self.keep_requests = keep_requests
         self.requests: list[Request] = []
-        self.rejected: list[Request] = []
+        self._keys = array("q")  # each held request's arrival index (the log's row order)
+        self.log = RequestLog()
+        self.num_submitted = 0
+        self.num_logged_finished = 0
+        self._next_sweep = SWEEP_MIN
+        self.last_rejected: RequestSpec | None = None
         # Clients that give up: (send time + timeout, seq, request), aborted at the first step boundary
         # at or after the deadline, wherever the request is (inference-perf / aiohttp's total timeout).
         self.client_timeout_s = client_timeout_s
@@ -62,14 +81,60 @@ class Engine:
 
     def submit(self, spec: RequestSpec, now: float) -> Request:
         req = Request(spec)
+        if not self.keep_requests:
+            if len(self.requests) >= self._next_sweep:
+                self._sweep()
+            self._keys.append(self.num_submitted)
         self.requests.append(req)
+        self.num_submitted += 1
         reason = self.policy.add_request(req, now)
         if reason is not None:
             req.queued_time = now
             self._reject(req, reason, now)
         elif self.client_timeout_s is not None:
-            heapq.heappush(self._deadlines, (spec.arrival_time + self.client_timeout_s, len(self.requests), req))
+            heapq.heappush(self._deadlines, (spec.arrival_time + self.client_timeout_s, self.num_submitted, req))
         return req
+
+    def _sweep(self) -> None:
+        """Move the finished and rejected requests' rows to the log, in place (observers may hold the
+        list). The next sweep waits until the list has doubled: O(1) a request, amortised."""
+        fin, rej = Status.FINISHED, Status.REJECTED
+        keep: list[Request] = []
+        keys = array("q")
+        log, replica = self.log, self.rec.replica
+        for req, key in zip(self.requests, self._keys, strict=True):
+            st = req.status
+            if st is fin:
+                log.add(req, replica, "finished", key)
+                self.num_logged_finished += 1
+            elif st is rej:
+                log.add(req, replica, "rejected", key)
+            else:
+                keep.append(req)
+                keys.append(key)
+        self.requests[:] = keep
+        self._keys = keys
+        self._next_sweep = max(2 * len(keep), SWEEP_MIN)
+
+    def num_finished(self) -> int:
+        """Requests that finished here so far (rows in the log and objects still held)."""
+        return self.num_logged_finished + sum(r.status is Status.FINISHED for r in self.requests)
+
+    def drain_rows(self, replica: int, status_of: Callable[[Request], str]) -> RequestLog:
+        """Every request that reached the engine as a result row, in arrival order, with the held ones'
+        status from ``status_of``. Without ``keep_requests`` the engine is emptied (its objects go)."""
+        if self.keep_requests:
+            return RequestLog.of((req, replica, status_of(req)) for req in self.requests)
+        log = self.log
+        for req, key in zip(self.requests, self._keys, strict=True):
+            log.add(req, replica, status_of(req), key)
+        self.requests.clear()
+        self._keys = array("q")
+        out = log.sorted()
+        ints = out.ints["replica"]
+        if len(out) and type(ints) is array and self.rec.replica != replica:
+            out.ints["replica"] = array("q", [replica]) * len(out)
+        return out
 
     def next_deadline(self) -> float | None:
         """When the next live request's client gives up (None: no timeout pending)."""
@@ -95,7 +160,7 @@ class Engine:
         req.status = Status.REJECTED
         req.finish_reason = reason
         req.finish_time = now
-        self.rejected.append(req)
+        self.last_rejected = req.spec
         self.source.on_done(req.spec, now)
 
     def _wait_for_arrival(self, now: float):

@@ -15,40 +15,31 @@ import pandas as pd
 from sim.core.policy import StepPlan
 from sim.core.request import Request
 from sim.engine.fastforward import DecodeRun
+from sim.engine.step_store import COUNT_COLUMNS, StepStore
 
-STEP_COLUMNS = (
-    "start",
-    "duration",
-    "num_prefill_tokens",
-    "num_decode_tokens",
-    "num_running",
-    "num_waiting",
-    "num_preempted",
-    "num_finished",
-    "kv_usage",
-    "num_free_blocks",
-    "num_cached_blocks",  # free blocks that still hold reusable (prefix-cached) KV
-    # swap preemption (vLLM V0): blocks copied in this step, and blocks held on the CPU after it
-    "num_swap_out_blocks",
-    "num_swap_in_blocks",
-    "num_swapped_blocks",
-)
-
-
-FLOAT_COLUMNS = frozenset({"start", "duration", "kv_usage"})
+STEP_COLUMNS = ("start", "duration", *COUNT_COLUMNS[:COUNT_COLUMNS.index("num_finished") + 1], "kv_usage",
+                *COUNT_COLUMNS[COUNT_COLUMNS.index("num_finished") + 1 :])  # fmt: skip
 
 
 class Recorder:
     def __init__(self, replica: int = 0, trace: bool = False) -> None:
         self.replica = replica
-        # Typed arrays, not lists: 8 bytes a value instead of a pointer plus an object, and nothing for
-        # the garbage collector to walk (a run of an hour has ~10^5 steps and ~10^6 token gaps).
-        self.cols: dict[str, array] = {c: array("d" if c in FLOAT_COLUMNS else "q") for c in STEP_COLUMNS}
+        # Typed arrays, not lists or one numpy array per chunk: a few bytes a value and nothing for the
+        # garbage collector to walk (a run of an hour has ~10^5 steps and ~10^6 token gaps).
+        self.steps = StepStore()
         self.itl_single = array("d")
-        self.itl_chunks: list[tuple[np.ndarray, np.ndarray]] = []
+        # gaps of fast-forwarded decode runs as (value, weight), in the order the runs came
+        self.itl_run_values = array("d")
+        self.itl_run_weights = array("q")
         self.trace: list[dict[str, Any]] | None = [] if trace else None
         self.num_preemptions = 0
         self.num_swapped_blocks = 0  # CPU-resident KV blocks: swap-outs minus swap-ins so far
+
+    def set_usable_blocks(self, usable_blocks: int) -> None:
+        """The KV pool size the engine reports ``kv_usage`` against (``1 - free / usable``): the step
+        store then derives that column instead of storing it. Only before the first step."""
+        if not len(self.steps):
+            self.steps = StepStore(usable_blocks)
 
     # ---- tokens ----------------------------------------------------------------------------------
     def on_tokens(self, sampled: list[Request], now: float) -> None:
@@ -75,24 +66,12 @@ class Recorder:
         finished: list[Request],
         num_cached_free: int = 0,
     ) -> None:
-        c = self.cols
         b = plan.batch
         n_pre = len(plan.preempted)
-        c["start"].append(start)
-        c["duration"].append(duration)
-        c["num_prefill_tokens"].append(b.num_prefill_tokens)
-        c["num_decode_tokens"].append(b.num_decode)
-        c["num_running"].append(num_running)
-        c["num_waiting"].append(num_waiting)
-        c["num_preempted"].append(n_pre)
-        c["num_finished"].append(len(finished))
-        c["kv_usage"].append(kv_usage)
-        c["num_free_blocks"].append(num_free_blocks)
-        c["num_cached_blocks"].append(num_cached_free)
         self.num_swapped_blocks += b.swap_out_blocks - b.swap_in_blocks
-        c["num_swap_out_blocks"].append(b.swap_out_blocks)
-        c["num_swap_in_blocks"].append(b.swap_in_blocks)
-        c["num_swapped_blocks"].append(self.num_swapped_blocks)
+        self.steps.append(start, duration, (
+            b.num_prefill_tokens, b.num_decode, num_running, num_waiting, n_pre, len(finished), num_free_blocks,
+            num_cached_free, b.swap_out_blocks, b.swap_in_blocks, self.num_swapped_blocks), kv_usage)  # fmt: skip
         self.num_preemptions += n_pre
         if self.trace is not None:
             self.trace.append(
@@ -132,32 +111,20 @@ class Recorder:
         if run.free_blocks is None or run.cached_free is None:
             raise RuntimeError("on_decode_run: the run was not applied (run.free_blocks/cached_free unset)")
         k = len(starts)
-        c = self.cols
         free_blocks = run.free_blocks[:k]
         fin = np.minimum(run.finish_step, k)  # step of each row's last token in this run
         per_step_finished = np.bincount(fin[run.finish_step <= k], minlength=k + 1)[1:]
-        rows_list = rows.tolist()
-        running_list = rows_list if num_running is None else num_running.tolist()
-        c["start"].extend(starts.tolist())
-        c["duration"].extend(durations.tolist())
-        if first is None:
-            c["num_prefill_tokens"].extend([0] * k)
-            c["num_decode_tokens"].extend(rows_list)
-        else:
-            c["num_prefill_tokens"].append(first.batch.num_prefill_tokens)
-            c["num_prefill_tokens"].extend([0] * (k - 1))
-            c["num_decode_tokens"].append(first.batch.num_decode)
-            c["num_decode_tokens"].extend(rows_list[1:])
-        c["num_running"].extend(running_list)
-        c["num_waiting"].extend([num_waiting] * k)
-        c["num_preempted"].extend([0] * k)
-        c["num_finished"].extend(per_step_finished.tolist())
-        c["kv_usage"].extend((1.0 - free_blocks / usable_blocks).tolist())
-        c["num_free_blocks"].extend(free_blocks.tolist())
-        c["num_cached_blocks"].extend(run.cached_free[:k].tolist())
-        c["num_swap_out_blocks"].extend([0] * k)
-        c["num_swap_in_blocks"].extend([0] * k)
-        c["num_swapped_blocks"].extend([self.num_swapped_blocks] * k)
+        running = rows if num_running is None else num_running
+        prefill: np.ndarray | int = 0
+        decode = rows
+        if first is not None:
+            prefill = np.zeros(k, dtype=np.int64)
+            prefill[0] = first.batch.num_prefill_tokens
+            decode = rows.copy()
+            decode[0] = first.batch.num_decode
+        self.steps.extend(starts, durations, (
+            prefill, decode, running, num_waiting, 0, per_step_finished, free_blocks, run.cached_free[:k], 0, 0,
+            self.num_swapped_blocks), 1.0 - free_blocks / usable_blocks, usable_blocks)  # fmt: skip
         ends = starts + durations
         # Each row's first gap runs from its previous token; later gaps are the step times, one per row
         # still running in that step.
@@ -169,14 +136,17 @@ class Recorder:
                 if is_new:
                     req.first_token_time = t0
             gap0 = gap0[~new]
-        self.itl_chunks.append((gap0, np.ones(len(gap0), dtype=np.int64)))
+        self.itl_run_values.frombytes(np.ascontiguousarray(gap0, dtype=np.float64).tobytes())
+        self.itl_run_weights.extend([1] * len(gap0))
         if k > 1:
-            self.itl_chunks.append((np.diff(ends), rows[1:].astype(np.int64)))
+            self.itl_run_values.frombytes(np.diff(ends).tobytes())
+            self.itl_run_weights.frombytes(rows[1:].astype(np.int64).tobytes())
         for req, t in zip(run.requests, ends[fin - 1].tolist(), strict=True):
             req.last_token_time = t
         if self.trace is not None:
             ids = [r.request_id for r in run.requests]
             fin_list = fin.tolist()
+            running_list = running.tolist()
             row_of = {id(r): i for i, r in enumerate(run.requests)}
             done_at: dict[int, list[str]] = {}
             for r in finished:
@@ -206,69 +176,20 @@ class Recorder:
 
     # ---- output ----------------------------------------------------------------------------------
     def steps_frame(self, release: bool = False) -> pd.DataFrame:
-        """The step table. Each column is copied out of its typed array (the arrays may still grow) and
-        kept as its own block (no consolidated copy); ``release``: each array is emptied once copied, so
+        """The step table, int64 / float64 columns (sim/engine/step_store.py keeps them narrower), each
+        its own block (no consolidated copy); ``release``: the store is emptied as the frame is built, so
         the run's last reader never holds the steps twice (a million-request run has ~10^7 steps)."""
-        data = {}
-        for k, v in self.cols.items():
-            data[k] = np.array(v)
-            if release:
-                self.cols[k] = array(v.typecode)
-        df = pd.DataFrame(data, copy=False)
+        df = pd.DataFrame(self.steps.columns(release=release), copy=False)
         df.insert(0, "replica", self.replica)
         df.insert(0, "step", np.arange(len(df), dtype=np.int64))
         df["num_scheduled_tokens"] = df["num_prefill_tokens"] + df["num_decode_tokens"]
         return df
 
     def itl(self) -> tuple[np.ndarray, np.ndarray]:
-        values = [np.array(self.itl_single, dtype=np.float64)] + [v for v, _ in self.itl_chunks]
-        weights = [np.ones(len(self.itl_single), dtype=np.int64)] + [w for _, w in self.itl_chunks]
-        return np.concatenate(values), np.concatenate(weights)
+        """Every inter-token gap with its weight: the single gaps, then the decode runs' in run order."""
+        values = np.concatenate([np.frombuffer(self.itl_single, dtype=np.float64),
+                                 np.frombuffer(self.itl_run_values, dtype=np.float64)])  # fmt: skip
+        weights = np.concatenate([np.ones(len(self.itl_single), dtype=np.int64),
+                                  np.frombuffer(self.itl_run_weights, dtype=np.int64)])  # fmt: skip
+        return values, weights
 
-
-REQUEST_COLUMNS = (
-    "request_id",
-    "replica",
-    "arrival_time",
-    "queued_time",
-    "scheduled_time",
-    "first_token_time",
-    "finish_time",
-    "prompt_len",
-    "output_len",
-    "num_output_tokens",
-    "num_cached_tokens",
-    "num_preemptions",
-    "priority",
-    "status",
-    "finish_reason",
-)
-
-
-def _t(x: float | None) -> float:
-    return float("nan") if x is None else x
-
-
-def requests_frame(rows: list[tuple[Request, int, str]]) -> pd.DataFrame:
-    """One row per request: (request, replica, status) with status finished/rejected/in_flight/not_arrived."""
-    data = {c: [] for c in REQUEST_COLUMNS}
-    for req, replica, status in rows:
-        data["request_id"].append(req.request_id)
-        data["replica"].append(replica)
-        data["arrival_time"].append(req.arrival_time)
-        data["queued_time"].append(_t(req.queued_time))
-        data["scheduled_time"].append(_t(req.scheduled_time))
-        data["first_token_time"].append(_t(req.first_token_time))
-        data["finish_time"].append(_t(req.finish_time))
-        data["prompt_len"].append(req.prompt_len)
-        data["output_len"].append(req.output_len)
-        data["num_output_tokens"].append(req.num_output_tokens)
-        data["num_cached_tokens"].append(req.num_cached_tokens)
-        data["num_preemptions"].append(req.num_preemptions)
-        data["priority"].append(req.priority)
-        data["status"].append(status)
-        data["finish_reason"].append(req.finish_reason)
-    df = pd.DataFrame(data)
-    for c in ("prompt_len", "output_len", "num_output_tokens", "num_cached_tokens", "num_preemptions"):
-        df[c] = df[c].astype(np.int64)
-    return df

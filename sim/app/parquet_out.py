@@ -1,0 +1,39 @@
+"""Tables written to Parquet a row group at a time, so a big run's output never holds a second copy of
+the whole table (pandas' ``to_parquet`` converts all of it to Arrow first; the per-request metrics
+would be a third copy). The file reads back to the same frame as ``to_parquet`` writes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROWS_PER_GROUP = 1 << 17  # ~20 MB of Arrow per group for the step table
+
+
+def write_parquet(frame: pd.DataFrame, path: str | Path,
+                  transform: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
+                  rows_per_group: int = ROWS_PER_GROUP) -> None:  # fmt: skip
+    """``transform(frame)`` (a row-wise function: each slice is transformed alone) to ``path``, without
+    the index. A frame with an object column is written in one go: Arrow infers such a column's type
+    from its values, so slices could disagree."""
+    if len(frame) <= rows_per_group or any(pd.api.types.is_object_dtype(t) for t in frame.dtypes):
+        (frame if transform is None else transform(frame)).to_parquet(path, index=False)
+        return
+    writer: pq.ParquetWriter | None = None
+    try:
+        for i in range(0, len(frame), rows_per_group):
+            part = frame.iloc[i : i + rows_per_group]
+            if transform is not None:
+                part = transform(part)
+            table = pa.Table.from_pandas(part, preserve_index=False,
+                                         schema=None if writer is None else writer.schema)  # fmt: skip
+            if writer is None:
+                writer = pq.ParquetWriter(path, table.schema, compression="snappy")
+            writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()

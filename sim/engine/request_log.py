@@ -1,0 +1,157 @@
+"""Result rows of requests as columns: what a run keeps of a request once the engine is done with it.
+
+A Request object (its spec, block hashes and a dozen boxed fields) costs about a kilobyte; the row
+the results need costs ~190 bytes (typed arrays, the id string). The engine moves finished and
+rejected requests here as it goes (sim/engine/loop.py) and drops the objects; the requests frame is
+built from these columns, with the dtypes a frame built from the Python values would have
+(``requests_frame``).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Sequence
+from itertools import chain
+
+import numpy as np
+import pandas as pd
+
+from sim.core.request import Request
+
+REQUEST_COLUMNS = (
+    "request_id",
+    "replica",
+    "arrival_time",
+    "queued_time",
+    "scheduled_time",
+    "first_token_time",
+    "finish_time",
+    "prompt_len",
+    "output_len",
+    "num_output_tokens",
+    "num_cached_tokens",
+    "num_preemptions",
+    "priority",
+    "status",
+    "finish_reason",
+)
+_TIMES = ("arrival_time", "queued_time", "scheduled_time", "first_token_time", "finish_time")
+_INTS = ("replica", "prompt_len", "output_len", "num_output_tokens", "num_cached_tokens", "num_preemptions",
+         "priority")  # fmt: skip
+_CAST = ("prompt_len", "output_len", "num_output_tokens", "num_cached_tokens", "num_preemptions")  # always int64
+_NAN = float("nan")
+
+
+class RequestLog:
+    """Rows (request, replica, status) appended one by one; ``keys`` orders them (``sorted``)."""
+
+    def __init__(self) -> None:
+        self.keys = array("q")
+        self.request_id: list[str] = []
+        self.status: list[str] = []
+        self.finish_reason: list[str | None] = []
+        self.times = {c: array("d") for c in _TIMES}
+        # Which time columns have held only ints so far (the clock is the int 0 until the first
+        # timeout): pandas makes such a column int64, and so does the frame here.
+        self.int_times = dict.fromkeys(_TIMES, True)
+        # Typed while every value is an int that fits; a plain list of the values otherwise.
+        self.ints: dict[str, array | list] = {c: array("q") for c in _INTS}
+
+    def __len__(self) -> int:
+        return len(self.request_id)
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[Request, int, str]]) -> RequestLog:
+        log = cls()
+        for req, replica, status in rows:
+            log.add(req, replica, status)
+        return log
+
+    def add(self, req: Request, replica: int, status: str, key: int = 0) -> None:
+        self.keys.append(key)
+        self.request_id.append(req.request_id)
+        self.status.append(status)
+        self.finish_reason.append(req.finish_reason)
+        times, int_times = self.times, self.int_times
+        for c, v in (("arrival_time", req.arrival_time), ("queued_time", req.queued_time),
+                     ("scheduled_time", req.scheduled_time), ("first_token_time", req.first_token_time),
+                     ("finish_time", req.finish_time)):  # fmt: skip
+            if v is None:
+                v = _NAN
+            if int_times[c] and type(v) is not int:
+                int_times[c] = False
+            times[c].append(v)
+        ints = self.ints
+        for c, v in (("replica", replica), ("prompt_len", req.prompt_len), ("output_len", req.output_len),
+                     ("num_output_tokens", req.num_output_tokens), ("num_cached_tokens", req.num_cached_tokens),
+                     ("num_preemptions", req.num_preemptions), ("priority", req.priority)):  # fmt: skip
+            col = ints[c]
+            if type(v) is int and type(col) is array:
+                try:
+                    col.append(v)
+                    continue
+                except OverflowError:
+                    pass
+            if type(col) is array:
+                col = ints[c] = col.tolist()
+            col.append(v)
+
+    def extend(self, other: RequestLog) -> None:
+        """Append ``other``'s rows (keys included)."""
+        self.keys.extend(other.keys)
+        self.request_id.extend(other.request_id)
+        self.status.extend(other.status)
+        self.finish_reason.extend(other.finish_reason)
+        for c in _TIMES:
+            if len(other):
+                self.int_times[c] = self.int_times[c] and other.int_times[c]
+            self.times[c].extend(other.times[c])
+        for c in _INTS:
+            mine, theirs = self.ints[c], other.ints[c]
+            if type(mine) is array and type(theirs) is array:
+                mine.extend(theirs)
+            else:
+                self.ints[c] = [*mine, *theirs]
+
+    def sorted(self) -> RequestLog:
+        """The rows in key order (stable); this log is left empty."""
+        order = np.argsort(np.frombuffer(self.keys, dtype=np.int64), kind="stable")
+        out = RequestLog()
+        out.int_times = dict(self.int_times)
+        idx = order.tolist()
+        out.keys = array("q", np.frombuffer(self.keys, dtype=np.int64)[order].tobytes())
+        out.request_id = [self.request_id[i] for i in idx]
+        out.status = [self.status[i] for i in idx]
+        out.finish_reason = [self.finish_reason[i] for i in idx]
+        for c in _TIMES:
+            out.times[c] = array("d", np.frombuffer(self.times[c], dtype=np.float64)[order].tobytes())
+        for c in _INTS:
+            col = self.ints[c]
+            out.ints[c] = (array("q", np.frombuffer(col, dtype=np.int64)[order].tobytes()) if type(col) is array
+                           else [col[i] for i in idx])  # fmt: skip
+        self.__init__()  # type: ignore[misc]
+        return out
+
+
+def requests_frame(parts: Sequence[RequestLog]) -> pd.DataFrame:
+    """One row per request, the parts' rows in turn; each column with the dtype pandas gives the Python
+    values (str, int64, float64; an int64 time column when every value was an int)."""
+    n = sum(len(p) for p in parts)
+    if n == 0:
+        df = pd.DataFrame({c: [] for c in REQUEST_COLUMNS})
+    else:
+        data: dict[str, object] = {}
+        for c in REQUEST_COLUMNS:
+            if c in ("request_id", "status", "finish_reason"):
+                data[c] = list(chain.from_iterable(getattr(p, c) for p in parts))
+            elif c in _INTS:
+                cols = [p.ints[c] for p in parts]
+                data[c] = (np.concatenate([np.frombuffer(a, dtype=np.int64) for a in cols])
+                           if all(type(a) is array for a in cols) else list(chain.from_iterable(cols)))  # fmt: skip
+            else:
+                v = np.concatenate([np.frombuffer(p.times[c], dtype=np.float64) for p in parts])
+                data[c] = v.astype(np.int64) if all(p.int_times[c] for p in parts if len(p)) else v
+        df = pd.DataFrame(data)
+    for c in _CAST:
+        df[c] = df[c].astype(np.int64)
+    return df

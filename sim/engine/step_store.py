@@ -1,0 +1,185 @@
+"""The recorder's per-step columns, stored compactly while the run goes.
+
+A million-request run has ~2·10^7 steps, so the bytes per step decide the run's memory. Times stay
+8-byte floats; counts start as 2-byte integers and widen (int16 → int32 → int64, one copy of the column)
+the first time a value does not fit; a column that has only ever been 0 (the swap counts outside swap
+preemption, the cached blocks without prefix caching) holds nothing until its first non-zero value; and
+``kv_usage`` is not stored while it is the KV manager's ``1 - num_free_blocks / usable_blocks``. The
+frame (``columns``) is what a plain int64 / float64 store would give, value for value.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from sim.core.errors import ResultsIntegrityError
+
+COUNT_COLUMNS = (
+    "num_prefill_tokens",
+    "num_decode_tokens",
+    "num_running",
+    "num_waiting",
+    "num_preempted",
+    "num_finished",
+    "num_free_blocks",
+    "num_cached_blocks",  # free blocks that still hold reusable (prefix-cached) KV
+    # swap preemption (vLLM V0): blocks copied in this step, and blocks held on the CPU after it
+    "num_swap_out_blocks",
+    "num_swap_in_blocks",
+    "num_swapped_blocks",
+)
+FREE = COUNT_COLUMNS.index("num_free_blocks")
+_WIDER = {"h": "i", "i": "q"}
+_DTYPE = {"h": np.int16, "i": np.int32, "q": np.int64}
+_RANGE = {c: (int(np.iinfo(t).min), int(np.iinfo(t).max)) for c, t in _DTYPE.items()}
+assert array("i").itemsize == 4 and array("h").itemsize == 2 and array("q").itemsize == 8
+
+
+class StepStore:
+    """Columns of the step table (sim/engine/recorder.py STEP_COLUMNS order), appended a step or a
+    decode run at a time. ``usable_blocks``: the KV pool's size that ``kv_usage`` is derived from
+    (None: stored as given)."""
+
+    def __init__(self, usable_blocks: int | None = None) -> None:
+        self.start = array("d")
+        self.duration = array("d")
+        # None: every value so far was 0 (nothing stored)
+        self.counts: list[array | None] = [None] * len(COUNT_COLUMNS)
+        self.counts[FREE] = array("h")
+        self.usable_blocks = usable_blocks if usable_blocks else None
+        self.kv_usage: array | None = None if self.usable_blocks else array("d")
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    # ---- appending ------------------------------------------------------------------------------
+    def append(self, start: float, duration: float, counts: Sequence[int], kv_usage: float) -> None:
+        """One step: ``counts`` in COUNT_COLUMNS order."""
+        n = len(self.start)
+        self.start.append(start)
+        self.duration.append(duration)
+        cols = self.counts
+        try:
+            for a, v in zip(cols, counts):  # noqa: B905  (same length by construction, hot path)
+                if a is not None:
+                    a.append(v)
+                elif v:
+                    raise OverflowError  # a first non-zero value: the slow path allocates the column
+        except OverflowError:
+            self._append_slow(n, counts)
+        kv = self.kv_usage
+        if kv is not None:
+            kv.append(kv_usage)
+        elif kv_usage != 1.0 - counts[FREE] / self.usable_blocks:  # type: ignore[operator]
+            self._store_kv_usage(n)
+            self.kv_usage.append(kv_usage)  # type: ignore[union-attr]
+
+    def _append_slow(self, n: int, counts: Sequence[int]) -> None:
+        """Finish appending step ``n`` after a value that did not fit (or a first non-zero one)."""
+        for i, v in enumerate(counts):
+            a = self.counts[i]
+            if a is None:
+                if not v:
+                    continue
+                a = self.counts[i] = array("h", bytes(2 * n))
+            if len(a) > n:
+                continue  # appended before the failure
+            self._fit(i, v, v)
+            self.counts[i].append(v)  # type: ignore[union-attr]
+
+    def _fit(self, i: int, lo: int, hi: int) -> None:
+        """Widen column ``i`` until [lo, hi] fits its type."""
+        a = self.counts[i]
+        assert a is not None
+        code = a.typecode
+        while not _RANGE[code][0] <= lo <= hi <= _RANGE[code][1]:
+            if code == "q":
+                raise ResultsIntegrityError(f"step column {COUNT_COLUMNS[i]}: value {hi if hi > 0 else lo} "
+                                            "does not fit in int64")  # fmt: skip
+            code = _WIDER[code]
+        if code != a.typecode:
+            wide = np.frombuffer(a, dtype=_DTYPE[a.typecode]).astype(_DTYPE[code])
+            self.counts[i] = array(code, wide.tobytes())
+
+    def _store_kv_usage(self, n: int) -> None:
+        """From step ``n`` on, kv_usage is not the derived value: store the derived one for steps < n."""
+        col = self.counts[FREE]
+        assert col is not None and self.usable_blocks
+        free = np.frombuffer(col, dtype=_DTYPE[col.typecode])[:n]
+        self.kv_usage = array("d", (1.0 - free / self.usable_blocks).tobytes())
+
+    def extend(self, starts: np.ndarray, durations: np.ndarray, counts: Iterable[np.ndarray | int],
+               kv_usage: np.ndarray, usable_blocks: int) -> None:  # fmt: skip
+        """k steps at once: ``counts`` in COUNT_COLUMNS order, each an integer array of k values or one
+        int for all k; ``kv_usage`` is ``1 - free / usable_blocks`` (not stored when that is derived)."""
+        n, k = len(self.start), len(starts)
+        counts = list(counts)
+        for i, v in enumerate(counts):
+            if isinstance(v, np.ndarray) and v.dtype.kind not in "iu":
+                raise TypeError(f"step column {COUNT_COLUMNS[i]}: integer values expected, got {v.dtype}")
+        self.start.frombytes(np.ascontiguousarray(starts, dtype=np.float64).tobytes())
+        self.duration.frombytes(np.ascontiguousarray(durations, dtype=np.float64).tobytes())
+        for i, v in enumerate(counts):
+            if isinstance(v, np.ndarray):
+                if not len(v):
+                    continue
+                lo, hi = int(v.min()), int(v.max())
+            else:
+                lo = hi = int(v)
+            if self.counts[i] is None:
+                if lo == hi == 0:
+                    continue
+                self.counts[i] = array("h", bytes(2 * n))
+            self._fit(i, lo, hi)
+            a = self.counts[i]
+            assert a is not None
+            dt = _DTYPE[a.typecode]
+            a.frombytes((v.astype(dt) if isinstance(v, np.ndarray) else np.full(k, v, dtype=dt)).tobytes())
+        if self.kv_usage is None and usable_blocks != self.usable_blocks:
+            self._store_kv_usage(n)
+        if self.kv_usage is not None:
+            self.kv_usage.frombytes(np.ascontiguousarray(kv_usage, dtype=np.float64).tobytes())
+
+    # ---- reading --------------------------------------------------------------------------------
+    def end_time(self) -> float | None:
+        """When the last step ended (None with no steps)."""
+        if not len(self.start):
+            return None
+        return float((np.frombuffer(self.start) + np.frombuffer(self.duration)).max())
+
+    def columns(self, release: bool = False) -> dict[str, np.ndarray]:
+        """Every column as int64 / float64 (STEP_COLUMNS order: start, duration, the counts with kv_usage
+        after num_finished). ``release``: the store is emptied as it goes, so the frame and the store are
+        never both held whole; float columns then become the frame's without a copy."""
+        n = len(self.start)
+        out: dict[str, np.ndarray] = {}
+        for name in ("start", "duration"):
+            a = getattr(self, name)
+            out[name] = np.frombuffer(a, dtype=np.float64) if release else np.array(a, dtype=np.float64)
+            if release:
+                setattr(self, name, array("d"))
+        counts: dict[str, np.ndarray] = {}
+        for i, name in enumerate(COUNT_COLUMNS):
+            a = self.counts[i]
+            if a is None:
+                counts[name] = np.zeros(n, dtype=np.int64)
+                continue
+            counts[name] = np.frombuffer(a, dtype=_DTYPE[a.typecode]).astype(np.int64)
+            if release and i != FREE:
+                self.counts[i] = None
+        if self.kv_usage is not None:
+            kv = np.frombuffer(self.kv_usage, dtype=np.float64)
+            kv = kv if release else kv.copy()
+        else:
+            kv = 1.0 - counts["num_free_blocks"] / self.usable_blocks  # type: ignore[operator]
+        if release:
+            self.kv_usage = None if self.usable_blocks else array("d")
+            self.counts[FREE] = array("h")
+        for name in COUNT_COLUMNS:
+            out[name] = counts[name]
+            if name == "num_finished":
+                out["kv_usage"] = kv
+        return out

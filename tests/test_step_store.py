@@ -1,0 +1,76 @@
+"""The recorder's compact step store (sim/engine/step_store.py): narrow counts that widen when a value
+does not fit, all-zero columns that hold nothing, kv_usage derived from the free blocks; its frame
+columns are the int64 / float64 a plain store would give, value for value."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.core.errors import ResultsIntegrityError
+from sim.engine.step_store import COUNT_COLUMNS, StepStore
+
+N = len(COUNT_COLUMNS)
+
+
+def _row(**over: int) -> list[int]:
+    row = [0] * N
+    for k, v in over.items():
+        row[COUNT_COLUMNS.index(k)] = v
+    return row
+
+
+def _plain(rows: list[list[int]]) -> dict[str, np.ndarray]:
+    return {c: np.array([r[i] for r in rows], dtype=np.int64) for i, c in enumerate(COUNT_COLUMNS)}
+
+
+def test_counts_widen_and_zero_columns_stay_empty():
+    usable = 100
+    s = StepStore(usable)
+    rows = [_row(num_free_blocks=usable, num_running=3), _row(num_free_blocks=40, num_prefill_tokens=40_000),
+            _row(num_free_blocks=1, num_waiting=3_000_000_000), _row(num_free_blocks=2, num_swap_out_blocks=7,
+                                                                      num_swapped_blocks=7)]  # fmt: skip
+    for j, r in enumerate(rows):
+        s.append(float(j), 0.5, r, 1.0 - r[COUNT_COLUMNS.index("num_free_blocks")] / usable)
+    typecodes = {c: (a.typecode if a is not None else None) for c, a in zip(COUNT_COLUMNS, s.counts, strict=True)}
+    assert typecodes["num_prefill_tokens"] == "i" and typecodes["num_waiting"] == "q"
+    assert typecodes["num_running"] == "h" and typecodes["num_swap_out_blocks"] == "h"
+    assert typecodes["num_swap_in_blocks"] is None and typecodes["num_cached_blocks"] is None
+    assert s.kv_usage is None  # every step's usage was the derived one: nothing stored
+    cols = s.columns()
+    for c, want in _plain(rows).items():
+        assert cols[c].dtype == np.int64 and np.array_equal(cols[c], want), c
+    assert np.array_equal(cols["kv_usage"], [1.0 - r[COUNT_COLUMNS.index("num_free_blocks")] / usable for r in rows])
+    assert list(cols) == ["start", "duration", *COUNT_COLUMNS[:6], "kv_usage", *COUNT_COLUMNS[6:]]
+
+
+def test_kv_usage_is_stored_from_the_first_step_it_is_not_derived():
+    s = StepStore(3)
+    s.append(0.0, 1.0, _row(num_free_blocks=1), 1.0 - 1 / 3)
+    s.append(1.0, 1.0, _row(num_free_blocks=1), 2 / 3)  # a slot engine's used / capacity: another rounding
+    s.extend(np.array([2.0, 3.0]), np.array([1.0, 1.0]), [0] * N, np.array([0.25, 0.5]), usable_blocks=4)
+    assert s.kv_usage is not None
+    assert s.columns()["kv_usage"].tolist() == [1.0 - 1 / 3, 2 / 3, 0.25, 0.5]
+
+
+def test_decode_runs_extend_from_arrays_and_constants():
+    s = StepStore(10)
+    counts: list = [0] * N
+    counts[COUNT_COLUMNS.index("num_decode_tokens")] = np.array([5, 70_000], dtype=np.int64)
+    counts[COUNT_COLUMNS.index("num_free_blocks")] = np.array([9, 8])
+    counts[COUNT_COLUMNS.index("num_waiting")] = 2
+    s.extend(np.array([0.0, 0.1]), np.array([0.1, 0.1]), counts, 1.0 - np.array([9, 8]) / 10, usable_blocks=10)
+    s.append(0.2, 0.1, _row(num_free_blocks=8, num_decode_tokens=1), 1.0 - 8 / 10)
+    cols = s.columns(release=True)
+    assert cols["num_decode_tokens"].tolist() == [5, 70_000, 1] and cols["num_waiting"].tolist() == [2, 2, 0]
+    assert cols["start"].tolist() == [0.0, 0.1, 0.2] and len(s) == 0  # released: the store starts over
+    with pytest.raises(TypeError, match="num_running"):
+        bad = [0] * N
+        bad[COUNT_COLUMNS.index("num_running")] = np.array([1.5])
+        s.extend(np.array([0.0]), np.array([0.1]), bad, np.array([0.0]), usable_blocks=10)
+
+
+def test_a_count_beyond_int64_is_refused_by_name():
+    s = StepStore(10)
+    with pytest.raises(ResultsIntegrityError, match="num_running"):
+        s.append(0.0, 1.0, _row(num_free_blocks=10, num_running=2**63), 0.0)
