@@ -245,6 +245,17 @@ class Request:
         pos = ends[j - 1] if j else 0
         for i in range(first, last):
             lo, hi = i * bs, (i + 1) * bs
+            if j < nseg:
+                key, n = segs[j]
+                if hi <= pos + n:  # the usual case: the block lies in one segment
+                    yield ((key, lo - pos, hi - pos),)
+                    if hi == pos + n:
+                        pos += n
+                        j += 1
+                        while j < nseg and pos + segs[j][1] <= hi:  # (empty segments)
+                            pos += segs[j][1]
+                            j += 1
+                    continue
             parts = []
             k, p = j, pos
             while k < nseg:
