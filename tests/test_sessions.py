@@ -224,3 +224,46 @@ def test_sizing_open_sessions_in_conversations_per_second_when_hooked():
     assert knob.unit == "sessions/s" and knob.per_unit == pytest.approx(w.mean_turns)
     raw["workload"] = wl()
     assert detect_knob(config_from_dict(raw)).key == "num_clients"
+
+
+@pytest.mark.parametrize("clients", [None, 2])
+def test_response_delay_is_the_think_time_its_end_starts(clients):
+    """What the fast-forward reads to run past a finish (SessionSource.response_delay): a turn's end brings
+    the next turn after its think time; a conversation's last turn brings nothing in an open loop and the
+    next conversation after the think time in a closed loop; a turn not in flight is unknown. Through
+    [frontend] the delay grows by the way back and the next request's way in."""
+    from sim.app.frontend import FrontendConfig, with_frontend
+
+    cfg = wl(think_dist="fixed", num_sessions=3)
+    if clients is None:
+        del cfg["num_clients"]
+        cfg["rate"] = 2.0
+    else:
+        cfg["num_clients"] = clients
+    w = build_session_workload(cfg, 0, 4096)
+    src = w.make_source()
+    seen = {"next turn": 0, "next conversation": 0, "nothing": 0}
+    while (t := src.peek_time()) is not None:  # every turn, each answered at once
+        for spec in src.pop_due(t):
+            j, k = src.sent[spec.request_id]
+            conv = w.conversations[j]
+            if k + 1 < conv.num_turns:
+                kind, want = "next turn", 1.5
+            elif clients and src.next_conv < len(w.conversations):
+                kind, want = "next conversation", 1.5
+            else:
+                kind, want = "nothing", None
+            assert src.response_delay(spec) == want, (spec.request_id, kind)
+            seen[kind] += 1
+            src.on_done(spec, t)
+            assert src.response_delay(spec) is None  # no longer in flight
+    assert seen["next turn"] and seen["nothing"] and (seen["next conversation"] > 0) == (clients is not None)
+    fe = FrontendConfig()
+    wrapped, _ = with_frontend(w.make_source(), fe)
+    inner = wrapped.inner
+    got = wrapped.pop_due(1e9)
+    assert got
+    d = wrapped.response_delay(got[0])
+    base = inner.response_delay(got[0])
+    if base is not None:
+        assert d == pytest.approx(base + float(fe.output_latency(1)) + float(fe.input_latency(0)))
