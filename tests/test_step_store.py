@@ -48,7 +48,9 @@ def test_kv_usage_is_stored_from_the_first_step_it_is_not_derived():
     s = StepStore(3)
     s.append(0.0, 1.0, _row(num_free_blocks=1), 1.0 - 1 / 3)
     s.append(1.0, 1.0, _row(num_free_blocks=1), 2 / 3)  # a slot engine's used / capacity: another rounding
-    s.extend(np.array([2.0, 3.0]), np.array([1.0, 1.0]), [0] * N, np.array([0.25, 0.5]), usable_blocks=4)
+    run = [0] * N
+    run[COUNT_COLUMNS.index("num_free_blocks")] = np.array([3, 2])  # a decode run's kv_usage: derived from these
+    s.extend(np.array([2.0, 3.0]), np.array([1.0, 1.0]), run, usable_blocks=4)
     assert s.kv_usage is not None
     assert s.columns()["kv_usage"].tolist() == [1.0 - 1 / 3, 2 / 3, 0.25, 0.5]
 
@@ -59,7 +61,7 @@ def test_decode_runs_extend_from_arrays_and_constants():
     counts[COUNT_COLUMNS.index("num_decode_tokens")] = np.array([5, 70_000], dtype=np.int64)
     counts[COUNT_COLUMNS.index("num_free_blocks")] = np.array([9, 8])
     counts[COUNT_COLUMNS.index("num_waiting")] = 2
-    s.extend(np.array([0.0, 0.1]), np.array([0.1, 0.1]), counts, 1.0 - np.array([9, 8]) / 10, usable_blocks=10)
+    s.extend(np.array([0.0, 0.1]), np.array([0.1, 0.1]), counts, usable_blocks=10)
     s.append(0.2, 0.1, _row(num_free_blocks=8, num_decode_tokens=1), 1.0 - 8 / 10)
     cols = s.columns(release=True)
     assert cols["num_decode_tokens"].tolist() == [5, 70_000, 1] and cols["num_waiting"].tolist() == [2, 2, 0]
@@ -67,7 +69,7 @@ def test_decode_runs_extend_from_arrays_and_constants():
     with pytest.raises(TypeError, match="num_running"):
         bad = [0] * N
         bad[COUNT_COLUMNS.index("num_running")] = np.array([1.5])
-        s.extend(np.array([0.0]), np.array([0.1]), bad, np.array([0.0]), usable_blocks=10)
+        s.extend(np.array([0.0]), np.array([0.1]), bad, usable_blocks=10)
 
 
 def test_a_count_beyond_int64_is_refused_by_name():

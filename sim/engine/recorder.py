@@ -124,7 +124,7 @@ class Recorder:
             decode[0] = first.batch.num_decode
         self.steps.extend(starts, durations, (
             prefill, decode, running, num_waiting, 0, per_step_finished, free_blocks, run.cached_free[:k], 0, 0,
-            self.num_swapped_blocks), 1.0 - free_blocks / usable_blocks, usable_blocks)  # fmt: skip
+            self.num_swapped_blocks), usable_blocks)  # fmt: skip
         ends = starts + durations
         # Each row's first gap runs from its previous token; later gaps are the step times, one per row
         # still running in that step.

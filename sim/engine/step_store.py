@@ -11,7 +11,7 @@ frame (``columns``) is what a plain int64 / float64 store would give, value for 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -111,12 +111,12 @@ class StepStore:
         free = np.frombuffer(col, dtype=_DTYPE[col.typecode])[:n]
         self.kv_usage = array("d", (1.0 - free / self.usable_blocks).tobytes())
 
-    def extend(self, starts: np.ndarray, durations: np.ndarray, counts: Iterable[np.ndarray | int],
-               kv_usage: np.ndarray, usable_blocks: int) -> None:  # fmt: skip
+    def extend(self, starts: np.ndarray, durations: np.ndarray, counts: Sequence[np.ndarray | int],
+               usable_blocks: int) -> None:  # fmt: skip
         """k steps at once: ``counts`` in COUNT_COLUMNS order, each an integer array of k values or one
-        int for all k; ``kv_usage`` is ``1 - free / usable_blocks`` (not stored when that is derived)."""
+        int for all k; their ``kv_usage`` is ``1 - num_free_blocks / usable_blocks``, computed only when
+        the store keeps that column (it is derived otherwise)."""
         n, k = len(self.start), len(starts)
-        counts = list(counts)
         for i, v in enumerate(counts):
             if isinstance(v, np.ndarray) and v.dtype.kind not in "iu":
                 raise TypeError(f"step column {COUNT_COLUMNS[i]}: integer values expected, got {v.dtype}")
@@ -141,7 +141,8 @@ class StepStore:
         if self.kv_usage is None and usable_blocks != self.usable_blocks:
             self._store_kv_usage(n)
         if self.kv_usage is not None:
-            self.kv_usage.frombytes(np.ascontiguousarray(kv_usage, dtype=np.float64).tobytes())
+            kv = 1.0 - np.asarray(counts[FREE], dtype=np.float64) / usable_blocks
+            self.kv_usage.frombytes(np.broadcast_to(kv, (k,)).astype(np.float64).tobytes())
 
     # ---- reading --------------------------------------------------------------------------------
     def end_time(self) -> float | None:
