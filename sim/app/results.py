@@ -34,12 +34,8 @@ from sim.app.stats import (  # noqa: F401  (weighted_percentiles is re-exported)
     weighted_percentiles,
 )
 from sim.core.errors import ConfigError, ResultsIntegrityError
+from sim.engine.request_log import REQUEST_COLUMNS
 
-REQUEST_COLUMNS = (
-    "request_id", "replica", "arrival_time", "queued_time", "scheduled_time", "first_token_time",
-    "finish_time", "prompt_len", "output_len", "num_output_tokens", "num_cached_tokens", "num_preemptions",
-    "priority", "status", "finish_reason",
-)  # fmt: skip
 STEP_COLUMNS = (
     "step", "replica", "start", "duration", "num_prefill_tokens", "num_decode_tokens", "num_scheduled_tokens",
     "num_running", "num_waiting", "num_preempted", "num_finished", "kv_usage", "num_free_blocks",
