@@ -268,18 +268,21 @@ def test_decode_slots_fail_at_the_first_row_that_cannot_get_one(caching, shared_
     shared = {shared_row} if shared_row is not None else set()
     used = sum(-(-p // bs) for p in prompts)
     states = []
-    for mode in ("fast", "ref"):
+    for mode in ("fast", "ref", "stretch"):
         kv, reqs = _manager_with_rows(bs, caching, used + 1 + 2, prompts, shared)
         assert kv.num_free_blocks == 2
         before = [kv.get_block_ids(r) for r in reqs]
-        alloc = kv.allocate_slots if mode == "fast" else kv._allocate
-        got = next((i for i, r in enumerate(reqs) if alloc(r, 1) is None), len(reqs))
+        if mode == "stretch":  # sim/kv/rows.py: the same O(1) path for a stretch of rows in one call
+            got = kv.allocate_decode_slots(reqs)
+        else:
+            alloc = kv.allocate_slots if mode == "fast" else kv._allocate
+            got = next((i for i, r in enumerate(reqs) if alloc(r, 1) is None), len(reqs))
         assert got == 3
         assert [kv.get_block_ids(r) for r in reqs[3:]] == before[3:]
         assert [len(kv.get_block_ids(r)) for r in reqs[:3]] == [3, 2, 2]
         assert kv.num_free_blocks == 0
         states.append(_state(kv, reqs))
-    assert states[0] == states[1]
+    assert states[0] == states[1] == states[2]
     # With no free block at all, rows off a block boundary still get their slot; the others fail.
     kv, reqs = _manager_with_rows(bs, caching, used + 1, prompts, shared)
     assert [kv.allocate_slots(r, 1) is not None for r in reqs] == [False, True, False, False, True, False]
@@ -623,3 +626,30 @@ def test_sarathi_runs_stop_before_the_pool_runs_dry(seed):
     assert sum(r.num_preemptions for r in slow[0].requests) > 0  # the pool does run dry
     assert fast[2].runs  # and stretches were fast-forwarded
     _assert_exact(slow, fast)
+
+
+@pytest.mark.parametrize("caching", [True, False])
+@pytest.mark.parametrize("lag", [0, 1])
+def test_a_stretch_of_decode_slots_equals_row_by_row(caching, lag):
+    """allocate_decode_slots == allocate_slots(req, 1) per row, with its newest token known (lag 0) or in
+    flight (lag 1: async scheduling, computed == num_tokens), shared and unique rows at every offset,
+    over many steps: the same blocks, cached counts and free queue."""
+    bs = 4
+    prompts = [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13]
+    states = []
+    for mode in ("stretch", "ref"):
+        kv, reqs = _manager_with_rows(bs, caching, 200, prompts, {1, 4, 7})
+        for r in reqs:  # lag 1: the first token is still in flight (computed == num_tokens)
+            r.num_output_tokens -= lag
+            r.num_tokens -= lag
+        for _ in range(9):
+            if mode == "stretch":
+                assert kv.allocate_decode_slots(reqs) == len(reqs)
+            else:
+                assert all(kv.allocate_slots(r, 1) is not None for r in reqs)
+            for r in reqs:  # the step's token lands (the one before it, under lag 1)
+                r.num_computed_tokens += 1
+                r.num_output_tokens += 1
+                r.num_tokens += 1
+            states.append(_state(kv, reqs))  # after every step: a cached count may not lag even once
+    assert states[:9] == states[9:]
