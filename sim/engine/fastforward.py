@@ -13,7 +13,7 @@ running rows and the KV manager, so a run ends in exactly the state k schedule+u
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -247,6 +247,32 @@ class FastForward:
                 return dl
         return nxt
 
+    def _sleep_through(self, start: float, starts: np.ndarray, ends: np.ndarray,
+                       free_after: Callable[[], np.ndarray]) -> Generator[Any, Any, int]:
+        """Wait out a run of ``len(starts)`` steps begun at ``start``; returns how many of them happened.
+
+        A pushed source (a cluster replica's inbox, sim/app/replica.py) cannot say when the next request
+        comes, so a push ends the run early: the steps that started by then still run (the push comes after
+        every step boundary at its instant) and the request joins at the next boundary, as without the
+        jump. No row finishes inside such a run (``passes`` is false for it), so the free blocks after each
+        step (``free_after()``) are known before it is applied, for a router reading the replica mid-run."""
+        eng = self.engine
+        env = eng.env
+        k = len(starts)
+        wake = getattr(eng.source, "wake_event", None)
+        if wake is None:
+            yield env.timeout(delay_to(start, float(ends[-1])))
+            return k
+        eng.run_view = (starts, free_after())
+        timeout = env.timeout(delay_to(start, float(ends[-1])))
+        fired = yield wake() | timeout
+        if timeout not in fired:
+            t = env.now
+            k = max(int(np.searchsorted(starts, t, side="right")), 1)
+            yield env.timeout(delay_to(t, float(ends[k - 1])) if ends[k - 1] > t else 0.0)
+        eng.run_view = None
+        return k
+
     def _price_until(self, rows: np.ndarray, ctx_sums: np.ndarray, start: float, limit: float) -> np.ndarray:
         """Durations of the run's first steps, enough of them to pass ``limit`` (or all): priced in
         growing windows, since a run is usually cut by an arrival long before its last finish."""
@@ -266,13 +292,12 @@ class FastForward:
 
     def _run(self, start: float) -> Generator[Any, Any, None]:
         eng = self.engine
-        policy, source, env = eng.policy, eng.source, eng.env
+        policy, source = eng.policy, eng.source
         run = plan_run(policy, self.passes)
         if run is None:
             return
         fin = run.finish_step
         k = run.max_steps
-        wake = getattr(source, "wake_event", None)
         if not self.passes and k > int(fin.min()):
             raise RuntimeError(f"policy {policy.name}: decode run past a finish that may bring an arrival")
         # Rows running in each step 1..k, and their total context (each row adds a token per step).
@@ -295,22 +320,8 @@ class FastForward:
         kv = policy.kv
         last_tok = np.fromiter((r.last_token_time for r in run.requests), np.float64, len(run.requests))
         num_waiting = policy.num_waiting
-        if wake is None:
-            yield env.timeout(delay_to(start, float(ends[-1])))
-        else:
-            # A pushed source (sim/app/replica.py) cannot say when the next request comes, so a push
-            # ends the run early: the steps that started by then still run (the push comes after every
-            # step boundary at its instant), and the request joins at the next boundary, as without the
-            # jump. No row finishes inside such a run, so the free blocks are known before it is applied.
-            eng.run_view = (starts, kv.num_free_blocks - run.new_blocks[1:k + 1])
-            timeout = env.timeout(delay_to(start, float(ends[-1])))
-            fired = yield wake() | timeout
-            if timeout not in fired:
-                t = env.now
-                k = max(int(np.searchsorted(starts, t, side="right")), 1)
-                starts, durations, ends, rows = starts[:k], durations[:k], ends[:k], rows[:k]
-                yield env.timeout(delay_to(t, float(ends[-1])) if ends[-1] > t else 0.0)
-            eng.run_view = None
+        k = yield from self._sleep_through(start, starts, ends, lambda: kv.num_free_blocks - run.new_blocks[1:k + 1])
+        starts, durations, ends, rows = starts[:k], durations[:k], ends[:k], rows[:k]
         finished = apply_run(policy, run, ends)
         self.runs += 1
         self.steps += k

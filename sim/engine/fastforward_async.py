@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from sim.core.request import Request
-from sim.engine.fastforward import DecodeRun, FastForward, advance, delay_to, step_times
+from sim.engine.fastforward import DecodeRun, FastForward, advance, step_times
 
 
 class AsyncFastForward(FastForward):
@@ -40,7 +40,7 @@ class AsyncFastForward(FastForward):
 
     def _run_async(self, plan: Any, dt: float, counters: tuple, now: float) -> Generator[Any, Any, Any]:
         eng = self.engine
-        policy, env = eng.policy, eng.env
+        policy = eng.policy
         quiet = policy.quiet()
         running: list[Request] = list(policy.running)
         num_waiting = policy.num_waiting
@@ -100,24 +100,10 @@ class AsyncFastForward(FastForward):
         nan = math.nan
         last_tok = np.fromiter((nan if (t := r.last_token_time) is None else t for r in running), np.float64, n)
         cached0 = kv.num_cached_free_blocks
-        wake = getattr(eng.source, "wake_event", None)
-        if wake is None:
-            yield env.timeout(delay_to(now, float(ends[-1])))
-        else:
-            # A pushed source (a cluster replica's inbox) cannot say when the next request comes: a push at
-            # t ends the run after the schedules made by t (it comes after every boundary at its instant,
-            # and joins at the next one), and the loop goes on from there. No row finishes inside such a
-            # run (``passes`` is false for it), so the free blocks after each schedule are known now, for a
-            # router reading this replica mid-run.
-            eng.run_view = (starts, free0 - cum[1:k + 1])
-            timeout = env.timeout(delay_to(now, float(ends[-1])))
-            fired = yield wake() | timeout
-            if timeout not in fired:
-                t = env.now
-                k = max(int(np.searchsorted(starts, t, side="right")), 1)
-                starts, applied, ends = starts[:k], applied[:k], ends[:k]
-                yield env.timeout(delay_to(t, float(ends[-1])) if ends[-1] > t else 0.0)
-            eng.run_view = None
+        # Schedules happen at ``starts``: a push ends the run after the schedules made by then, and the
+        # loop goes on from there (_sleep_through).
+        k = yield from self._sleep_through(now, starts, ends, lambda: free0 - cum[1:k + 1])
+        starts, applied, ends = starts[:k], applied[:k], ends[:k]
         free_after, cached_after, finished = _apply_async(policy, running, c0, fin, cum, ends, k, cached0)
         policy.on_skipped_steps(k)
         run = DecodeRun(requests=running, max_steps=k, computed=c, finish_step=fin, new_blocks=cum[:k + 1],
