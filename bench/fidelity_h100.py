@@ -53,12 +53,25 @@ def h100_cases(data: Path) -> list[dict[str, Any]]:
     return json.loads((data / H100_RUN / "cases.json").read_text())["cases"]
 
 
+def raw_dir(case: dict[str, Any], data: Path) -> Path:
+    """The run's raw inference-perf directory: ``source.peers_key`` when cases.json names it, else the one
+    directory under raw/ named ``<timestamp>-<case id>`` (cases.json leaves the key null for some runs)."""
+    root = data / H100_RUN / "raw"
+    key = case["source"].get("peers_key")
+    if key:
+        return root / key
+    found = sorted(root.glob(f"*-{case['id']}"))
+    if len(found) != 1:
+        raise FileNotFoundError(f"{root}: expected one directory ending in -{case['id']}, found {len(found)}")
+    return found[0]
+
+
 def h100_specs(case: dict[str, Any], frac: float = 1.0, seed: int = 0,
                data: Path | None = None) -> tuple[list[RequestSpec], np.ndarray]:  # fmt: skip
     """(specs, stage index of each) for one run, as inference-perf sent it: the run's results directory read by
     workloads/runs/inference_perf.py (its docstring says how the load is rebuilt), the first ``frac`` of every
     stage kept with the stages back to back (sim/app/replay.cap_stages)."""
-    raw = (data or DATA) / H100_RUN / "raw" / case["source"]["peers_key"]
+    raw = raw_dir(case, data or DATA)
     run = load_inference_perf(raw, seed=seed)
     caps = [max(1, int(round(st.num_requests * frac))) for st in run.stages]
     return cap_stages(list(run.specs), run.stage_of, run, caps if frac < 1 else None)

@@ -95,6 +95,15 @@ def test_h100_load_profile_rebuilt(h100):
 
 
 @needs_h100
+def test_every_h100_run_is_found_and_read(h100):
+    """cases.json names the raw directory of one run only; the others are found by their id (every run's
+    requests load, with the stage counts cases.json gives)."""
+    for case in h100.h100_cases(ROOT.parent / "shared" / "data"):
+        specs, stage = h100.h100_specs(case, frac=0.01)
+        assert len(specs) and set(stage.tolist()) == set(range(len(case["measured_stages"]))), case["id"]
+
+
+@needs_h100
 def test_h100_mean_ttft_with_async_and_frontend(h100):
     """The codegen run whole (both stages, 9000 requests; as in bench/results/fidelity.md §5): mean TTFT
     within the error the report shows (−9.4 % at 5 req/s, −5.2 % at 10 req/s), E2E and ITL means within 3 %.
