@@ -115,7 +115,7 @@ def simulate_run(run: Path, profile: str, num_gpu_blocks: int | None = None, asy
             "num_gpu_blocks_override": num_gpu_blocks or kv["num_gpu_blocks"],
             "async_scheduling": async_scheduling,
         },
-        **({"frontend": frontend} if frontend is not None else {}),
+        "frontend": {"enabled": False} if frontend is None else frontend,
     })
     setup = resolve(cfg)
     specs = load_vllm_bench(run / "workload-sharegpt-300-sps10.jsonl").specs

@@ -89,8 +89,7 @@ def h100_config(case: dict[str, Any], async_scheduling: bool = True, frontend: d
                    "gpu_memory_utilization": e["gpu_memory_utilization"],
                    "num_gpu_blocks_override": case["num_gpu_blocks_logged"], "async_scheduling": async_scheduling},
     }  # fmt: skip
-    if frontend is not None:
-        raw["frontend"] = frontend
+    raw["frontend"] = {"enabled": False} if frontend is None else frontend
     return config_from_dict(raw)
 
 

@@ -26,6 +26,7 @@ import pandas as pd
 
 import sim.app.simulate as simulate_mod
 from sim.app.config import RunConfig
+from sim.app.frontend import CLIENT_COLUMNS
 from sim.app.results import STATUSES, SimResult
 from sim.engine.recorder import Recorder
 from sim.engine.request_log import REQUEST_COLUMNS
@@ -159,11 +160,13 @@ def check_kv_at_end(res: SimResult, obs: Observed) -> None:
 def check_same_requests(a: pd.DataFrame, b: pd.DataFrame) -> None:
     """Request tables equal column by column: counts and labels exactly, times to 1e-9 s (a run sums its
     step times in one cumsum, step by step adds them one at a time: rounding differs, nothing else)."""
-    assert list(a.columns) == list(b.columns) == list(REQUEST_COLUMNS)
+    assert list(a.columns) == list(b.columns)
+    assert list(a.columns[: len(REQUEST_COLUMNS)]) == list(REQUEST_COLUMNS)
+    assert set(a.columns[len(REQUEST_COLUMNS) :]) <= set(CLIENT_COLUMNS)  # [frontend]'s, after the engine's
     assert len(a) == len(b)
     for col in a.columns:
         x, y = a[col].to_numpy(), b[col].to_numpy()
-        if col in TIME_COLUMNS:
+        if col in TIME_COLUMNS or col in CLIENT_COLUMNS:
             assert np.allclose(x.astype(float), y.astype(float), rtol=0, atol=1e-9, equal_nan=True), col
         else:
             assert pd.Series(x).equals(pd.Series(y)), col

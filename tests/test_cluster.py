@@ -76,6 +76,33 @@ def test_one_replica_cluster_is_the_single_engine():
     single = simulate(config_from_dict(r))
     cluster = simulate_cluster(raw(cluster={"replicas": 1}))
     _same_run(single, cluster)
+    # vllm's default [frontend] is the same request path around both: the same client-side times
+    assert single.meta["frontend"] == cluster.meta["frontend"]
+    a, b = (r.requests.set_index("request_id").sort_index() for r in (single, cluster))
+    for c in ("send_time", "arrival_time", "client_first_token_time", "client_finish_time"):
+        assert np.allclose(a[c].to_numpy(float), b[c].to_numpy(float), rtol=0, atol=1e-9, equal_nan=True), c
+    assert summarize(single)["latency_basis"] == summarize_cluster(cluster)["latency_basis"] == "client"
+
+
+def test_cluster_frontend_looks_up_each_replicas_own_step():
+    """A client chunk waits for the output work of the step that emitted it, on its own replica (two replicas'
+    steps can end at the same instant with the constant cost model), and a P/D request's first token is
+    found on its prefill replica."""
+    fe = {"output_s_per_request": 1e-3, "request_overhead_s": 0.0, "tokenize_s_per_token": 0.0,
+          "engine_hop_s": 0.0, "stream_chunk_s": 0.0, "network_rtt_s": 0.0}  # fmt: skip
+    r = raw(engine={"cost_model": "constant", "constant_step_s": 0.01}, cluster={"replicas": 2, "router": "round-robin"},
+            workload={"arrival": "constant", "rate": 50.0, "num_requests": 60,
+                      "output": {"dist": "uniform", "low": 2, "high": 80}}, frontend=fe)  # fmt: skip
+    res = simulate_cluster(r)
+    rq, st_ = res.requests, res.steps
+    ends = st_.assign(end=st_["start"] + st_["duration"])
+    tied = ends.groupby(ends["end"].round(9))["replica"].nunique()
+    assert (tied > 1).sum() > 20  # the case this is about: both replicas end a step at one instant
+    for row in rq[rq["status"] == "finished"].itertuples():
+        mine = ends[(ends["replica"] == row.replica) & ((ends["end"] - row.first_token_time).abs() < 1e-9)]
+        assert len(mine) == 1
+        want = row.first_token_time + 1e-3 * (max(int(mine["num_running"].iloc[0]), 1) + 1) / 2
+        assert row.client_first_token_time == pytest.approx(want, abs=1e-12)
 
 
 @pytest.mark.parametrize(

@@ -23,8 +23,7 @@ def _cfg(frontend=None, n=1, rate=1.0, async_scheduling=False, prompt=100, outpu
         "workload": workload or {"num_requests": n, "rate": rate, "prompt": {"dist": "fixed", "value": prompt},
                                  "output": {"dist": "fixed", "value": output}},
     }
-    if frontend is not None:
-        raw["frontend"] = frontend
+    raw["frontend"] = frontend  # None: none (an absent table would be vllm's default, the priors)
     return config_from_dict(raw)
 
 
@@ -115,3 +114,35 @@ def test_frontend_round_trips_and_can_be_turned_off():
     assert cfg.frontend == FrontendConfig(**FE)
     assert _cfg({"enabled": False}).frontend is None
     assert config_from_dict(_cfg(None).to_dict()).frontend is None
+
+
+def _absent(policy: str) -> dict:
+    return {"engine": {"policy": policy, "cost_model": "constant", "constant_step_s": STEP, "max_model_len": 2048},
+            "workload": {"num_requests": 30, "rate": 5.0, "prompt": {"dist": "fixed", "value": 100},
+                         "output": {"dist": "fixed", "value": 10}}}  # fmt: skip
+
+
+@pytest.mark.parametrize("policy,on", [("vllm", True), ("vllm-v0", False), ("tgi", False), ("llamacpp", False)])
+def test_an_absent_table_is_the_presets_default(policy, on):
+    """vLLM's OpenAI server is what the priors describe: an absent [frontend] is them for preset vllm (the
+    headline is then what `vllm bench serve` measures), no front end for other presets."""
+    cfg = config_from_dict(_absent(policy))
+    assert (cfg.frontend == FrontendConfig()) if on else cfg.frontend is None
+    assert config_from_dict(cfg.to_dict()) == cfg  # None (off) and a table both round-trip
+    s = summarize(simulate(cfg))
+    assert s["latency_basis"] == ("client" if on else "engine")
+    off = config_from_dict({**_absent(policy), "frontend": {"enabled": False}})
+    assert off.frontend is None
+
+
+def test_closed_loop_with_a_horizon_and_the_default_frontend_loses_no_request():
+    """Clients cut off by the horizon: requests on the input path, waiting, and never sent all have rows."""
+    raw = _absent("vllm")
+    raw["workload"] = {"kind": "closed", "num_requests": 200, "num_clients": 4, "think_time": 0.05,
+                       "prompt": {"dist": "fixed", "value": 100}, "output": {"dist": "fixed", "value": 10}}
+    raw["simulation"] = {"horizon": 2.0}
+    res = simulate(config_from_dict(raw))
+    s = summarize(res)
+    assert len(res.requests) == 200 and s["num_not_arrived"] > 100
+    assert (s["num_finished"] + s["num_rejected"] + s["num_timed_out"] + s["num_in_flight"]
+            + s["num_not_arrived"]) == 200  # fmt: skip

@@ -122,5 +122,5 @@ def test_a_listed_run_with_a_horizon_is_unchanged_by_laziness():
     assert (late["arrival_time"] > 20.0).all() and res.meta["num_unlisted"] == 0
     specs = build_workload(dict(cfg.workload), seed=cfg.simulation.seed,
                            max_model_len=int(res.meta["limits"]["max_model_len"])).specs  # fmt: skip
-    got = res.requests.set_index("request_id")["arrival_time"]
+    got = res.requests.set_index("request_id")["send_time"]  # vllm's [frontend]: the client's send
     assert all(got[s.request_id] == s.arrival_time for s in specs)

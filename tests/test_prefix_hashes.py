@@ -114,7 +114,8 @@ def digest(frame: pd.DataFrame) -> str:
 def test_runs_are_unchanged_by_sharing(workload, want):
     raw = {"model": {"name": "Meta-Llama-3-8B"}, "hardware": {"gpu": "A100-80GB-SXM"},
            "engine": {"policy": "vllm", "max_num_seqs": 32, "num_gpu_blocks_override": 400, "max_model_len": 4096,
-                      "async_scheduling": False}, "workload": workload}  # fmt: skip  (digests pinned synchronous)
+                      "async_scheduling": False}, "workload": workload,
+           "frontend": None}  # fmt: skip  (digests pinned synchronous, engine-side)
     res = simulate(config_from_dict(raw))
     assert (len(res.requests), digest(res.requests), digest(res.steps)) == want
     stepped = simulate(config_from_dict(raw), fast_forward=False)  # and the fast-forward is exact, bitwise

@@ -102,7 +102,7 @@ def run_shared_card(
     from sim.app.replicate import flatten, load_stability
 
     t0 = time.perf_counter()
-    raw = {k: v for k, v in cfg.to_dict().items() if k != "frontend" and v is not None}
+    raw = {k: v for k, v in cfg.to_dict().items() if v is not None or k == "frontend"}  # None: none
     raw["simulation"] = {**raw["simulation"], "seed": int(seed)}
     raw["cluster"] = {"router": "least-outstanding", "device_overlap": overlap}
     raw["replica"] = [{"name": f"i{j}", "device": "card"} for j in range(instances)]
@@ -145,8 +145,6 @@ def deployments(cfg: RunConfig, gpus, dtypes=None, kv_dtypes=None, tps=None, ins
         kv_dtype_bytes(k)
     tp = _ints(tps, "--tp", 8)
     ks = _ints(instances, "--instances-per-gpu", MAX_INSTANCES)
-    if any(k > 1 for k in ks) and cfg.frontend is not None:
-        raise ConfigError("--instances-per-gpu > 1 runs a cluster, which does not model [frontend]; drop one")
     return [Deployment(*c) for c in itertools.product(names, dts, kvs, tp, ks)]
 
 

@@ -23,6 +23,7 @@ from routers.base import RouterContext, make_router
 from sim.app.cluster_config import ClusterConfig, cluster_from_dict, load_cluster
 from sim.app.cluster_results import collect_cluster
 from sim.app.devices import Devices
+from sim.app.frontend import with_frontend
 from sim.app.gateway import Gateway
 from sim.app.replica import Replica, build_replica
 from sim.app.results import SimResult
@@ -54,7 +55,9 @@ class Cluster:
             for i, rs in enumerate(cfg.replicas)
         ]
         self.max_model_len = max(r.setup.limits.max_model_len for r in self.replicas)
-        self.workload, self.source = cluster_source(cfg, self.max_model_len)
+        self.workload, source = cluster_source(cfg, self.max_model_len)
+        # [frontend]: the gateway, like a single engine, sees a request after the client -> server input path
+        self.source, self.send_time = with_frontend(source, cfg.base.frontend)
         self.listed = check_listable(self.workload, sim.horizon)
         self.num_unlisted = 0  # set when the rows are collected (sim/app/cluster_results.py)
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(sim.seed, spawn_key=(500,))))

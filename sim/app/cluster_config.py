@@ -49,7 +49,7 @@ from sim.app.config import RunConfig, apply_overrides, config_from_dict
 from sim.core.errors import ConfigError
 from sim.core.fields import missing_file, read_utf8
 
-RUN_SECTIONS = ("model", "hardware", "engine", "workload", "simulation", "slo", "cost")
+RUN_SECTIONS = ("model", "hardware", "engine", "workload", "simulation", "slo", "frontend", "cost")
 TOP_KEYS = (*RUN_SECTIONS, "cluster", "replica", "stream", "variants")
 CLUSTER_KEYS = ("replicas", "router", "gateway", "disagg", "device_overlap")
 REPLICA_KEYS = ("name", "count", "pool", "role", "device", "model", "hardware", "engine")

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from sim.app.collect import assemble, engine_counters, engine_rows, recorded_end, spec_rows
+from sim.app.frontend import apply_frontend
 from sim.app.replica import Replica
 from sim.app.results import SimResult
 from sim.app.streams import unsent
@@ -106,7 +107,7 @@ def collect_cluster(c: Cluster, wall: float) -> SimResult:
     }
     rows = cluster_rows(c)
     meta["num_unlisted"] = c.num_unlisted
-    return assemble(
+    result = assemble(
         rows,
         [r.recorder for r in c.replicas],
         config=cfg.to_dict(),
@@ -115,6 +116,7 @@ def collect_cluster(c: Cluster, wall: float) -> SimResult:
         merge_traces=True,
         annotate=lambda df: _annotate(c, df),
     )
+    return apply_frontend(result, cfg.base.frontend, c.send_time)
 
 
 def _annotate(c: Cluster, df: pd.DataFrame) -> pd.DataFrame:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from policies.base import all_preset_keys, options_class, parse_engine_options, policy_names
-from sim.app.frontend import FrontendConfig, frontend_from_dict
+from sim.app.frontend import ABSENT, FrontendConfig, frontend_from_dict
 from sim.app.prices import CostConfig, cost_from_dict
 from sim.core.errors import ConfigError
 from sim.core.fields import MAX_GENERATED, missing_file, read_utf8
@@ -172,7 +172,8 @@ def config_from_dict(raw: dict[str, Any]) -> RunConfig:
     for key, value in slo.items():
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
             raise ConfigError(f"[slo] {key}: expected a positive number of milliseconds, got {value!r}")
-    parts["frontend"] = frontend_from_dict(raw.get("frontend"))
+    # an absent [frontend] is the preset's default; None (to_dict of a run without one) is none
+    parts["frontend"] = frontend_from_dict(raw.get("frontend", ABSENT), parts["engine"].policy)
     parts["cost"] = cost_from_dict(raw.get("cost"))
     cfg = RunConfig(workload=dict(workload), slo={k: float(v) for k, v in slo.items()}, **parts)
     _validate(cfg)

@@ -108,8 +108,20 @@ class FrontendConfig:
                 + self.stream_chunk_s + self.network_rtt_s / 2)  # fmt: skip
 
 
-def frontend_from_dict(raw: Any) -> FrontendConfig | None:
-    """The ``[frontend]`` table (None or absent: no front end; ``enabled = false``: none either)."""
+# Presets whose server the priors describe: an absent ``[frontend]`` means these priors for them (a vLLM
+# user compares with what `vllm bench serve` measures, client-side), and no front end for the others.
+DEFAULT_ON = ("vllm",)
+
+
+CLIENT_COLUMNS = ("send_time", "client_first_token_time", "client_finish_time")  # what annotate() adds
+ABSENT = object()  # no [frontend] key at all (None is a run without a front end, as RunConfig.to_dict writes it)
+
+
+def frontend_from_dict(raw: Any, policy: str | None = None) -> FrontendConfig | None:
+    """The ``[frontend]`` table; ABSENT: the priors for a preset in DEFAULT_ON, else no front end; None or
+    ``enabled = false``: none."""
+    if raw is ABSENT:
+        return FrontendConfig() if policy in DEFAULT_ON else None
     if raw is None:
         return None
     fe = build(FrontendConfig, "[frontend]", raw)
@@ -157,7 +169,12 @@ class FrontendSource:
         return None if d is None else d + float(self.fe.output_latency(1)) + float(self.fe.input_latency(0))
 
     def remaining(self) -> list[RequestSpec]:
-        return [s for _, _, s in sorted(self.heap)] + list(self.inner.remaining())
+        """Sent but still on the input path, then not sent yet (at the engine-side time they would come)."""
+        later = []
+        for s in self.inner.remaining():
+            self.send_time[s.request_id] = s.arrival_time
+            later.append(dataclasses.replace(s, arrival_time=s.arrival_time + self.fe.input_latency(s.prompt_len)))
+        return [s for _, _, s in sorted(self.heap)] + later
 
     def num_remaining(self) -> int:
         return len(self.heap) + self.inner.num_remaining()
@@ -178,20 +195,37 @@ def with_frontend(source: Any, fe: FrontendConfig | None) -> tuple[Any, dict[str
 
 
 # ---- the output path: client-side times -----------------------------------------------------------------
-def _batch_at(steps: pd.DataFrame, t: np.ndarray) -> np.ndarray:
-    """Output rows (num_running) of the step that ended at each time in ``t`` (1 where none is found)."""
+def _batch_at(steps: pd.DataFrame, t: np.ndarray, replica: np.ndarray | None = None) -> np.ndarray:
+    """Output rows (num_running) of the step that ended at each time in ``t`` (1 where none is found).
+    With ``replica`` (a cluster's rows), a time is looked up in its own replica's steps first, then in any
+    replica's (a P/D request's first token comes from its prefill replica)."""
     out = np.ones(len(t))
     if steps.empty:
         return out
-    s = steps.sort_values("start", kind="stable")
-    ends = (s["start"] + s["duration"]).to_numpy(float)
+    found = np.zeros(len(t), bool)
+    if replica is not None and "replica" in steps.columns and steps["replica"].nunique() > 1:
+        for r, part in steps.groupby("replica", sort=True):
+            mine = np.flatnonzero(replica == r)
+            out[mine], found[mine] = _lookup(part, t[mine])
+    rest = np.flatnonzero(~found)
+    out[rest], _ = _lookup(steps, t[rest])
+    return out
+
+
+def _lookup(steps: pd.DataFrame, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(num_running of the step of ``steps`` ending at each time, at least 1; whether one was found)."""
+    out, hit_all = np.ones(len(t)), np.zeros(len(t), bool)
+    if steps.empty or not len(t):
+        return out, hit_all
+    ends = (steps["start"] + steps["duration"]).to_numpy(float)
     order = np.argsort(ends, kind="stable")
-    ends, running = ends[order], s["num_running"].to_numpy(float)[order]
-    ok = np.isfinite(t)
+    ends, running = ends[order], steps["num_running"].to_numpy(float)[order]
+    ok = np.flatnonzero(np.isfinite(t))
     i = np.clip(np.searchsorted(ends, t[ok] - 1e-12, side="left"), 0, len(ends) - 1)
     hit = np.abs(ends[i] - t[ok]) <= 1e-9
-    out[np.flatnonzero(ok)[hit]] = np.maximum(running[i[hit]], 1.0)
-    return out
+    out[ok[hit]] = np.maximum(running[i[hit]], 1.0)
+    hit_all[ok[hit]] = True
+    return out, hit_all
 
 
 def annotate(requests: pd.DataFrame, steps: pd.DataFrame, fe: FrontendConfig,
@@ -201,11 +235,12 @@ def annotate(requests: pd.DataFrame, steps: pd.DataFrame, fe: FrontendConfig,
     df = requests.copy()
     arrival = df["arrival_time"].astype(float)
     df["send_time"] = df["request_id"].map(send_time).astype(float).fillna(arrival)
+    rep = df["replica"].to_numpy() if "replica" in df.columns else None
     first = df["first_token_time"].to_numpy(float)
-    df["client_first_token_time"] = first + fe.output_latency(_batch_at(steps, first))
+    df["client_first_token_time"] = first + fe.output_latency(_batch_at(steps, first, rep))
     fin = df["finish_time"].to_numpy(float)
     done = (df["status"] == "finished").to_numpy()
-    cf = np.where(done, fin + fe.output_latency(_batch_at(steps, np.where(done, fin, np.nan))), np.nan)
+    cf = np.where(done, fin + fe.output_latency(_batch_at(steps, np.where(done, fin, np.nan), rep)), np.nan)
     df["client_finish_time"] = cf
     return df
 

@@ -180,10 +180,10 @@ def _workload_overrides(overrides: list[str]) -> tuple[list[str], dict[str, Any]
     return rest, wl
 
 
-def _frontend_table(run: RealRun, profile: CalibrationProfile | None) -> dict[str, Any] | None:
+def _frontend_table(run: RealRun, profile: CalibrationProfile | None) -> dict[str, Any]:
     """[frontend]: the priors (or the profile's fitted values) for client-side runs; none for engine-side."""
     if run.basis != "client":
-        return None
+        return {"enabled": False}
     fitted = (profile.metadata or {}).get("frontend") if profile is not None else None
     return dict(fitted) if isinstance(fitted, dict) else {}
 
@@ -213,9 +213,7 @@ def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
         "engine": engine,
         "simulation": {"seed": seed},
     }  # fmt: skip
-    fe = _frontend_table(run, prof_obj)
-    if fe is not None:
-        raw["frontend"] = fe
+    raw["frontend"] = _frontend_table(run, prof_obj)
     apply_overrides(raw, rest)
     cfg = config_from_dict(raw)
     setup = resolve(cfg)

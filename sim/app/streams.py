@@ -35,10 +35,11 @@ def unsent(source: Any, listed: bool = True, end: float = 0.0) -> tuple[list[Req
     if not listed:
         return [], source.num_remaining()
     out = source.remaining()
-    if isinstance(source, ClosedSource):
-        w = source.w
+    clients = getattr(source, "inner", source)  # a [frontend] wrapper's clients
+    if isinstance(clients, ClosedSource):
+        w = clients.w
         last = max([end, *(s.arrival_time for s in out)])
-        for i in range(source.issued + len(out), w.num_requests):
+        for i in range(clients.issued + len(clients.remaining()), w.num_requests):  # never scheduled
             out.append(dataclasses.replace(w.spec(i, 0, last), session_id=None))
     return out, 0
 
