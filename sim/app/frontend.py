@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -195,66 +196,117 @@ def with_frontend(source: Any, fe: FrontendConfig | None) -> tuple[Any, dict[str
 
 
 # ---- the output path: client-side times -----------------------------------------------------------------
-def _batch_at(steps: pd.DataFrame, t: np.ndarray, replica: np.ndarray | None = None) -> np.ndarray:
-    """Output rows (num_running) of the step that ended at each time in ``t`` (1 where none is found).
-    With ``replica`` (a cluster's rows), a time is looked up in its own replica's steps first, then in any
-    replica's (a P/D request's first token comes from its prefill replica)."""
-    out = np.ones(len(t))
-    if steps.empty:
-        return out
-    found = np.zeros(len(t), bool)
-    if replica is not None and "replica" in steps.columns and steps["replica"].nunique() > 1:
-        for r, part in steps.groupby("replica", sort=True):
-            mine = np.flatnonzero(replica == r)
-            out[mine], found[mine] = _lookup(part, t[mine])
-    rest = np.flatnonzero(~found)
-    out[rest], _ = _lookup(steps, t[rest])
-    return out
+STEP_COLUMNS = ("start", "duration", "num_running", "replica")  # what the output path reads of the steps
 
 
-def _lookup(steps: pd.DataFrame, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(num_running of the step of ``steps`` ending at each time, at least 1; whether one was found)."""
-    out, hit_all = np.ones(len(t)), np.zeros(len(t), bool)
-    if steps.empty or not len(t):
-        return out, hit_all
-    ends = (steps["start"] + steps["duration"]).to_numpy(float)
-    order = np.argsort(ends, kind="stable")
-    ends, running = ends[order], steps["num_running"].to_numpy(float)[order]
-    ok = np.flatnonzero(np.isfinite(t))
-    i = np.clip(np.searchsorted(ends, t[ok] - 1e-12, side="left"), 0, len(ends) - 1)
-    hit = np.abs(ends[i] - t[ok]) <= 1e-9
-    out[ok[hit]] = np.maximum(running[i[hit]], 1.0)
-    hit_all[ok[hit]] = True
-    return out, hit_all
+def _segments(chunk: dict[str, np.ndarray]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """(replica, step ends, num_running) of each replica's consecutive steps in a chunk (its ends ascend)."""
+    ends = chunk["start"] + chunk["duration"]
+    if not len(ends):
+        return []
+    rep = chunk.get("replica")
+    if rep is None:
+        return [(0, ends, chunk["num_running"])]
+    cuts = [0, *(np.flatnonzero(np.diff(rep)) + 1).tolist(), len(rep)]
+    return [(int(rep[a]), ends[a:b], chunk["num_running"][a:b]) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
 
 
-def annotate(requests: pd.DataFrame, steps: pd.DataFrame, fe: FrontendConfig,
-             send_time: dict[str, float]) -> pd.DataFrame:  # fmt: skip
+class _Lookup:
+    """Output rows (num_running, at least 1) of the step that ended at each query time, found a chunk of
+    steps at a time (a big run's step table is never held whole): first among the query's own replica's
+    steps, then (``fallback``) among any replica's (a P/D request's first token comes from its prefill
+    replica). A time no step ends at within 1e-9 s keeps 1."""
+
+    def __init__(self, times: np.ndarray, replica: np.ndarray) -> None:
+        self.out = np.ones(len(times))
+        self.found = np.zeros(len(times), bool)
+        ok = np.flatnonzero(np.isfinite(times))
+        self.times = times
+        self.by_replica: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        order = ok[np.lexsort((times[ok], replica[ok]))]
+        reps = replica[order]
+        for r in np.unique(reps).tolist():
+            idx = order[reps == r]
+            self.by_replica[r] = (idx, times[idx])
+
+    def _match(self, idx: np.ndarray, t: np.ndarray, ends: np.ndarray, running: np.ndarray) -> None:
+        a = int(np.searchsorted(t, ends[0] - 1e-9, side="left"))
+        b = int(np.searchsorted(t, ends[-1] + 1e-9, side="right"))
+        if a >= b:
+            return
+        sub, rows = t[a:b], idx[a:b]
+        i = np.clip(np.searchsorted(ends, sub - 1e-12, side="left"), 0, len(ends) - 1)
+        hit = (np.abs(ends[i] - sub) <= 1e-9) & ~self.found[rows]
+        self.out[rows[hit]] = np.maximum(running[i[hit]], 1)
+        self.found[rows[hit]] = True
+
+    def own(self, replica: int, ends: np.ndarray, running: np.ndarray) -> None:
+        if replica in self.by_replica:
+            self._match(*self.by_replica[replica], ends, running)
+
+    def pending(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The finite query times not found in their own replica's steps, sorted (None: none)."""
+        idx = np.flatnonzero(np.isfinite(self.times) & ~self.found)
+        if not len(idx):
+            return None
+        idx = idx[np.argsort(self.times[idx], kind="stable")]
+        return idx, self.times[idx]
+
+
+def output_batches(chunks: Callable[[], Iterable[dict[str, np.ndarray]]], times: list[np.ndarray],
+                   replica: np.ndarray, fe: FrontendConfig) -> tuple[list[np.ndarray], float]:  # fmt: skip
+    """(for each array of ``times``, the output rows of the step that emitted each token; the fraction of
+    steps whose serial API-server output work outran the step), in one pass over the steps' ``chunks``
+    (a second only for tokens not found on their own replica)."""
+    looks = [_Lookup(t, replica) for t in times]
+    over = total = 0
+    for chunk in chunks():
+        if len(chunk["duration"]):
+            over += int(np.count_nonzero(fe.output_s_per_request * chunk["num_running"] > chunk["duration"]))
+            total += len(chunk["duration"])
+        for r, ends, running in _segments(chunk):
+            for lk in looks:
+                lk.own(r, ends, running)
+    rest = [(lk, p) for lk in looks if (p := lk.pending()) is not None]
+    if rest:
+        for chunk in chunks():
+            for _, ends, running in _segments(chunk):
+                for lk, (idx, t) in rest:
+                    lk._match(idx, t, ends, running)
+    return [lk.out for lk in looks], (over / total if total else 0.0)
+
+
+def annotate(requests: pd.DataFrame, chunks: Callable[[], Iterable[dict[str, np.ndarray]]], fe: FrontendConfig,
+             send_time: dict[str, float]) -> tuple[pd.DataFrame, float]:  # fmt: skip
     """Adds ``send_time`` (client send), ``client_first_token_time`` and ``client_finish_time`` (the first
-    and last token as the client parses them). Engine-side columns keep their meaning."""
-    df = requests.copy()
+    and last token as the client parses them) to ``requests`` in place; engine-side columns keep their
+    meaning. Also returns the saturated-step fraction (frontend_meta)."""
+    df = requests
     arrival = df["arrival_time"].astype(float)
     df["send_time"] = df["request_id"].map(send_time).astype(float).fillna(arrival)
-    rep = df["replica"].to_numpy() if "replica" in df.columns else None
+    rep = df["replica"].to_numpy(np.int64) if "replica" in df.columns else np.zeros(len(df), np.int64)
     first = df["first_token_time"].to_numpy(float)
-    df["client_first_token_time"] = first + fe.output_latency(_batch_at(steps, first, rep))
-    fin = df["finish_time"].to_numpy(float)
     done = (df["status"] == "finished").to_numpy()
-    cf = np.where(done, fin + fe.output_latency(_batch_at(steps, np.where(done, fin, np.nan), rep)), np.nan)
-    df["client_finish_time"] = cf
-    return df
+    fin = np.where(done, df["finish_time"].to_numpy(float), np.nan)
+    (b_first, b_fin), saturated = output_batches(chunks, [first, fin], rep, fe)
+    df["client_first_token_time"] = first + fe.output_latency(b_first)
+    df["client_finish_time"] = np.where(done, fin + fe.output_latency(b_fin), np.nan)
+    return df, saturated
 
 
-def frontend_meta(fe: FrontendConfig, steps: pd.DataFrame) -> dict[str, Any]:
+def frontend_meta(fe: FrontendConfig, saturated_step_fraction: float) -> dict[str, Any]:
     """The parameters, plus how often the API server's serial output work would outrun the GPU step."""
-    serial = fe.output_s_per_request * steps["num_running"].to_numpy(float) if len(steps) else np.zeros(0)
-    over = serial > steps["duration"].to_numpy(float) if len(steps) else serial.astype(bool)
-    return {**dataclasses.asdict(fe), "saturated_step_fraction": float(over.mean()) if len(over) else 0.0}
+    return {**dataclasses.asdict(fe), "saturated_step_fraction": saturated_step_fraction}
+
+
+def _frame_chunks(steps: pd.DataFrame, rows: int = 1 << 18) -> Iterator[dict[str, np.ndarray]]:
+    for i in range(0, len(steps), rows):
+        yield {c: steps[c].to_numpy()[i:i + rows] for c in STEP_COLUMNS if c in steps.columns}
 
 
 def apply_frontend(result: Any, fe: FrontendConfig | None, send_time: dict[str, float]) -> Any:
     """A SimResult with the client-side columns and ``meta["frontend"]`` (unchanged without a front end)."""
     if fe is not None:
-        result.requests = annotate(result.requests, result.steps, fe, send_time)
-        result.meta["frontend"] = frontend_meta(fe, result.steps)
+        result.requests, saturated = annotate(result.requests, lambda: _frame_chunks(result.steps), fe, send_time)
+        result.meta["frontend"] = frontend_meta(fe, saturated)
     return result
