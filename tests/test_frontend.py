@@ -3,6 +3,7 @@ documented, leaves the engine-side columns alone, and is validated like every ot
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from sim.app.config import config_from_dict
@@ -146,3 +147,38 @@ def test_closed_loop_with_a_horizon_and_the_default_frontend_loses_no_request():
     assert len(res.requests) == 200 and s["num_not_arrived"] > 100
     assert (s["num_finished"] + s["num_rejected"] + s["num_timed_out"] + s["num_in_flight"]
             + s["num_not_arrived"]) == 200  # fmt: skip
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_lazy_open_source_behind_the_frontend_is_the_listed_one(async_scheduling):
+    """A workload generated as the clock goes (chunks) reaches the engine through FrontendSource, a listed
+    one as shifted specs: the same run, and the same decode runs (the wrapper announces the next
+    arrival, not the next send, so it does not end runs early)."""
+    import simpy
+
+    from sim.app.frontend import apply_frontend, with_frontend
+    from sim.app.simulate import collect, resolve
+    from sim.engine.loop import Engine
+    from sim.engine.recorder import Recorder
+    from sim.engine.sources import OpenSource
+    from workloads.synthetic import build_workload
+
+    cfg = _cfg({}, async_scheduling=async_scheduling, workload={
+        "num_requests": 400, "rate": 8.0, "prompt": {"dist": "uniform", "low": 20, "high": 1500},
+        "output": {"dist": "uniform", "low": 5, "high": 120}})  # fmt: skip
+    specs = build_workload(dict(cfg.workload), seed=0, max_model_len=2048).specs
+    out = []
+    for source in (OpenSource(specs), OpenSource(chunks=(specs[i:i + 37] for i in range(0, 400, 37)), total=400)):
+        setup = resolve(cfg)
+        src, send = with_frontend(source, cfg.frontend)
+        assert (type(src) is OpenSource) == (not source.lazy)
+        env, rec = simpy.Environment(), Recorder()
+        eng = Engine(env, setup.make_policy(), setup.cost_model, src, rec, None,
+                     async_scheduling=setup.limits.async_scheduling)
+        env.run()
+        out.append((apply_frontend(collect(cfg, setup, eng, src, rec, 0.0), cfg.frontend, send), eng.ff.runs))
+    (a, runs_a), (b, runs_b) = out
+    assert runs_a == runs_b > 10
+    cols = ["request_id", "send_time", "arrival_time", "first_token_time", "finish_time", "client_finish_time"]
+    pd.testing.assert_frame_equal(a.requests[cols], b.requests[cols])
+    pd.testing.assert_frame_equal(a.steps, b.steps)

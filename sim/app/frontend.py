@@ -131,11 +131,16 @@ def frontend_from_dict(raw: Any, policy: str | None = None) -> FrontendConfig | 
 
 # ---- the input path: shifted arrivals -----------------------------------------------------------------
 class FrontendSource:
-    """Wraps a dynamic source (closed loop, sessions): a spec the client sends at t reaches the engine at
-    t + input latency; a finish reaches the client (and so its next send) after the output path."""
+    """Wraps a dynamic source (closed loop, sessions) or a lazy open one: a spec the client sends at t
+    reaches the engine at t + input latency; a finish reaches the client (and so its next send) after the
+    output path."""
 
     def __init__(self, inner: Any, fe: FrontendConfig, send_time: dict[str, float]) -> None:
         self.inner, self.fe, self.send_time = inner, fe, send_time
+        # Fixed send times (an open source, generated as the clock goes): the next arrival is known exactly,
+        # so peek_time says it instead of the next send (which would wake the engine, and end its decode
+        # runs, once more per request).
+        self.fixed = type(inner) is OpenSource
         self.arrivals_ignore_finishes = getattr(inner, "arrivals_ignore_finishes", False)
         if callable(getattr(inner, "response_delay", None)):  # only a source that can say it
             self.response_delay = self._response_delay
@@ -150,8 +155,15 @@ class FrontendSource:
             self.n += 1
 
     def peek_time(self) -> float | None:
-        times = [t for t in (self.heap[0][0] if self.heap else None, self.inner.peek_time()) if t is not None]
-        return min(times) if times else None
+        nxt = self.inner.peek_time()
+        if self.fixed:  # a send after the earliest arrival in transit cannot arrive before it (delays >= 0)
+            while nxt is not None and (not self.heap or nxt <= self.heap[0][0]):
+                self._pull(nxt)
+                nxt = self.inner.peek_time()
+            return self.heap[0][0] if self.heap else None
+        if not self.heap:
+            return nxt
+        return self.heap[0][0] if nxt is None or self.heap[0][0] < nxt else nxt
 
     def pop_due(self, now: float) -> list[RequestSpec]:
         self._pull(now)
