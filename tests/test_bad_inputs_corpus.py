@@ -288,6 +288,10 @@ CASES = [
     ("cluster-variant-unknown", lambda t: ["cluster", CLUSTER, "--variant", "tp9"], ["tp9"]),
     ("cluster-client-timeout", lambda t: ["run", CLUSTER, "--set", "workload.client_timeout_s=5"],
      ["client_timeout_s"]),
+    ("cluster-frontend-negative", lambda t: ["run", CLUSTER, "--set", "frontend.engine_hop_s=-0.001"],
+     ["[frontend]", "engine_hop_s", "-0.001", ">= 0"]),
+    ("cluster-frontend-unknown-key", lambda t: ["run", CLUSTER, "--set", "frontend.hop=0.001"],
+     ["[frontend]", "hop", "known keys"]),
     # ---- HF config.json, more ----
     ("hf-not-object", lambda t: ["plan", "--model", _write(t, "config.json", "[1]"), "--gpu", "H100"],
      ["config.json"]),
