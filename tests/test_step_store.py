@@ -76,3 +76,43 @@ def test_a_count_beyond_int64_is_refused_by_name():
     s = StepStore(10)
     with pytest.raises(ResultsIntegrityError, match="num_running"):
         s.append(0.0, 1.0, _row(num_free_blocks=10, num_running=2**63), 0.0)
+
+
+def _recorders(seed: int) -> list:
+    """Two replicas' recorders: one deriving kv_usage, one storing it; a count past int16 in one."""
+    from sim.engine.recorder import Recorder
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for replica, (usable, n) in enumerate(((100, 700), (0, 500))):
+        rec = Recorder(replica=replica)
+        if usable:
+            rec.set_usable_blocks(usable)
+        for j in range(n):
+            free = int(rng.integers(0, 100))
+            row = _row(num_free_blocks=free, num_running=int(rng.integers(0, 9)),
+                       num_decode_tokens=int(rng.integers(0, 9)),
+                       num_prefill_tokens=int(rng.integers(0, 3)) * (40_000 if j == 321 else 5))  # fmt: skip
+            rec.steps.append(j * 0.25, float(rng.random()), row, 1.0 - free / 100 if usable else float(rng.random()))
+        out.append(rec)
+    return out
+
+
+def test_step_table_slices_and_columns_are_the_whole_frame():
+    """A StepTable's slices (crossing the replicas' boundary) and narrow columns have the values and
+    dtypes of the frame Recorder.steps_frame gives, concatenated."""
+    import pandas as pd
+
+    from sim.engine.recorder import FRAME_COLUMNS, StepTable
+
+    whole = StepTable(_recorders(1)).whole()
+    assert list(whole.columns) == list(FRAME_COLUMNS) and len(whole) == 1200
+    table = StepTable(_recorders(1))
+    parts = [table.frame(i, i + 333) for i in range(0, len(table), 333)]
+    got = pd.concat(parts, ignore_index=True)
+    pd.testing.assert_frame_equal(got, whole, check_exact=True)
+    cols = table.columns(FRAME_COLUMNS)
+    for c in FRAME_COLUMNS:
+        np.testing.assert_array_equal(cols[c], whole[c].to_numpy(), err_msg=c)
+    assert cols["num_running"].dtype == np.int16  # narrow as stored: only the frame widens
+    assert len(table.columns(["kv_usage"], 1000, 1000)["kv_usage"]) == 0

@@ -13,7 +13,7 @@ import pandas as pd
 from sim.app.results import SimResult
 from sim.core.request import Request, RequestSpec, Status
 from sim.engine.loop import Engine
-from sim.engine.recorder import Recorder
+from sim.engine.recorder import Recorder, StepTable
 from sim.engine.request_log import RequestLog, requests_frame
 
 _STATUS = {Status.FINISHED: "finished", Status.REJECTED: "rejected", Status.TIMED_OUT: "timed_out"}
@@ -59,8 +59,8 @@ def assemble(
     requests = requests_frame(rows)
     if annotate is not None:
         requests = annotate(requests)
-    frames = [r.steps_frame(release=True) for r in recorders]  # the result is the steps' last reader
-    steps = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    # The steps stay in the stores' narrow columns: the frame is built only if a reader asks for it
+    steps = StepTable(list(recorders))
     itl = [r.itl() for r in recorders]
     if not merge_traces:
         (trace,) = [r.trace for r in recorders]

@@ -66,8 +66,8 @@ def _ecdf(values: np.ndarray, weights: np.ndarray | None = None) -> tuple[np.nda
 
 
 def _span(result: SimResult) -> float:
-    st = result.steps
-    return float((st["start"] + st["duration"]).max()) if len(st) else 0.0
+    st = result.step_columns(("start", "duration"))
+    return float((st["start"] + st["duration"]).max()) if len(st["start"]) else 0.0
 
 
 def label(result: SimResult) -> str:
@@ -78,7 +78,9 @@ def label(result: SimResult) -> str:
 def _kv_breakdown(result: SimResult) -> list[tuple[str, pd.Series]]:
     """Cached-but-free and swapped-out KV as % of the GPU pool, per step (one replica only): the usage
     line counts neither, since vLLM reports cached unreferenced blocks as free."""
-    steps = result.steps
+    # the stored columns (counts maybe narrower than the frame's: the shares below are float)
+    steps = pd.DataFrame(result.step_columns(("replica", "start", "num_cached_blocks", "num_swapped_blocks")),
+                         copy=False)  # fmt: skip
     usable = (result.meta.get("num_gpu_blocks") or 0) - 1
     if usable <= 0 or steps.empty or steps["replica"].nunique() != 1:
         return []

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from sim.app.stats import (  # noqa: F401  (weighted_percentiles is re-exported)
     weighted_percentiles,
 )
 from sim.core.errors import ConfigError, ResultsIntegrityError
+from sim.engine.recorder import FRAME_COLUMNS, StepTable
 from sim.engine.request_log import REQUEST_COLUMNS
 
 STEP_COLUMNS = (
@@ -46,7 +47,11 @@ TIMESERIES_COLUMNS = ("t", "prompt_throughput", "gen_throughput", "running", "wa
 
 @dataclass
 class SimResult:
-    """Everything a finished (or horizon-cut) simulation hands to the results layer."""
+    """Everything a finished (or horizon-cut) simulation hands to the results layer.
+
+    ``steps`` may be given as a StepTable (sim/engine/recorder.py): the frame is then built on first
+    access, and the summary and the writers read the table's narrow columns instead (``step_columns``,
+    ``step_slices``), so a run that only summarises never holds the int64 frame."""
 
     requests: pd.DataFrame
     steps: pd.DataFrame
@@ -58,11 +63,11 @@ class SimResult:
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name, frame, cols in (
-            ("requests", self.requests, REQUEST_COLUMNS),
-            ("steps", self.steps, STEP_COLUMNS),
-        ):
-            missing = [c for c in cols if c not in frame.columns]
+        checks = [("requests", list(self.requests.columns), REQUEST_COLUMNS)]
+        s = self.__dict__["_steps"]
+        checks.append(("steps", list(FRAME_COLUMNS if isinstance(s, StepTable) else s.columns), STEP_COLUMNS))
+        for name, have, cols in checks:
+            missing = [c for c in cols if c not in have]
             if missing:
                 raise ResultsIntegrityError(f"SimResult.{name} lacks columns {missing}")
         self.itl_values = np.asarray(self.itl_values, dtype=np.float64).ravel()
@@ -71,6 +76,42 @@ class SimResult:
             raise ResultsIntegrityError(
                 f"itl_values has {self.itl_values.size} entries but itl_weights {self.itl_weights.size}"
             )
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.__dict__["_steps"])
+
+    def step_columns(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """The named step columns' values, without building the frame when it is not built yet (counts
+        may then be narrower than int64: compute with them, do not hand them out as the table). A
+        given frame's columns only: an optional one it lacks is left out."""
+        s = self.__dict__["_steps"]
+        if isinstance(s, StepTable):
+            return s.columns(tuple(names))
+        return {c: s[c].to_numpy() for c in names if c in s.columns}
+
+    def step_slices(self, rows: int) -> Iterator[pd.DataFrame]:
+        """The steps frame in slices of ``rows`` rows, each equal to ``steps.iloc[i : i + rows]`` (its
+        index from 0 when the frame is not built: the slices are built one at a time)."""
+        s = self.__dict__["_steps"]
+        for i in range(0, len(s), rows):
+            yield s.frame(i, i + rows) if isinstance(s, StepTable) else s.iloc[i : i + rows]
+
+
+def _get_steps(self: SimResult) -> pd.DataFrame:
+    s = self.__dict__["_steps"]
+    if isinstance(s, StepTable):
+        s = self.__dict__["_steps"] = s.whole()
+    return s
+
+
+def _set_steps(self: SimResult, value: pd.DataFrame | StepTable) -> None:
+    self.__dict__["_steps"] = value
+
+
+# The dataclass field ``steps``, read through a property (set after the class is made: a property in
+# the class body would be the field's default): a StepTable becomes the frame on first access.
+SimResult.steps = property(_get_steps, _set_steps)  # type: ignore[assignment]
 
 
 def empty_requests_frame() -> pd.DataFrame:
@@ -159,8 +200,11 @@ def _good_mask(fin: pd.DataFrame, limits: Mapping[str, float]) -> np.ndarray:
     return good
 
 
+_SUMMARY_STEP_COLUMNS = ("start", "duration", "num_decode_tokens", "kv_usage", "num_running", "num_waiting")
+
+
 # ---- summary --------------------------------------------------------------------------------------------
-def _duration(df: pd.DataFrame, steps: pd.DataFrame, horizon: float | None, remaining: int) -> float:
+def _duration(df: pd.DataFrame, steps: Mapping[str, np.ndarray], horizon: float | None, remaining: int) -> float:
     """First arrival → last finish; the horizon instead when the run was cut with requests left."""
     arrived = df.loc[df["status"] != "not_arrived", "arrival_time"].astype(float)
     if arrived.empty:
@@ -170,14 +214,14 @@ def _duration(df: pd.DataFrame, steps: pd.DataFrame, horizon: float | None, rema
         end = float(horizon)
     else:
         ends = [float(df["finish_time"].astype(float).max(skipna=True) if len(df) else np.nan)]
-        if len(steps):
+        if len(steps["start"]):
             ends.append(float((steps["start"] + steps["duration"]).max()))
         ends = [e for e in ends if math.isfinite(e)]
         end = max(ends) if ends else t0
     return max(end - t0, 0.0)
 
 
-def _peaks(fin: pd.DataFrame, steps: pd.DataFrame) -> tuple[float, int]:
+def _peaks(fin: pd.DataFrame, steps: Mapping[str, np.ndarray]) -> tuple[float, int]:
     """vllm bench's peak output tokens/s and peak concurrency over 1-s buckets from the first send.
 
     Token times come from the steps (decode tokens at each step's end) plus each first token.
@@ -187,10 +231,10 @@ def _peaks(fin: pd.DataFrame, steps: pd.DataFrame) -> tuple[float, int]:
     t0 = float(fin["arrival_time"].min())
     n = int(math.ceil(float(fin["finish_time"].max()) - t0)) + 1
     tokens = np.zeros(n)
-    if len(steps):
-        b = np.floor((steps["start"] + steps["duration"]).to_numpy(float) - t0).astype(np.int64)
+    if len(steps["start"]):
+        b = np.floor((steps["start"] + steps["duration"]) - t0).astype(np.int64)
         ok = (b >= 0) & (b < n)
-        np.add.at(tokens, b[ok], steps["num_decode_tokens"].to_numpy(float)[ok])
+        np.add.at(tokens, b[ok], steps["num_decode_tokens"].astype(np.float64)[ok])
     fb = np.floor(fin["first_token_time"].to_numpy(float) - t0).astype(np.int64)
     np.add.at(tokens, fb[(fb >= 0) & (fb < n)], 1.0)
     conc = np.zeros(n + 1)
@@ -211,7 +255,7 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     df = request_metrics(result.requests)
     counts = _check_counts(df, result.meta)
     fin = df[df["status"] == "finished"]
-    steps = result.steps
+    steps = result.step_columns(_SUMMARY_STEP_COLUMNS)  # the stored columns: no frame is built
     remaining = counts["in_flight"] + counts["not_arrived"]
     duration = _duration(df, steps, result.horizon, remaining)
     completed = len(fin)
@@ -260,12 +304,12 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     s["num_swap_outs"] = int(swap.get("num_swap_outs", 0))
     s["num_swap_ins"] = int(swap.get("num_swap_ins", 0))
     s["prefix_cache_hit_rate"] = _prefix_hit_rate(df, result.meta)
-    dur = steps["duration"]
+    dur, any_steps = steps["duration"], len(steps["duration"]) > 0
     s["mean_kv_cache_usage"] = time_weighted(steps["kv_usage"], dur)
-    s["max_kv_cache_usage"] = float(steps["kv_usage"].max()) if len(steps) else None
+    s["max_kv_cache_usage"] = float(steps["kv_usage"].max()) if any_steps else None
     s["mean_num_running"] = time_weighted(steps["num_running"], dur)
     s["mean_num_waiting"] = time_weighted(steps["num_waiting"], dur)
-    s["max_num_waiting"] = int(steps["num_waiting"].max()) if len(steps) else None
+    s["max_num_waiting"] = int(steps["num_waiting"].max()) if any_steps else None
     s.update(stats_ms("queue_time", df["queue_time_s"].to_numpy(float), qs))
 
     s["slo"] = dict(slo) if slo else None
@@ -307,6 +351,10 @@ def _percentile_checks(pct_slos: Mapping[str, tuple[str, float, float]], fin: pd
     return out
 
 
+_SERIES_STEP_COLUMNS = ("replica", "start", "duration", "num_decode_tokens", "num_running", "num_waiting",
+                        "kv_usage", "num_finished")  # fmt: skip
+
+
 # ---- time series ----------------------------------------------------------------------------------------
 def time_series(result: SimResult, interval: float = 1.0, by_replica: bool = False) -> pd.DataFrame:
     """Steps resampled onto ticks t = interval, 2·interval, ... like vLLM's periodic stats log.
@@ -322,7 +370,8 @@ def time_series(result: SimResult, interval: float = 1.0, by_replica: bool = Fal
     if not interval > 0:
         raise ConfigError(f"time_series interval must be > 0, got {interval}")
     cols = list(TIMESERIES_COLUMNS) + (["replica"] if by_replica else [])
-    steps = result.steps
+    # the stored columns (counts maybe narrower than the frame's int64: every use converts to float)
+    steps = pd.DataFrame(result.step_columns(_SERIES_STEP_COLUMNS), copy=False)
     if steps.empty:
         return pd.DataFrame({c: pd.Series(dtype=float) for c in cols})
     req = result.requests
@@ -390,42 +439,6 @@ def to_jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-_TRACE_FIELDS = {  # steps column -> steps.jsonl field
-    "step": "step", "replica": "replica", "start": "time", "duration": "duration",
-    "num_scheduled_tokens": "scheduled", "num_preempted": "preempted", "num_finished": "finished",
-    "num_running": "num_running", "num_waiting": "num_waiting", "num_free_blocks": "num_free_blocks",
-    "kv_usage": "kv_usage",
-}  # fmt: skip
-
-
-TRACE_SLICE = 50_000  # steps per to_json call: bounds the text held at once (~1 KB a step)
-
-
-def _write_step_trace(result: SimResult, path: Path) -> None:
-    """The engine's own step records when it kept them, else one line per row of the steps frame."""
-    if result.step_trace is None:
-        ints = {v: np.int64 for k, v in _TRACE_FIELDS.items() if v not in ("time", "duration", "kv_usage")}
-        steps = result.steps
-        with path.open("w", encoding="utf-8") as fh:  # in slices: one string (and one copy) per slice
-            for i in range(0, len(steps), TRACE_SLICE):
-                frame = steps.iloc[i : i + TRACE_SLICE][list(_TRACE_FIELDS)].rename(columns=_TRACE_FIELDS)
-                text = frame.astype(ints).to_json(orient="records", lines=True, double_precision=15)
-                fh.write(text if text.endswith("\n") else text + "\n")
-        return
-    # The records are plain Python already (the recorder builds them so): the C encoder takes them as
-    # they are; only a record it refuses (a numpy value, a NaN) goes through to_jsonable first.
-    encode = json.JSONEncoder(allow_nan=False).encode
-    with path.open("w", encoding="utf-8") as fh:
-        write = fh.write
-        for rec in result.step_trace:
-            try:
-                line = encode(rec)
-            except (TypeError, ValueError):
-                line = encode(to_jsonable(rec))
-            write(line)
-            write("\n")
-
-
 def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, float] | None = None, *,
                   summary: dict | None = None, title: str = "servesim run", plotlyjs: Any = None,
                   step_trace: bool = True) -> dict[str, Path]:  # fmt: skip
@@ -434,9 +447,10 @@ def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, floa
     ``plotlyjs`` (sim.app.plotlyjs.PlotlyJS or its mode): how report.html loads plotly.js; by default one
     plotly.min.js in ``out_dir``. ``step_trace=False`` leaves out steps.jsonl (the demo: steps.parquet
     holds the same counts)."""
-    from sim.app.parquet_out import write_parquet
+    from sim.app.parquet_out import ROWS_PER_GROUP, write_parquet, write_parquet_slices
     from sim.app.plotlyjs import as_plotlyjs
     from sim.app.report import write_report  # report imports this module
+    from sim.app.step_trace import write_step_trace  # so does step_trace
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -451,9 +465,12 @@ def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, floa
         "report": out / "report.html",
     }
     write_parquet(result.requests, paths["requests"], request_metrics)  # a row group at a time
-    write_parquet(steps_table(result.steps), paths["steps"])
+    if result.num_steps <= ROWS_PER_GROUP:
+        write_parquet(steps_table(result.steps), paths["steps"])
+    else:  # a row group at a time from the step stores: the frame is never built
+        write_parquet_slices((steps_table(p) for p in result.step_slices(ROWS_PER_GROUP)), paths["steps"])
     if step_trace:
-        _write_step_trace(result, paths["step_trace"])
+        write_step_trace(result, paths["step_trace"])
     else:
         del paths["step_trace"]
     paths["summary"].write_text(

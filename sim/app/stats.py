@@ -83,9 +83,9 @@ def stats_ms(name: str, values: np.ndarray, percentiles: Sequence[float],
     return {k: float(x) * 1000.0 for k, x in zip(keys, out, strict=True)}
 
 
-def time_weighted(values: pd.Series, durations: pd.Series) -> float | None:
-    v = values.to_numpy(dtype=np.float64)
-    d = durations.to_numpy(dtype=np.float64)
+def time_weighted(values: pd.Series | np.ndarray, durations: pd.Series | np.ndarray) -> float | None:
+    v = np.asarray(values, dtype=np.float64)
+    d = np.asarray(durations, dtype=np.float64)
     if v.size == 0:
         return None
     total = d.sum()

@@ -19,6 +19,7 @@ from sim.engine.step_store import COUNT_COLUMNS, StepStore
 
 STEP_COLUMNS = ("start", "duration", *COUNT_COLUMNS[:COUNT_COLUMNS.index("num_finished") + 1], "kv_usage",
                 *COUNT_COLUMNS[COUNT_COLUMNS.index("num_finished") + 1 :])  # fmt: skip
+FRAME_COLUMNS = ("step", "replica", *STEP_COLUMNS, "num_scheduled_tokens")  # steps_frame's, in order
 
 
 class Recorder:
@@ -193,3 +194,68 @@ class Recorder:
                                   np.frombuffer(self.itl_run_weights, dtype=np.int64)])  # fmt: skip
         return values, weights
 
+
+
+class StepTable:
+    """The step table of one or more recorders (their rows in turn), kept in the step stores' narrow
+    columns until a reader needs the int64 / float64 frame: a million-request run has ~2·10^7 steps,
+    ~30 bytes each stored but ~136 in the frame. ``columns`` gives the values a reader computes with;
+    ``frame(lo, hi)`` is rows [lo, hi) of ``whole()`` exactly (dtypes included), so a writer can go a
+    slice at a time."""
+
+    def __init__(self, recorders: list[Recorder]) -> None:
+        self.parts = [(r.replica, r.steps) for r in recorders]
+        self.offsets = np.cumsum([0, *(len(s) for _, s in self.parts)])
+        self.recorders: list[Recorder] | None = list(recorders)
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def _pieces(self, lo: int, hi: int) -> list[tuple[int, StepStore, int, int]]:
+        """(replica, store, lo, hi) of each part that rows [lo, hi) of the table cover."""
+        out = []
+        for (replica, store), a, b in zip(self.parts, self.offsets[:-1], self.offsets[1:], strict=True):
+            if a < hi and lo < b:
+                out.append((replica, store, max(lo, a) - a, min(hi, b) - a))
+        return out
+
+    def columns(self, names: list[str] | tuple[str, ...], lo: int = 0, hi: int | None = None) -> dict[str, np.ndarray]:
+        """Rows [lo, hi) of the named columns (FRAME_COLUMNS), each with the frame's values in the store's
+        dtype (int16 counts stay int16): a view of the store where one part covers them."""
+        hi = len(self) if hi is None else hi
+        pieces = self._pieces(lo, hi)
+        out: dict[str, np.ndarray] = {}
+        for name in names:
+            got = []
+            for replica, store, a, b in pieces:
+                if name == "step":
+                    got.append(np.arange(a, b, dtype=np.int64))
+                elif name == "replica":
+                    got.append(np.full(b - a, replica, dtype=np.int64))
+                elif name == "num_scheduled_tokens":
+                    got.append(store.column("num_prefill_tokens", a, b).astype(np.int64)
+                               + store.column("num_decode_tokens", a, b))  # fmt: skip
+                else:
+                    got.append(store.column(name, a, b))
+            if len(got) == 1:
+                out[name] = got[0]
+            elif got:
+                out[name] = np.concatenate([g.astype(np.result_type(*got), copy=False) for g in got])
+            else:
+                out[name] = np.zeros(0, dtype=np.float64 if name in ("start", "duration", "kv_usage") else np.int64)
+        return out
+
+    def frame(self, lo: int = 0, hi: int | None = None) -> pd.DataFrame:
+        """Rows [lo, hi) of ``whole()``, its columns and dtypes (index from 0)."""
+        cols = self.columns(FRAME_COLUMNS, lo, hi)
+        return pd.DataFrame({c: v.astype(np.float64 if c in ("start", "duration", "kv_usage") else np.int64)
+                             for c, v in cols.items()}, copy=False)  # fmt: skip
+
+    def whole(self) -> pd.DataFrame:
+        """The whole frame (Recorder.steps_frame, parts concatenated); the stores are emptied as it is
+        built, so the steps are never held twice, and this table is empty after."""
+        if self.recorders is None:
+            raise RuntimeError("StepTable.whole: the frame was built already")
+        frames = [r.steps_frame(release=True) for r in self.recorders]
+        self.recorders, self.parts, self.offsets = None, [], np.zeros(1, dtype=np.int64)
+        return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)

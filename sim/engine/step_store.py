@@ -151,6 +151,23 @@ class StepStore:
             return None
         return float((np.frombuffer(self.start) + np.frombuffer(self.duration)).max())
 
+    def column(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Rows [lo, hi) of one column as stored (no copy: a view of the store; a never-set count column
+        is int8 zeros, a derived ``kv_usage`` computed as ``columns`` computes it), read-only."""
+        n = len(self.start)
+        hi = n if hi is None else hi
+        if name in ("start", "duration"):
+            return np.frombuffer(getattr(self, name), dtype=np.float64)[lo:hi]
+        if name == "kv_usage":
+            if self.kv_usage is not None:
+                return np.frombuffer(self.kv_usage, dtype=np.float64)[lo:hi]
+            free = self.column("num_free_blocks", lo, hi).astype(np.int64)
+            return 1.0 - free / self.usable_blocks  # type: ignore[operator]
+        a = self.counts[COUNT_COLUMNS.index(name)]
+        if a is None:
+            return np.zeros(max(0, min(hi, n) - lo), dtype=np.int8)
+        return np.frombuffer(a, dtype=_DTYPE[a.typecode])[lo:hi]
+
     def columns(self, release: bool = False) -> dict[str, np.ndarray]:
         """Every column as int64 / float64 (STEP_COLUMNS order: start, duration, the counts with kv_usage
         after num_finished). ``release``: the store is emptied as it goes, so the frame and the store are
