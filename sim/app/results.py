@@ -27,13 +27,18 @@ from sim.app.slo import (  # noqa: F401  (re-exported: the SLO parsing callers i
     slo_from_goodput_args,
 )
 from sim.app.stats import (  # noqa: F401  (weighted_percentiles is re-exported)
+    clean_blocks,
     clean_weighted,
     p_word,
     stats_ms,
+    stats_ms_blocks,
     time_weighted,
     weighted_percentiles,
+    weighted_percentiles_blocks,
 )
+from sim.app.timeseries import TIMESERIES_COLUMNS, time_series  # noqa: F401  (re-exported)
 from sim.core.errors import ConfigError, ResultsIntegrityError
+from sim.engine.gaps import GapTable
 from sim.engine.recorder import FRAME_COLUMNS, StepTable
 from sim.engine.request_log import REQUEST_COLUMNS
 
@@ -42,7 +47,6 @@ STEP_COLUMNS = (
     "num_running", "num_waiting", "num_preempted", "num_finished", "kv_usage", "num_free_blocks",
 )  # fmt: skip
 STATUSES = ("finished", "rejected", "timed_out", "in_flight", "not_arrived")
-TIMESERIES_COLUMNS = ("t", "prompt_throughput", "gen_throughput", "running", "waiting", "kv_cache_pct")
 
 
 @dataclass
@@ -70,6 +74,8 @@ class SimResult:
             missing = [c for c in cols if c not in have]
             if missing:
                 raise ResultsIntegrityError(f"SimResult.{name} lacks columns {missing}")
+        if isinstance(self.__dict__["_itl_values"], GapTable):
+            return  # built from the recorders: arrays of one length when read
         self.itl_values = np.asarray(self.itl_values, dtype=np.float64).ravel()
         self.itl_weights = np.asarray(self.itl_weights).ravel()
         if self.itl_values.shape != self.itl_weights.shape:
@@ -90,6 +96,12 @@ class SimResult:
             return s.columns(tuple(names))
         return {c: s[c].to_numpy() for c in names if c in s.columns}
 
+    def gap_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The inter-token gaps (values, weights) in consecutive blocks: ``itl_values`` / ``itl_weights``
+        without building them when they are not built yet."""
+        g = self.__dict__["_itl_values"]
+        return g.blocks() if isinstance(g, GapTable) else iter([(self.itl_values, self.itl_weights)])
+
     def step_slices(self, rows: int) -> Iterator[pd.DataFrame]:
         """The steps frame in slices of ``rows`` rows, each equal to ``steps.iloc[i : i + rows]`` (its
         index from 0 when the frame is not built: the slices are built one at a time)."""
@@ -101,17 +113,31 @@ class SimResult:
 def _get_steps(self: SimResult) -> pd.DataFrame:
     s = self.__dict__["_steps"]
     if isinstance(s, StepTable):
+        _gaps(self)  # the decode runs' gaps are rebuilt from the step stores, which the frame empties
         s = self.__dict__["_steps"] = s.whole()
     return s
 
 
-def _set_steps(self: SimResult, value: pd.DataFrame | StepTable) -> None:
-    self.__dict__["_steps"] = value
+def _gaps(self: SimResult) -> tuple[np.ndarray, np.ndarray]:
+    g = self.__dict__["_itl_values"]
+    if isinstance(g, GapTable):
+        self.__dict__["_itl_values"], self.__dict__["_itl_weights"] = g.arrays()
+    return self.__dict__["_itl_values"], self.__dict__["_itl_weights"]
 
 
-# The dataclass field ``steps``, read through a property (set after the class is made: a property in
-# the class body would be the field's default): a StepTable becomes the frame on first access.
-SimResult.steps = property(_get_steps, _set_steps)  # type: ignore[assignment]
+def _setter(name: str) -> Any:
+    def put(self: SimResult, value: Any) -> None:
+        self.__dict__[name] = value
+
+    return put
+
+
+# The dataclass fields ``steps``, ``itl_values`` and ``itl_weights``, read through properties (set after
+# the class is made: a property in the class body would be the field's default): a StepTable becomes
+# the frame, a GapTable the two arrays, on first access.
+SimResult.steps = property(_get_steps, _setter("_steps"))  # type: ignore[assignment]
+SimResult.itl_values = property(lambda self: _gaps(self)[0], _setter("_itl_values"))  # type: ignore[assignment]
+SimResult.itl_weights = property(lambda self: _gaps(self)[1], _setter("_itl_weights"))  # type: ignore[assignment]
 
 
 def empty_requests_frame() -> pd.DataFrame:
@@ -284,7 +310,7 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     qs = [float(q) for q in percentiles]
     for m in ("ttft", "tpot", "e2el"):
         s.update(stats_ms(m, fin[f"{m}_s"].to_numpy(float), qs))
-    s.update(stats_ms("itl", result.itl_values, qs, result.itl_weights))  # engine-side gaps
+    s.update(stats_ms_blocks("itl", result.gap_blocks, qs))  # engine-side gaps, a block at a time
     client = "ttft_client_s" in df.columns  # [frontend]: the headline ttft/tpot/e2el are client-side
     s["latency_basis"] = "client" if client else "engine"
     if client:
@@ -340,8 +366,8 @@ def _percentile_checks(pct_slos: Mapping[str, tuple[str, float, float]], fin: pd
     out: dict[str, dict[str, Any]] = {}
     for key, (metric, q, target) in pct_slos.items():
         if metric == "itl":
-            v, w = clean_weighted(result.itl_values, result.itl_weights)
-            value = float(weighted_percentiles(v, w, [q])[0]) if v.size else None
+            total = sum(int(w.sum()) for _, w in clean_blocks(result.gap_blocks))
+            value = float(weighted_percentiles_blocks(result.gap_blocks, [q], total)[0]) if total else None
         else:
             col = (df if metric == "queue_time" else fin)[f"{metric}_s"].to_numpy(float)
             col = col[np.isfinite(col)]
@@ -349,72 +375,6 @@ def _percentile_checks(pct_slos: Mapping[str, tuple[str, float, float]], fin: pd
         value = None if value is None else value * 1000.0
         out[key] = {"target": target, "value": value, "met": value is not None and value <= target}
     return out
-
-
-_SERIES_STEP_COLUMNS = ("replica", "start", "duration", "num_decode_tokens", "num_running", "num_waiting",
-                        "kv_usage", "num_finished")  # fmt: skip
-
-
-# ---- time series ----------------------------------------------------------------------------------------
-def time_series(result: SimResult, interval: float = 1.0, by_replica: bool = False) -> pd.DataFrame:
-    """Steps resampled onto ticks t = interval, 2·interval, ... like vLLM's periodic stats log.
-
-    Throughputs count tokens of steps that *ended* in (t − interval, t] (vLLM records iteration stats
-    at step end). As in vLLM V1's IterationStats, a request's prompt counts once, when its first token
-    comes (recomputation after a preemption is not prompt throughput); generated tokens are decode tokens
-    plus each request's first token. running, waiting
-    and kv_cache_pct are the latest scheduler snapshot at t; after the last step of an idle period the
-    requests that step finished are no longer running. Replicas are summed (kv: averaged) unless
-    ``by_replica``. Columns match ``data/e2e/*/timeseries.csv``.
-    """
-    if not interval > 0:
-        raise ConfigError(f"time_series interval must be > 0, got {interval}")
-    cols = list(TIMESERIES_COLUMNS) + (["replica"] if by_replica else [])
-    # the stored columns (counts maybe narrower than the frame's int64: every use converts to float)
-    steps = pd.DataFrame(result.step_columns(_SERIES_STEP_COLUMNS), copy=False)
-    if steps.empty:
-        return pd.DataFrame({c: pd.Series(dtype=float) for c in cols})
-    req = result.requests
-    ends_all = (steps["start"] + steps["duration"]).to_numpy(float)
-    t_end = max(float(ends_all.max()), float(np.nanmax(req["finish_time"].to_numpy(float), initial=0.0)))
-    n = max(1, int(math.ceil(t_end / interval - 1e-9)))
-    grid = interval * np.arange(1, n + 1)
-    frames = []
-    for rep, s in steps.groupby("replica", sort=True):
-        s = s.sort_values("start", kind="stable")
-        start = s["start"].to_numpy(float)
-        end = start + s["duration"].to_numpy(float)
-        k = np.clip(np.ceil(end / interval - 1e-9).astype(np.int64) - 1, 0, n - 1)
-        gen = np.bincount(k, weights=s["num_decode_tokens"].to_numpy(float), minlength=n)
-        mine = req["replica"] == rep
-        ft = req.loc[mine, "first_token_time"].to_numpy(float)
-        plen = req.loc[mine, "prompt_len"].to_numpy(float)
-        ok = np.isfinite(ft)
-        tick = np.clip(np.ceil(ft[ok] / interval - 1e-9).astype(np.int64) - 1, 0, n - 1)
-        prompt = np.bincount(tick, weights=plen[ok], minlength=n)
-        gen += np.bincount(tick, minlength=n)
-        idx = np.searchsorted(start, grid, side="right") - 1
-        has = idx >= 0
-        j = np.where(has, idx, 0)
-        running = np.where(has, s["num_running"].to_numpy(float)[j], 0.0)
-        waiting = np.where(has, s["num_waiting"].to_numpy(float)[j], 0.0)
-        kv = np.where(has, s["kv_usage"].to_numpy(float)[j], 0.0)
-        idle = has & (end[j] <= grid)
-        running = np.where(idle, np.maximum(running - s["num_finished"].to_numpy(float)[j], 0.0), running)
-        kv = np.where(idle & (running == 0), 0.0, kv)
-        frames.append(pd.DataFrame({
-            "t": grid, "prompt_throughput": prompt / interval, "gen_throughput": gen / interval,
-            "running": running, "waiting": waiting, "kv_cache_pct": kv * 100.0, "replica": rep,
-        }))  # fmt: skip
-    ts = pd.concat(frames, ignore_index=True)
-    if not by_replica:
-        ts = ts.groupby("t", as_index=False, sort=True).agg(
-            prompt_throughput=("prompt_throughput", "sum"), gen_throughput=("gen_throughput", "sum"),
-            running=("running", "sum"), waiting=("waiting", "sum"), kv_cache_pct=("kv_cache_pct", "mean"),
-        )  # fmt: skip
-    ts["running"] = ts["running"].astype(np.int64)
-    ts["waiting"] = ts["waiting"].astype(np.int64)
-    return ts[cols].reset_index(drop=True)
 
 
 # ---- files ----------------------------------------------------------------------------------------------

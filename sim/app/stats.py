@@ -7,7 +7,7 @@ answers equal numpy's on the expanded sample (tests/test_results.py checks it).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -90,3 +90,123 @@ def time_weighted(values: pd.Series | np.ndarray, durations: pd.Series | np.ndar
         return None
     total = d.sum()
     return float((v * d).sum() / total) if total > 0 else float(v.mean())
+
+
+# ---- the same statistics over a sample given in blocks ------------------------------------------------
+# A million-request run has ~4·10^7 weighted gaps, rebuilt a block at a time (sim/engine/gaps.py): these
+# give stats_ms's numbers bit for bit without the whole sample (nor its sorted copy) in memory.
+Blocks = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]  # a fresh pass over (values, weights)
+LEAF = 1 << 20  # pairwise-summation leaves summed by numpy at once
+PIVOTS = 4096  # about how many sample values split the sample into buckets for the percentiles
+
+
+def clean_blocks(blocks: Blocks) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    for values, weights in blocks():
+        v, w = clean_weighted(values, weights)
+        if v.size:
+            yield v, w
+
+
+class _Take:
+    """The next m values of a stream of arrays, as one array."""
+
+    def __init__(self, arrays: Iterator[np.ndarray]) -> None:
+        self.arrays, self.rest = arrays, np.zeros(0)
+
+    def __call__(self, m: int) -> np.ndarray:
+        parts, have = [self.rest], len(self.rest)
+        while have < m:
+            a = next(self.arrays)
+            parts.append(a)
+            have += len(a)
+        got = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        self.rest = got[m:]
+        return got[:m]
+
+
+def pairwise_sum(n: int, arrays: Iterator[np.ndarray]) -> np.float64:
+    """``np.sum`` of the n values the arrays hold in turn, the same float: numpy sums a contiguous
+    float64 array pairwise (halves rounded down to a multiple of 8, down to blocks of 128), so the
+    halves above LEAF are split here the same way and each leaf is numpy's own sum."""
+    take = _Take(arrays)
+
+    def node(m: int) -> np.float64:
+        if m <= LEAF:
+            return np.sum(take(m))
+        half = m // 2
+        half -= half % 8
+        return node(half) + node(m - half)
+
+    return node(n)
+
+
+def stats_ms_blocks(name: str, blocks: Blocks, percentiles: Sequence[float]) -> dict[str, float | None]:
+    """``stats_ms(name, values, percentiles, weights)`` of the sample ``blocks`` gives, pass by pass."""
+    keys = [f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms"] + [
+        f"p{p_word(q)}_{name}_ms" for q in percentiles
+    ]
+    n = total = 0
+    for v, w in clean_blocks(blocks):
+        n, total = n + len(v), total + int(w.sum())
+    if n == 0:
+        return dict.fromkeys(keys)
+    scl = np.float64(total)  # np.average: the weights' sum (an integer: exact in any order)
+    mean = pairwise_sum(n, (np.multiply(v, w, dtype=np.float64) for v, w in clean_blocks(blocks))) / scl
+    var = pairwise_sum(n, (np.multiply((v - mean) ** 2, w, dtype=np.float64)
+                           for v, w in clean_blocks(blocks))) / scl  # fmt: skip
+    med, *pcts = weighted_percentiles_blocks(blocks, [50.0, *percentiles], total)
+    out = [mean, med, math.sqrt(var), *pcts]
+    return {k: float(x) * 1000.0 for k, x in zip(keys, out, strict=True)}
+
+
+def weighted_percentiles_blocks(blocks: Blocks, qs: Sequence[float], total: int | None = None) -> np.ndarray:
+    """``weighted_percentiles`` of the sample ``blocks`` gives (``total``: its weights' sum, if known).
+
+    The values at the ranks needed are found by buckets: a strided sample's distinct values split the
+    line into "equal to pivot i" and "between pivots i−1 and i"; one pass sums each bucket's weight, a
+    second keeps only the few buckets holding a needed rank, sorted like the whole sample would be."""
+    if total is None:
+        total = sum(int(w.sum()) for _, w in clean_blocks(blocks))
+    if total == 0:
+        raise ValueError("weighted_percentiles of an empty sample")
+    samples = []
+    for v, _ in clean_blocks(blocks):
+        samples.append(v[:: max(1, len(v) // PIVOTS + 1)])
+    pivots = np.unique(np.concatenate(samples))
+
+    def bucket(v: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(pivots, v, side="left")
+        return 2 * i + (pivots[np.minimum(i, len(pivots) - 1)] == v)
+
+    mass = np.zeros(2 * len(pivots) + 1, dtype=np.int64)
+    for v, w in clean_blocks(blocks):
+        mass += np.bincount(bucket(v), weights=w, minlength=len(mass)).astype(np.int64)
+    cum = np.cumsum(mass)
+    n = np.int64(total)
+    h = (n - 1) * (np.asarray(qs, dtype=np.float64) / 100.0)
+    lo = np.floor(h)
+    frac = h - lo
+    ranks = np.concatenate([lo, np.minimum(lo + 1, n - 1)])
+    where = np.searchsorted(cum, ranks, side="right")  # the bucket of each rank
+    got = np.empty(len(ranks))
+    between = sorted({int(b) for b in where if b % 2 == 0})
+    keep: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {b: [] for b in between}
+    if between:
+        for v, w in clean_blocks(blocks):
+            bv = bucket(v)
+            sel = np.isin(bv, between)
+            for b in between if sel.any() else ():
+                mine = sel & (bv == b)
+                keep[b].append((v[mine], w[mine]))
+    for j, (rank, b) in enumerate(zip(ranks.tolist(), where.tolist(), strict=True)):
+        if b % 2:
+            got[j] = pivots[b // 2]
+            continue
+        v = np.concatenate([x for x, _ in keep[b]])
+        w = np.concatenate([x for _, x in keep[b]])
+        order = np.argsort(v, kind="stable")
+        local = rank - (cum[b - 1] if b else 0)
+        got[j] = v[order][np.searchsorted(np.cumsum(w[order]), local, side="right")]
+    a, b = got[: len(qs)], got[len(qs) :]
+    diff = b - a
+    return np.where(frac >= 0.5, b - diff * (1 - frac), a + diff * frac)

@@ -6,7 +6,6 @@ its k rows at once from arrays. Nothing here knows SimPy or scheduling rules.
 
 from __future__ import annotations
 
-from array import array
 from typing import Any
 
 import numpy as np
@@ -15,6 +14,7 @@ import pandas as pd
 from sim.core.policy import StepPlan
 from sim.core.request import Request
 from sim.engine.fastforward import DecodeRun
+from sim.engine.gaps import GapStore, GapTable
 from sim.engine.step_store import COUNT_COLUMNS, StepStore
 
 STEP_COLUMNS = ("start", "duration", *COUNT_COLUMNS[:COUNT_COLUMNS.index("num_finished") + 1], "kv_usage",
@@ -28,10 +28,9 @@ class Recorder:
         # Typed arrays, not lists or one numpy array per chunk: a few bytes a value and nothing for the
         # garbage collector to walk (a run of an hour has ~10^5 steps and ~10^6 token gaps).
         self.steps = StepStore()
-        self.itl_single = array("d")
-        # gaps of fast-forwarded decode runs as (value, weight), in the order the runs came
-        self.itl_run_values = array("d")
-        self.itl_run_weights = array("q")
+        # single gaps, and decode runs' first gaps with where their steps lie (sim/engine/gaps.py)
+        self.gaps = GapStore()
+        self.itl_single = self.gaps.single
         self.trace: list[dict[str, Any]] | None = [] if trace else None
         self.num_preemptions = 0
         self.num_swapped_blocks = 0  # CPU-resident KV blocks: swap-outs minus swap-ins so far
@@ -111,7 +110,9 @@ class Recorder:
         prompts; those rows' first tokens land with it, ``last_token_before`` NaN for them)."""
         if run.free_blocks is None or run.cached_free is None:
             raise RuntimeError("on_decode_run: the run was not applied (run.free_blocks/cached_free unset)")
-        k = len(starts)
+        # float64 as the step store keeps them: a run's later gaps are rebuilt from its stored steps
+        starts, durations = np.asarray(starts, dtype=np.float64), np.asarray(durations, dtype=np.float64)
+        k, first_step = len(starts), len(self.steps)
         free_blocks = run.free_blocks[:k]
         fin = np.minimum(run.finish_step, k)  # step of each row's last token in this run
         per_step_finished = np.bincount(fin[run.finish_step <= k], minlength=k + 1)[1:]
@@ -137,11 +138,8 @@ class Recorder:
                 if is_new:
                     req.first_token_time = t0
             gap0 = gap0[~new]
-        self.itl_run_values.frombytes(np.ascontiguousarray(gap0, dtype=np.float64).tobytes())
-        self.itl_run_weights.extend([1] * len(gap0))
-        if k > 1:
-            self.itl_run_values.frombytes(np.diff(ends).tobytes())
-            self.itl_run_weights.frombytes(rows[1:].astype(np.int64).tobytes())
+        # later gaps: np.diff(ends) weighted by rows[1:], the run's stored ends and num_decode_tokens
+        self.gaps.add_run(gap0, first_step, k)
         for req, t in zip(run.requests, ends[fin - 1].tolist(), strict=True):
             req.last_token_time = t
         if self.trace is not None:
@@ -188,11 +186,7 @@ class Recorder:
 
     def itl(self) -> tuple[np.ndarray, np.ndarray]:
         """Every inter-token gap with its weight: the single gaps, then the decode runs' in run order."""
-        values = np.concatenate([np.frombuffer(self.itl_single, dtype=np.float64),
-                                 np.frombuffer(self.itl_run_values, dtype=np.float64)])  # fmt: skip
-        weights = np.concatenate([np.ones(len(self.itl_single), dtype=np.int64),
-                                  np.frombuffer(self.itl_run_weights, dtype=np.int64)])  # fmt: skip
-        return values, weights
+        return GapTable([(self.gaps, self.steps)]).arrays()
 
 
 
