@@ -33,6 +33,7 @@ from sim.app.stats import (  # noqa: F401  (weighted_percentiles is re-exported)
     stats_ms,
     stats_ms_blocks,
     time_weighted,
+    time_weighted_blocks,
     weighted_percentiles,
     weighted_percentiles_blocks,
 )
@@ -102,6 +103,16 @@ class SimResult:
         g = self.__dict__["_itl_values"]
         return g.blocks() if isinstance(g, GapTable) else iter([(self.itl_values, self.itl_weights)])
 
+    def step_chunks(self, names: Sequence[str], rows: int = 1 << 18) -> Iterator[dict[str, np.ndarray]]:
+        """``step_columns(names)`` in consecutive chunks of ``rows`` steps (a derived column is computed
+        a chunk at a time)."""
+        s = self.__dict__["_steps"]
+        for i in range(0, len(s), rows):
+            if isinstance(s, StepTable):
+                yield s.columns(tuple(names), i, i + rows)
+            else:
+                yield {c: s[c].to_numpy()[i : i + rows] for c in names if c in s.columns}
+
     def step_slices(self, rows: int) -> Iterator[pd.DataFrame]:
         """The steps frame in slices of ``rows`` rows, each equal to ``steps.iloc[i : i + rows]`` (its
         index from 0 when the frame is not built: the slices are built one at a time)."""
@@ -165,7 +176,7 @@ def request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     ``ttft_client_s``/``e2el_client_s``, and ``input_path_time_s`` = engine arrival − send; queue_time_s stays
     engine-side.
     """
-    df = requests.copy()
+    df = requests.copy(deep=False)  # copy-on-write: the new columns leave ``requests`` as it is
     arrival = df["arrival_time"].astype(float)
     first = df["first_token_time"].astype(float)
     finish = df["finish_time"].astype(float)
@@ -208,12 +219,17 @@ def _check_counts(df: pd.DataFrame, meta: Mapping[str, Any]) -> dict[str, int]:
     expected = meta.get("num_requests")
     if expected is not None and int(expected) != sum(counts.values()):
         raise ResultsIntegrityError(f"workload had {expected} requests but {n} were recorded")
-    fin = df[status == "finished"]
+    fin = _rows(df, status == "finished")
     bad_rows = fin["request_id"][~np.isfinite(fin["finish_time"].astype(float))
                                  | ~np.isfinite(fin["first_token_time"].astype(float))]  # fmt: skip
     if len(bad_rows):
         raise ResultsIntegrityError(f"finished requests without timestamps: {list(bad_rows.head(5))}")
     return counts
+
+
+def _rows(df: pd.DataFrame, mask: pd.Series) -> pd.DataFrame:
+    """``df[mask]``, without a copy of every column when the mask keeps every row (a finished run)."""
+    return df if bool(mask.all()) else df[mask]
 
 
 def _good_mask(fin: pd.DataFrame, limits: Mapping[str, float]) -> np.ndarray:
@@ -226,11 +242,14 @@ def _good_mask(fin: pd.DataFrame, limits: Mapping[str, float]) -> np.ndarray:
     return good
 
 
-_SUMMARY_STEP_COLUMNS = ("start", "duration", "num_decode_tokens", "kv_usage", "num_running", "num_waiting")
-
-
 # ---- summary --------------------------------------------------------------------------------------------
-def _duration(df: pd.DataFrame, steps: Mapping[str, np.ndarray], horizon: float | None, remaining: int) -> float:
+def _steps_end(result: SimResult) -> float:
+    """When the last step ended (NaN with no steps)."""
+    return max((float((c["start"] + c["duration"]).max()) for c in result.step_chunks(("start", "duration"))),
+               default=float("nan"))  # fmt: skip
+
+
+def _duration(df: pd.DataFrame, result: SimResult, horizon: float | None, remaining: int) -> float:
     """First arrival → last finish; the horizon instead when the run was cut with requests left."""
     arrived = df.loc[df["status"] != "not_arrived", "arrival_time"].astype(float)
     if arrived.empty:
@@ -240,14 +259,13 @@ def _duration(df: pd.DataFrame, steps: Mapping[str, np.ndarray], horizon: float 
         end = float(horizon)
     else:
         ends = [float(df["finish_time"].astype(float).max(skipna=True) if len(df) else np.nan)]
-        if len(steps["start"]):
-            ends.append(float((steps["start"] + steps["duration"]).max()))
+        ends.append(_steps_end(result))
         ends = [e for e in ends if math.isfinite(e)]
         end = max(ends) if ends else t0
     return max(end - t0, 0.0)
 
 
-def _peaks(fin: pd.DataFrame, steps: Mapping[str, np.ndarray]) -> tuple[float, int]:
+def _peaks(fin: pd.DataFrame, result: SimResult) -> tuple[float, int]:
     """vllm bench's peak output tokens/s and peak concurrency over 1-s buckets from the first send.
 
     Token times come from the steps (decode tokens at each step's end) plus each first token.
@@ -257,10 +275,10 @@ def _peaks(fin: pd.DataFrame, steps: Mapping[str, np.ndarray]) -> tuple[float, i
     t0 = float(fin["arrival_time"].min())
     n = int(math.ceil(float(fin["finish_time"].max()) - t0)) + 1
     tokens = np.zeros(n)
-    if len(steps["start"]):
-        b = np.floor((steps["start"] + steps["duration"]) - t0).astype(np.int64)
+    for c in result.step_chunks(("start", "duration", "num_decode_tokens")):  # adds in step order, as whole
+        b = np.floor((c["start"] + c["duration"]) - t0).astype(np.int64)
         ok = (b >= 0) & (b < n)
-        np.add.at(tokens, b[ok], steps["num_decode_tokens"].astype(np.float64)[ok])
+        np.add.at(tokens, b[ok], c["num_decode_tokens"].astype(np.float64)[ok])
     fb = np.floor(fin["first_token_time"].to_numpy(float) - t0).astype(np.int64)
     np.add.at(tokens, fb[(fb >= 0) & (fb < n)], 1.0)
     conc = np.zeros(n + 1)
@@ -280,10 +298,9 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     limits, pct_slos = parse_slo(slo)
     df = request_metrics(result.requests)
     counts = _check_counts(df, result.meta)
-    fin = df[df["status"] == "finished"]
-    steps = result.step_columns(_SUMMARY_STEP_COLUMNS)  # the stored columns: no frame is built
+    fin = _rows(df, df["status"] == "finished")
     remaining = counts["in_flight"] + counts["not_arrived"]
-    duration = _duration(df, steps, result.horizon, remaining)
+    duration = _duration(df, result, result.horizon, remaining)
     completed = len(fin)
     total_in = int(fin["prompt_len"].sum())
     total_out = int(fin["num_output_tokens"].sum())
@@ -292,7 +309,7 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
         return x / duration if duration > 0 else 0.0
 
     good = _good_mask(fin, limits) if limits else None
-    peak_tok, peak_conc = _peaks(fin, steps)
+    peak_tok, peak_conc = _peaks(fin, result)
     s: dict[str, Any] = {
         "num_prompts": sum(counts.values()),
         "duration": duration,
@@ -330,12 +347,14 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     s["num_swap_outs"] = int(swap.get("num_swap_outs", 0))
     s["num_swap_ins"] = int(swap.get("num_swap_ins", 0))
     s["prefix_cache_hit_rate"] = _prefix_hit_rate(df, result.meta)
-    dur, any_steps = steps["duration"], len(steps["duration"]) > 0
-    s["mean_kv_cache_usage"] = time_weighted(steps["kv_usage"], dur)
-    s["max_kv_cache_usage"] = float(steps["kv_usage"].max()) if any_steps else None
-    s["mean_num_running"] = time_weighted(steps["num_running"], dur)
-    s["mean_num_waiting"] = time_weighted(steps["num_waiting"], dur)
-    s["max_num_waiting"] = int(steps["num_waiting"].max()) if any_steps else None
+    # from the stored step columns a chunk at a time (no frame, no whole-length temporaries)
+    for key, col in (("kv_cache_usage", "kv_usage"), ("num_running", "num_running"), ("num_waiting", "num_waiting")):
+        s[f"mean_{key}"] = time_weighted_blocks(result.num_steps, lambda col=col: (
+            (c[col], c["duration"]) for c in result.step_chunks((col, "duration"))))  # fmt: skip
+    maxima = [(float(c["kv_usage"].max()), int(c["num_waiting"].max()))
+              for c in result.step_chunks(("kv_usage", "num_waiting"))]  # fmt: skip
+    s["max_kv_cache_usage"] = max(m[0] for m in maxima) if maxima else None
+    s["max_num_waiting"] = max(m[1] for m in maxima) if maxima else None
     s.update(stats_ms("queue_time", df["queue_time_s"].to_numpy(float), qs))
 
     s["slo"] = dict(slo) if slo else None
@@ -366,8 +385,8 @@ def _percentile_checks(pct_slos: Mapping[str, tuple[str, float, float]], fin: pd
     out: dict[str, dict[str, Any]] = {}
     for key, (metric, q, target) in pct_slos.items():
         if metric == "itl":
-            total = sum(int(w.sum()) for _, w in clean_blocks(result.gap_blocks))
-            value = float(weighted_percentiles_blocks(result.gap_blocks, [q], total)[0]) if total else None
+            some = any(len(v) for v, _ in clean_blocks(result.gap_blocks))
+            value = float(weighted_percentiles_blocks(result.gap_blocks, [q])[0]) if some else None
         else:
             col = (df if metric == "queue_time" else fin)[f"{metric}_s"].to_numpy(float)
             col = col[np.isfinite(col)]

@@ -96,8 +96,8 @@ def time_weighted(values: pd.Series | np.ndarray, durations: pd.Series | np.ndar
 # A million-request run has ~4·10^7 weighted gaps, rebuilt a block at a time (sim/engine/gaps.py): these
 # give stats_ms's numbers bit for bit without the whole sample (nor its sorted copy) in memory.
 Blocks = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]  # a fresh pass over (values, weights)
-LEAF = 1 << 20  # pairwise-summation leaves summed by numpy at once
-PIVOTS = 4096  # about how many sample values split the sample into buckets for the percentiles
+LEAF = 1 << 16  # pairwise-summation leaves summed by numpy at once (>= 128, numpy's own block)
+PIVOTS = 1 << 14  # about how many sample values split the sample into buckets for the percentiles
 
 
 def clean_blocks(blocks: Blocks) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -128,16 +128,15 @@ def pairwise_sum(n: int, arrays: Iterator[np.ndarray]) -> np.float64:
     """``np.sum`` of the n values the arrays hold in turn, the same float: numpy sums a contiguous
     float64 array pairwise (halves rounded down to a multiple of 8, down to blocks of 128), so the
     halves above LEAF are split here the same way and each leaf is numpy's own sum."""
-    take = _Take(arrays)
+    return _node(n, _Take(arrays))
 
-    def node(m: int) -> np.float64:
-        if m <= LEAF:
-            return np.sum(take(m))
-        half = m // 2
-        half -= half % 8
-        return node(half) + node(m - half)
 
-    return node(n)
+def _node(m: int, take: _Take) -> np.float64:
+    if m <= LEAF:
+        return np.sum(take(m))
+    half = m // 2
+    half -= half % 8
+    return _node(half, take) + _node(m - half, take)
 
 
 def stats_ms_blocks(name: str, blocks: Blocks, percentiles: Sequence[float]) -> dict[str, float | None]:
@@ -154,24 +153,24 @@ def stats_ms_blocks(name: str, blocks: Blocks, percentiles: Sequence[float]) -> 
     mean = pairwise_sum(n, (np.multiply(v, w, dtype=np.float64) for v, w in clean_blocks(blocks))) / scl
     var = pairwise_sum(n, (np.multiply((v - mean) ** 2, w, dtype=np.float64)
                            for v, w in clean_blocks(blocks))) / scl  # fmt: skip
-    med, *pcts = weighted_percentiles_blocks(blocks, [50.0, *percentiles], total)
+    med, *pcts = weighted_percentiles_blocks(blocks, [50.0, *percentiles])
     out = [mean, med, math.sqrt(var), *pcts]
     return {k: float(x) * 1000.0 for k, x in zip(keys, out, strict=True)}
 
 
-def weighted_percentiles_blocks(blocks: Blocks, qs: Sequence[float], total: int | None = None) -> np.ndarray:
-    """``weighted_percentiles`` of the sample ``blocks`` gives (``total``: its weights' sum, if known).
+def weighted_percentiles_blocks(blocks: Blocks, qs: Sequence[float]) -> np.ndarray:
+    """``weighted_percentiles`` of the sample ``blocks`` gives.
 
     The values at the ranks needed are found by buckets: a strided sample's distinct values split the
     line into "equal to pivot i" and "between pivots i−1 and i"; one pass sums each bucket's weight, a
     second keeps only the few buckets holding a needed rank, sorted like the whole sample would be."""
-    if total is None:
-        total = sum(int(w.sum()) for _, w in clean_blocks(blocks))
+    n_values = total = 0
+    for _, w in clean_blocks(blocks):
+        n_values, total = n_values + len(w), total + int(w.sum())
     if total == 0:
         raise ValueError("weighted_percentiles of an empty sample")
-    samples = []
-    for v, _ in clean_blocks(blocks):
-        samples.append(v[:: max(1, len(v) // PIVOTS + 1)])
+    stride = max(1, n_values // PIVOTS)
+    samples = [v[::stride].copy() for v, _ in clean_blocks(blocks)]  # copies: a view would keep its block
     pivots = np.unique(np.concatenate(samples))
 
     def bucket(v: np.ndarray) -> np.ndarray:
@@ -210,3 +209,14 @@ def weighted_percentiles_blocks(blocks: Blocks, qs: Sequence[float], total: int 
     a, b = got[: len(qs)], got[len(qs) :]
     diff = b - a
     return np.where(frac >= 0.5, b - diff * (1 - frac), a + diff * frac)
+
+
+def time_weighted_blocks(n: int, blocks: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]) -> float | None:
+    """``time_weighted`` of the n (values, durations) that ``blocks`` gives a block at a time."""
+    if n == 0:
+        return None
+    total = pairwise_sum(n, (np.asarray(d, dtype=np.float64) for _, d in blocks()))
+    if total > 0:
+        return float(pairwise_sum(n, (np.asarray(v, dtype=np.float64) * np.asarray(d, dtype=np.float64)
+                                      for v, d in blocks())) / total)  # fmt: skip
+    return float(pairwise_sum(n, (np.asarray(v, dtype=np.float64) for v, _ in blocks())) / n)

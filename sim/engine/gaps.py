@@ -17,7 +17,7 @@ import numpy as np
 
 from sim.engine.step_store import StepStore
 
-RUNS_PER_BLOCK = 1 << 14  # decode runs rebuilt at once (~10^6 gaps)
+RUNS_PER_BLOCK = 1 << 12  # decode runs rebuilt at once (~2·10^5 gaps)
 
 
 class GapStore:
@@ -41,7 +41,7 @@ class GapStore:
             self.run_len
         )
 
-    def blocks(self, steps: StepStore, rows: int = 1 << 20) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def blocks(self, steps: StepStore, rows: int = 1 << 18) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(values float64, weights int64) in the sample's order, in blocks (``rows`` single gaps, or
         RUNS_PER_BLOCK runs' gaps, at a time)."""
         single = np.frombuffer(self.single, dtype=np.float64)
