@@ -348,12 +348,16 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     s["num_swap_ins"] = int(swap.get("num_swap_ins", 0))
     s["prefix_cache_hit_rate"] = _prefix_hit_rate(df, result.meta)
     # from the stored step columns a chunk at a time (no frame, no whole-length temporaries)
-    for key, col in (("kv_cache_usage", "kv_usage"), ("num_running", "num_running"), ("num_waiting", "num_waiting")):
-        s[f"mean_{key}"] = time_weighted_blocks(result.num_steps, lambda col=col: (
-            (c[col], c["duration"]) for c in result.step_chunks((col, "duration"))))  # fmt: skip
+    def mean(col: str) -> float | None:
+        return time_weighted_blocks(result.num_steps, lambda: ((c[col], c["duration"])
+                                                               for c in result.step_chunks((col, "duration"))))
+
     maxima = [(float(c["kv_usage"].max()), int(c["num_waiting"].max()))
               for c in result.step_chunks(("kv_usage", "num_waiting"))]  # fmt: skip
+    s["mean_kv_cache_usage"] = mean("kv_usage")
     s["max_kv_cache_usage"] = max(m[0] for m in maxima) if maxima else None
+    s["mean_num_running"] = mean("num_running")
+    s["mean_num_waiting"] = mean("num_waiting")
     s["max_num_waiting"] = max(m[1] for m in maxima) if maxima else None
     s.update(stats_ms("queue_time", df["queue_time_s"].to_numpy(float), qs))
 
