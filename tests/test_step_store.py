@@ -116,3 +116,38 @@ def test_step_table_slices_and_columns_are_the_whole_frame():
         np.testing.assert_array_equal(cols[c], whole[c].to_numpy(), err_msg=c)
     assert cols["num_running"].dtype == np.int16  # narrow as stored: only the frame widens
     assert len(table.columns(["kv_usage"], 1000, 1000)["kv_usage"]) == 0
+
+
+@pytest.mark.parametrize("idle", [0.0, 0.05, 0.9])
+def test_starts_are_rebuilt_exactly_where_steps_follow_each_other(idle: float, monkeypatch) -> None:
+    """Starts stored only after idle time and at checkpoints (every 8 steps here), the rest rebuilt by
+    the clock's additions: every slice equals the starts given, steps one by one or as decode runs; an
+    engine idle before most steps (0.9) switches to storing every start."""
+    import sim.engine.step_store as ss
+
+    monkeypatch.setattr(ss, "CHECKPOINT_MASK", 7)
+    monkeypatch.setattr(ss, "DENSE", 4)
+    rng = np.random.default_rng(int(idle * 100))
+    s, given, t = StepStore(100), [], 0  # the clock starts as the int 0, as SimPy's does
+    while len(given) < 3000:
+        if rng.random() < idle:
+            t = t + float(rng.random()) * 3  # idle until the next arrival
+        if rng.random() < 0.3:  # a decode run: its starts as sim/engine/fastforward.py step_times adds them
+            k = int(rng.integers(1, 40))
+            d = rng.random(k) * 0.03
+            starts = np.cumsum(np.concatenate(([t], d)))[:-1]
+            s.extend(starts, d, [0, np.ones(k, dtype=np.int64), 1, 0, 0, 0, np.full(k, 5), 0, 0, 0, 0], 100)
+            given += starts.tolist()
+            t = float(starts[-1] + d[-1])
+        else:
+            d1 = float(rng.random()) * 0.03
+            s.append(t, d1, _row(num_free_blocks=5), 0.95)
+            given.append(float(t))
+            t = t + d1
+    assert (s.start is not None) == (idle == 0.9)
+    want = np.array(given)
+    np.testing.assert_array_equal(s.column("start"), want)
+    for lo, hi in ((0, 1), (5, 6), (7, 9), (1000, 2999), (2999, 4000), (13, 13)):
+        np.testing.assert_array_equal(s.column("start", lo, hi), want[lo:hi])
+    np.testing.assert_array_equal(s.columns()["start"], want)
+    assert s.end_time() == float((want + s.column("duration")).max())
