@@ -29,12 +29,14 @@ def test_counts_widen_and_zero_columns_stay_empty():
     s = StepStore(usable)
     rows = [_row(num_free_blocks=usable, num_running=3), _row(num_free_blocks=40, num_prefill_tokens=40_000),
             _row(num_free_blocks=1, num_waiting=3_000_000_000), _row(num_free_blocks=2, num_swap_out_blocks=7,
-                                                                      num_swapped_blocks=7)]  # fmt: skip
+                                                                      num_swapped_blocks=7),
+            _row(num_free_blocks=3, num_decode_tokens=200)]  # fmt: skip
     for j, r in enumerate(rows):
         s.append(float(j), 0.5, r, 1.0 - r[COUNT_COLUMNS.index("num_free_blocks")] / usable)
     typecodes = {c: (a.typecode if a is not None else None) for c, a in zip(COUNT_COLUMNS, s.counts, strict=True)}
     assert typecodes["num_prefill_tokens"] == "i" and typecodes["num_waiting"] == "q"
-    assert typecodes["num_running"] == "h" and typecodes["num_swap_out_blocks"] == "h"
+    assert typecodes["num_running"] == "b" and typecodes["num_swap_out_blocks"] == "b"
+    assert typecodes["num_decode_tokens"] == "h"  # int8 widened once a value passed 127
     assert typecodes["num_swap_in_blocks"] is None and typecodes["num_cached_blocks"] is None
     assert s.kv_usage is None  # every step's usage was the derived one: nothing stored
     cols = s.columns()
@@ -114,7 +116,7 @@ def test_step_table_slices_and_columns_are_the_whole_frame():
     cols = table.columns(FRAME_COLUMNS)
     for c in FRAME_COLUMNS:
         np.testing.assert_array_equal(cols[c], whole[c].to_numpy(), err_msg=c)
-    assert cols["num_running"].dtype == np.int16  # narrow as stored: only the frame widens
+    assert cols["num_running"].dtype == np.int8  # narrow as stored: only the frame widens
     assert len(table.columns(["kv_usage"], 1000, 1000)["kv_usage"]) == 0
 
 

@@ -1,7 +1,7 @@
 """The recorder's per-step columns, stored compactly while the run goes.
 
 A million-request run has ~2·10^7 steps, so the bytes per step decide the run's memory. Times stay
-8-byte floats; counts start as 2-byte integers and widen (int16 → int32 → int64, one copy of the column)
+8-byte floats; counts start as 1-byte integers and widen (int8 → int16 → int32 → int64, one copy of the column)
 the first time a value does not fit; a column that has only ever been 0 (the swap counts outside swap
 preemption, the cached blocks without prefix caching) holds nothing until its first non-zero value; and
 ``kv_usage`` is not stored while it is the KV manager's ``1 - num_free_blocks / usable_blocks``; and a
@@ -37,11 +37,11 @@ COUNT_COLUMNS = (
 FREE = COUNT_COLUMNS.index("num_free_blocks")
 CHECKPOINT_MASK = (1 << 16) - 1  # a start is stored every 2^16 steps: a slice is rebuilt from that far back
 DENSE = 64  # more stored starts than one per DENSE steps (an often idle engine): store every start
-_WIDER = {"h": "i", "i": "q"}
-_DTYPE = {"h": np.int16, "i": np.int32, "q": np.int64}
+_WIDER = {"b": "h", "h": "i", "i": "q"}
+_DTYPE = {"b": np.int8, "h": np.int16, "i": np.int32, "q": np.int64}
 _RANGE = {c: (int(np.iinfo(t).min), int(np.iinfo(t).max)) for c, t in _DTYPE.items()}
 _SLICE = 1 << 18  # steps read at once where a column is rebuilt
-assert array("i").itemsize == 4 and array("h").itemsize == 2 and array("q").itemsize == 8
+assert [array(c).itemsize for c in "bhiq"] == [1, 2, 4, 8]
 
 
 class StepStore:
@@ -57,7 +57,7 @@ class StepStore:
         self.duration = array("d")
         # None: every value so far was 0 (nothing stored)
         self.counts: list[array | None] = [None] * len(COUNT_COLUMNS)
-        self.counts[FREE] = array("h")
+        self.counts[FREE] = array("b")
         self.usable_blocks = usable_blocks if usable_blocks else None
         self.kv_usage: array | None = None if self.usable_blocks else array("d")
 
@@ -107,7 +107,7 @@ class StepStore:
             if a is None:
                 if not v:
                     continue
-                a = self.counts[i] = array("h", bytes(2 * n))
+                a = self.counts[i] = array("b", bytes(n))
             if len(a) > n:
                 continue  # appended before the failure
             self._fit(i, v, v)
@@ -158,7 +158,7 @@ class StepStore:
             if self.counts[i] is None:
                 if lo == hi == 0:
                     continue
-                self.counts[i] = array("h", bytes(2 * n))
+                self.counts[i] = array("b", bytes(n))
             self._fit(i, lo, hi)
             a = self.counts[i]
             assert a is not None
@@ -268,7 +268,7 @@ class StepStore:
             kv = 1.0 - counts["num_free_blocks"] / self.usable_blocks  # type: ignore[operator]
         if release:
             self.kv_usage = None if self.usable_blocks else array("d")
-            self.counts[FREE] = array("h")
+            self.counts[FREE] = array("b")
         for name in COUNT_COLUMNS:
             out[name] = counts[name]
             if name == "num_finished":
