@@ -73,3 +73,36 @@ def test_time_weighted_blocks_is_time_weighted() -> None:
 
         assert stats.time_weighted_blocks(len(v), blocks) == stats.time_weighted(v.astype(np.int64), dur)
     assert stats.time_weighted_blocks(0, lambda: iter([])) is None
+
+
+@pytest.mark.parametrize("kind", ["uniform", "ties", "dropped"])
+def test_block_ecdf_is_the_reports_ecdf(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report's ITL CDF from blocks (sim/app/stats.py ecdf_blocks) has _ecdf's points, thinned or
+    not, with few pivots (wide buckets) and many; spans_decades pools blocks as it pools arrays."""
+    import sim.app.report as report
+    from sim.app.report_style import spans_decades
+
+    rng = np.random.default_rng(7 + len(kind))
+    n = 12_000
+    v = rng.integers(0, 30, n) * 0.01 if kind == "ties" else np.exp(rng.standard_normal(n) * 2)
+    w = rng.integers(1, 30, n)
+    if kind == "dropped":
+        w[rng.random(n) < 0.1] = 0
+        v[rng.random(n) < 0.05] = np.nan
+    cuts = np.sort(rng.integers(0, n, 5))
+
+    def blocks():
+        return zip(np.split(v, cuts), np.split(w, cuts), strict=True)
+
+    for points in (50, 2000, 100_000):
+        monkeypatch.setattr(report, "_MAX_POINTS", points)
+        want = report._ecdf(v, w)
+        for pivots in (3, 1 << 18):
+            got = stats.ecdf_blocks(blocks, points, pivots)
+            for a, b in zip(got, want, strict=True):
+                assert a.dtype == b.dtype and np.array_equal(a, b), (points, pivots)
+    keep = np.isfinite(v) & (v > 0) & (w > 0)  # the arrays' rule: max over the 1st weighted percentile
+    lo = float(stats.weighted_percentiles(v[keep], w[keep], [1.0])[0])
+    for ratio in (5.0, 50.0, 1e4, 1e6):
+        want = bool(lo > 0 and float(v[keep].max()) / lo > ratio)
+        assert spans_decades([(blocks, None)], ratio) == spans_decades([(v, w)], ratio) == want

@@ -220,3 +220,55 @@ def time_weighted_blocks(n: int, blocks: Callable[[], Iterable[tuple[np.ndarray,
         return float(pairwise_sum(n, (np.asarray(v, dtype=np.float64) * np.asarray(d, dtype=np.float64)
                                       for v, d in blocks())) / total)  # fmt: skip
     return float(pairwise_sum(n, (np.asarray(v, dtype=np.float64) for v, _ in blocks())) / n)
+
+
+def ecdf_blocks(blocks: Blocks, max_points: int, pivots_wanted: int = 1 << 18) -> tuple[np.ndarray, np.ndarray]:
+    """A weighted sample's empirical CDF as sim/app/report.py ``_ecdf`` draws it, from blocks: the values
+    at entry ranks ``unique(linspace(0, n - 1, max_points))`` of the kept entries sorted stably by value,
+    and the cumulated weight there over the total; every entry when there are at most ``max_points``."""
+    n = total = 0
+    for v, w in clean_blocks(blocks):
+        n, total = n + len(v), total + int(w.sum())
+    if n <= max_points:
+        parts = list(clean_blocks(blocks))
+        v = np.concatenate([p for p, _ in parts]) if parts else np.zeros(0)
+        w = np.concatenate([q for _, q in parts]).astype(np.float64) if parts else np.zeros(0)
+        order = np.argsort(v, kind="stable")
+        cw = np.cumsum(w[order])
+        return v[order], cw / cw[-1] if cw.size else cw
+    ranks = np.unique(np.linspace(0, n - 1, max_points).astype(np.int64))
+    stride = max(1, n // pivots_wanted)
+    pivots = np.unique(np.concatenate([v[::stride].copy() for v, _ in clean_blocks(blocks)]))
+
+    def bucket(v: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(pivots, v, side="left")
+        return 2 * i + (pivots[np.minimum(i, len(pivots) - 1)] == v)
+
+    m = 2 * len(pivots) + 1
+    count, weight = np.zeros(m, dtype=np.int64), np.zeros(m, dtype=np.int64)
+    for v, w in clean_blocks(blocks):
+        b = bucket(v)
+        count += np.bincount(b, minlength=m)
+        weight += np.bincount(b, weights=w, minlength=m).astype(np.int64)
+    cum_n, cum_w = np.cumsum(count), np.cumsum(weight)
+    where = np.searchsorted(cum_n, ranks, side="right")
+    before_n = np.where(where > 0, cum_n[np.maximum(where - 1, 0)], 0)
+    before_w = np.where(where > 0, cum_w[np.maximum(where - 1, 0)], 0)
+    local = ranks - before_n  # entry rank inside its bucket
+    needed = np.unique(where)
+    # the needed buckets' entries in sample order: (bucket, value, weight)
+    got_b, got_v, got_w = [], [], []
+    for v, w in clean_blocks(blocks):
+        b = bucket(v)
+        sel = np.isin(b, needed)
+        got_b.append(b[sel])
+        got_v.append(v[sel])
+        got_w.append(w[sel])
+    gb, gv, gw = np.concatenate(got_b), np.concatenate(got_v), np.concatenate(got_w)
+    order = np.lexsort((gv, gb))  # by bucket, then value; ties keep the sample's order (stable)
+    gb, gv, gw = gb[order], gv[order], np.cumsum(gw[order])
+    first = np.searchsorted(gb, where, side="left")  # each rank's bucket's first entry
+    j = first + local
+    in_bucket = gw[j] - np.where(first > 0, gw[np.maximum(first - 1, 0)], 0)
+    values = gv[j]
+    return values, (before_w + in_bucket).astype(np.float64) / np.float64(total)

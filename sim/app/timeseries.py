@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from sim.core.errors import ConfigError
+from sim.engine.recorder import StepTable
+from sim.engine.step_store import StepStore
 
 if TYPE_CHECKING:
     from sim.app.results import SimResult
@@ -34,37 +37,39 @@ def time_series(result: SimResult, interval: float = 1.0, by_replica: bool = Fal
     if not interval > 0:
         raise ConfigError(f"time_series interval must be > 0, got {interval}")
     cols = list(TIMESERIES_COLUMNS) + (["replica"] if by_replica else [])
-    # the stored columns (counts maybe narrower than the frame's int64: every use converts to float)
-    steps = pd.DataFrame(result.step_columns(_SERIES_STEP_COLUMNS), copy=False)
-    if steps.empty:
+    if not result.num_steps:
         return pd.DataFrame({c: pd.Series(dtype=float) for c in cols})
     req = result.requests
-    ends_all = (steps["start"] + steps["duration"]).to_numpy(float)
-    t_end = max(float(ends_all.max()), float(np.nanmax(req["finish_time"].to_numpy(float), initial=0.0)))
+    ends_max = max(float((c["start"] + c["duration"]).max()) for c in result.step_chunks(("start", "duration")))
+    t_end = max(ends_max, float(np.nanmax(req["finish_time"].to_numpy(float), initial=0.0)))
     n = max(1, int(math.ceil(t_end / interval - 1e-9)))
     grid = interval * np.arange(1, n + 1)
     frames = []
-    for rep, s in steps.groupby("replica", sort=True):
-        s = s.sort_values("start", kind="stable")
-        start = s["start"].to_numpy(float)
-        end = start + s["duration"].to_numpy(float)
-        k = np.clip(np.ceil(end / interval - 1e-9).astype(np.int64) - 1, 0, n - 1)
-        gen = np.bincount(k, weights=s["num_decode_tokens"].to_numpy(float), minlength=n)
+    for rep, chunks in _replicas(result):
         mine = req["replica"] == rep
         ft = req.loc[mine, "first_token_time"].to_numpy(float)
         plen = req.loc[mine, "prompt_len"].to_numpy(float)
         ok = np.isfinite(ft)
         tick = np.clip(np.ceil(ft[ok] / interval - 1e-9).astype(np.int64) - 1, 0, n - 1)
         prompt = np.bincount(tick, weights=plen[ok], minlength=n)
+        gen, idx = np.zeros(n), np.full(n, -1, dtype=np.int64)
+        offset = 0
+        for c in chunks():  # the replica's steps in start order, a chunk at a time
+            start = c["start"]
+            k = np.clip(np.ceil((start + c["duration"]) / interval - 1e-9).astype(np.int64) - 1, 0, n - 1)
+            gen += np.bincount(k, weights=c["num_decode_tokens"].astype(np.float64), minlength=n)  # integers
+            i = np.searchsorted(start, grid, side="right") - 1
+            idx = np.where(i >= 0, i + offset, idx)
+            offset += len(start)
         gen += np.bincount(tick, minlength=n)
-        idx = np.searchsorted(start, grid, side="right") - 1
         has = idx >= 0
         j = np.where(has, idx, 0)
-        running = np.where(has, s["num_running"].to_numpy(float)[j], 0.0)
-        waiting = np.where(has, s["num_waiting"].to_numpy(float)[j], 0.0)
-        kv = np.where(has, s["kv_usage"].to_numpy(float)[j], 0.0)
-        idle = has & (end[j] <= grid)
-        running = np.where(idle, np.maximum(running - s["num_finished"].to_numpy(float)[j], 0.0), running)
+        at = _at(chunks, j)
+        running = np.where(has, at["num_running"], 0.0)
+        waiting = np.where(has, at["num_waiting"], 0.0)
+        kv = np.where(has, at["kv_usage"], 0.0)
+        idle = has & (at["end"] <= grid)
+        running = np.where(idle, np.maximum(running - at["num_finished"], 0.0), running)
         kv = np.where(idle & (running == 0), 0.0, kv)
         frames.append(pd.DataFrame({
             "t": grid, "prompt_throughput": prompt / interval, "gen_throughput": gen / interval,
@@ -79,3 +84,54 @@ def time_series(result: SimResult, interval: float = 1.0, by_replica: bool = Fal
     ts["running"] = ts["running"].astype(np.int64)
     ts["waiting"] = ts["waiting"].astype(np.int64)
     return ts[cols].reset_index(drop=True)
+
+
+Chunks = Callable[[], Iterator[dict[str, np.ndarray]]]
+_CHUNK = 1 << 18
+
+
+def _replicas(result: SimResult) -> Iterator[tuple[Any, Chunks]]:
+    """Each replica (in order) with its steps sorted by start (stable), as chunks of the stored columns:
+    straight from a replica's step store when its steps are in start order already (one engine's are),
+    else from the sorted rows of the narrow columns."""
+    table = result.__dict__["_steps"]
+    if isinstance(table, StepTable):
+        reps = [rep for rep, _ in table.parts]
+        if reps == sorted(set(reps)) and all(_in_order(store) for _, store in table.parts):
+            for rep, store in table.parts:
+                if len(store):
+                    yield rep, lambda store=store: (
+                        {c: store.column(c, i, i + _CHUNK) for c in _SERIES_STEP_COLUMNS[1:]}
+                        for i in range(0, len(store), _CHUNK))  # fmt: skip
+            return
+    steps = pd.DataFrame(result.step_columns(_SERIES_STEP_COLUMNS), copy=False)
+    for rep, s in steps.groupby("replica", sort=True):
+        s = s.sort_values("start", kind="stable")
+        part = {c: s[c].to_numpy() for c in _SERIES_STEP_COLUMNS[1:]}
+        yield rep, lambda part=part: iter([part])
+
+
+def _in_order(store: StepStore) -> bool:
+    last = -math.inf
+    for i in range(0, len(store), _CHUNK):
+        start = store.column("start", i, i + _CHUNK)
+        if start[0] < last or (np.diff(start) < 0).any() or np.isnan(start).any():
+            return False
+        last = float(start[-1])
+    return True
+
+
+def _at(chunks: Chunks, j: np.ndarray) -> dict[str, np.ndarray]:
+    """The running, waiting, kv_usage, num_finished and end (float) of steps ``j`` (rows in start order)."""
+    names = ("num_running", "num_waiting", "kv_usage", "num_finished")
+    out = {c: np.zeros(len(j)) for c in (*names, "end")}
+    offset = 0
+    for c in chunks():
+        m = len(c["start"])
+        sel = (j >= offset) & (j < offset + m)
+        jj = j[sel] - offset
+        for name in names:
+            out[name][sel] = c[name][jj].astype(np.float64)
+        out["end"][sel] = c["start"][jj].astype(np.float64) + c["duration"][jj].astype(np.float64)
+        offset += m
+    return out
