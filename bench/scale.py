@@ -1,7 +1,8 @@
 """Scale (not a test): wall time, peak RSS and steps/s of one engine at 10k / 100k / 1M requests, with and
 without ``--out``, each run its own ``servesim run`` process measured by ``/usr/bin/time``-style rusage.
 
-    .venv/bin/python bench/scale.py [--sizes 10000,100000] [--rate 2.0] [--no-out] [--horizon S] [--tree DIR ...]
+    .venv/bin/python bench/scale.py [--sizes 10000,100000] [--rate 2.0] [--no-out | --out-only] [--horizon S]
+                                    [--tree DIR ...]
 
 The config is examples/quickstart.toml (Mistral-7B on an RTX 4090, Poisson at ``--rate`` req/s, a load it
 sustains) with ``num_requests`` set; ``--horizon`` cuts every run at that many simulated seconds (the lazy
@@ -59,6 +60,7 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=2.0)
     ap.add_argument("--horizon", type=float, default=None)
     ap.add_argument("--no-out", action="store_true", help="skip the --out runs")
+    ap.add_argument("--out-only", action="store_true", help="only the --out runs (a 1M-request run is minutes)")
     ap.add_argument("--tree", action="append", default=[], help="another checkout to run too, alternating")
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -66,7 +68,7 @@ def main() -> int:
     print(f"machine probe (10 M additions): {machine_probe():.2f} s")
     rows = []
     for n in sizes:
-        for with_out in ([False] if args.no_out else [False, True]):
+        for with_out in [False] if args.no_out else [True] if args.out_only else [False, True]:
             for tree in trees:
                 with tempfile.TemporaryDirectory() as d:
                     r = one(n, args.rate, d if with_out else None, args.horizon, tree)

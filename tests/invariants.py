@@ -273,8 +273,8 @@ def check_any_result(res: SimResult) -> None:
     assert ((n_out >= 1) & (n_out <= fin["output_len"].to_numpy(float))).all(), "output tokens out of range"
     ended = df[status.isin(["rejected", "timed_out"])]
     assert ended["finish_reason"].notna().all(), "a request ended without a reason"
-    steps = res.steps
-    if len(steps):
-        kv = steps["kv_usage"].to_numpy(float)
+    steps = res.step_columns(("kv_usage", "duration"))  # the stored columns: the result stays as built
+    if len(steps["duration"]):
+        kv = steps["kv_usage"].astype(float)
         assert ((kv >= -1e-12) & (kv <= 1 + 1e-12)).all(), "KV usage outside [0, 1]"
-        assert (steps["duration"].to_numpy(float) >= 0).all(), "a step of negative length"
+        assert (steps["duration"].astype(float) >= 0).all(), "a step of negative length"

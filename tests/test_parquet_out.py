@@ -36,3 +36,27 @@ def test_an_object_column_is_written_in_one_go(tmp_path):
     assert pq.ParquetFile(tmp_path / "o.parquet").num_row_groups == 1
     df.to_parquet(tmp_path / "p.parquet", index=False)
     _same_file(tmp_path / "p.parquet", tmp_path / "o.parquet")
+
+
+def test_steps_are_written_from_the_stores_without_the_frame(tmp_path, monkeypatch):
+    """A result's summary, steps.parquet, steps.jsonl and time series are made from the step stores'
+    narrow columns (the frame is never built), and are byte for byte what the built frame gives."""
+    import sim.app.parquet_out as po
+    from sim.app.results import summarize, write_outputs
+    from sim.engine.recorder import StepTable
+
+    monkeypatch.setattr(po, "ROWS_PER_GROUP", 100)  # several row groups
+    lazy, built = CASES["quickstart"](), CASES["quickstart"]()  # one engine (a cluster report builds the frame)
+    frame = built.steps  # builds it: every reader below then takes the frame
+    assert isinstance(lazy.__dict__["_steps"], StepTable) and lazy.num_steps == len(frame) > 300
+    s_lazy, s_built = summarize(lazy), summarize(built)
+    for s in (s_lazy, s_built):
+        s["meta"].pop("wall_time_s")
+    assert s_lazy == s_built
+    a = write_outputs(lazy, tmp_path / "a", summary=s_lazy, step_trace=True)
+    b = write_outputs(built, tmp_path / "b", summary=s_built, step_trace=True)
+    assert isinstance(lazy.__dict__["_steps"], StepTable)  # still not built
+    for key in ("steps", "step_trace", "timeseries"):
+        assert a[key].read_bytes() == b[key].read_bytes(), key
+    assert pq.ParquetFile(a["steps"]).num_row_groups == -(-len(frame) // 100)
+    pd.testing.assert_frame_equal(lazy.steps, frame)

@@ -29,12 +29,14 @@ def test_counts_widen_and_zero_columns_stay_empty():
     s = StepStore(usable)
     rows = [_row(num_free_blocks=usable, num_running=3), _row(num_free_blocks=40, num_prefill_tokens=40_000),
             _row(num_free_blocks=1, num_waiting=3_000_000_000), _row(num_free_blocks=2, num_swap_out_blocks=7,
-                                                                      num_swapped_blocks=7)]  # fmt: skip
+                                                                      num_swapped_blocks=7),
+            _row(num_free_blocks=3, num_decode_tokens=200)]  # fmt: skip
     for j, r in enumerate(rows):
         s.append(float(j), 0.5, r, 1.0 - r[COUNT_COLUMNS.index("num_free_blocks")] / usable)
     typecodes = {c: (a.typecode if a is not None else None) for c, a in zip(COUNT_COLUMNS, s.counts, strict=True)}
     assert typecodes["num_prefill_tokens"] == "i" and typecodes["num_waiting"] == "q"
-    assert typecodes["num_running"] == "h" and typecodes["num_swap_out_blocks"] == "h"
+    assert typecodes["num_running"] == "b" and typecodes["num_swap_out_blocks"] == "b"
+    assert typecodes["num_decode_tokens"] == "h"  # int8 widened once a value passed 127
     assert typecodes["num_swap_in_blocks"] is None and typecodes["num_cached_blocks"] is None
     assert s.kv_usage is None  # every step's usage was the derived one: nothing stored
     cols = s.columns()
@@ -76,3 +78,78 @@ def test_a_count_beyond_int64_is_refused_by_name():
     s = StepStore(10)
     with pytest.raises(ResultsIntegrityError, match="num_running"):
         s.append(0.0, 1.0, _row(num_free_blocks=10, num_running=2**63), 0.0)
+
+
+def _recorders(seed: int) -> list:
+    """Two replicas' recorders: one deriving kv_usage, one storing it; a count past int16 in one."""
+    from sim.engine.recorder import Recorder
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for replica, (usable, n) in enumerate(((100, 700), (0, 500))):
+        rec = Recorder(replica=replica)
+        if usable:
+            rec.set_usable_blocks(usable)
+        for j in range(n):
+            free = int(rng.integers(0, 100))
+            row = _row(num_free_blocks=free, num_running=int(rng.integers(0, 9)),
+                       num_decode_tokens=int(rng.integers(0, 9)),
+                       num_prefill_tokens=int(rng.integers(0, 3)) * (40_000 if j == 321 else 5))  # fmt: skip
+            rec.steps.append(j * 0.25, float(rng.random()), row, 1.0 - free / 100 if usable else float(rng.random()))
+        out.append(rec)
+    return out
+
+
+def test_step_table_slices_and_columns_are_the_whole_frame():
+    """A StepTable's slices (crossing the replicas' boundary) and narrow columns have the values and
+    dtypes of the frame Recorder.steps_frame gives, concatenated."""
+    import pandas as pd
+
+    from sim.engine.recorder import FRAME_COLUMNS, StepTable
+
+    whole = StepTable(_recorders(1)).whole()
+    assert list(whole.columns) == list(FRAME_COLUMNS) and len(whole) == 1200
+    table = StepTable(_recorders(1))
+    parts = [table.frame(i, i + 333) for i in range(0, len(table), 333)]
+    got = pd.concat(parts, ignore_index=True)
+    pd.testing.assert_frame_equal(got, whole, check_exact=True)
+    cols = table.columns(FRAME_COLUMNS)
+    for c in FRAME_COLUMNS:
+        np.testing.assert_array_equal(cols[c], whole[c].to_numpy(), err_msg=c)
+    assert cols["num_running"].dtype == np.int8  # narrow as stored: only the frame widens
+    assert len(table.columns(["kv_usage"], 1000, 1000)["kv_usage"]) == 0
+
+
+@pytest.mark.parametrize("idle", [0.0, 0.05, 0.9])
+def test_starts_are_rebuilt_exactly_where_steps_follow_each_other(idle: float, monkeypatch) -> None:
+    """Starts stored only after idle time and at checkpoints (every 8 steps here), the rest rebuilt by
+    the clock's additions: every slice equals the starts given, steps one by one or as decode runs; an
+    engine idle before most steps (0.9) switches to storing every start."""
+    import sim.engine.step_store as ss
+
+    monkeypatch.setattr(ss, "CHECKPOINT_MASK", 7)
+    monkeypatch.setattr(ss, "DENSE", 4)
+    rng = np.random.default_rng(int(idle * 100))
+    s, given, t = StepStore(100), [], 0  # the clock starts as the int 0, as SimPy's does
+    while len(given) < 3000:
+        if rng.random() < idle:
+            t = t + float(rng.random()) * 3  # idle until the next arrival
+        if rng.random() < 0.3:  # a decode run: its starts as sim/engine/fastforward.py step_times adds them
+            k = int(rng.integers(1, 40))
+            d = rng.random(k) * 0.03
+            starts = np.cumsum(np.concatenate(([t], d)))[:-1]
+            s.extend(starts, d, [0, np.ones(k, dtype=np.int64), 1, 0, 0, 0, np.full(k, 5), 0, 0, 0, 0], 100)
+            given += starts.tolist()
+            t = float(starts[-1] + d[-1])
+        else:
+            d1 = float(rng.random()) * 0.03
+            s.append(t, d1, _row(num_free_blocks=5), 0.95)
+            given.append(float(t))
+            t = t + d1
+    assert (s.start is not None) == (idle == 0.9)
+    want = np.array(given)
+    np.testing.assert_array_equal(s.column("start"), want)
+    for lo, hi in ((0, 1), (5, 6), (7, 9), (1000, 2999), (2999, 4000), (13, 13)):
+        np.testing.assert_array_equal(s.column("start", lo, hi), want[lo:hi])
+    np.testing.assert_array_equal(s.columns()["start"], want)
+    assert s.end_time() == float((want + s.column("duration")).max())

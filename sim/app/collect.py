@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from sim.app.results import SimResult
 from sim.core.request import Request, RequestSpec, Status
+from sim.engine.gaps import GapTable
 from sim.engine.loop import Engine
-from sim.engine.recorder import Recorder
+from sim.engine.recorder import Recorder, StepTable
 from sim.engine.request_log import RequestLog, requests_frame
 
 _STATUS = {Status.FINISHED: "finished", Status.REJECTED: "rejected", Status.TIMED_OUT: "timed_out"}
@@ -59,9 +59,8 @@ def assemble(
     requests = requests_frame(rows)
     if annotate is not None:
         requests = annotate(requests)
-    frames = [r.steps_frame(release=True) for r in recorders]  # the result is the steps' last reader
-    steps = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-    itl = [r.itl() for r in recorders]
+    # The steps stay in the stores' narrow columns: the frame is built only if a reader asks for it
+    steps = StepTable(list(recorders))
     if not merge_traces:
         (trace,) = [r.trace for r in recorders]
     elif any(r.trace is not None for r in recorders):
@@ -72,8 +71,9 @@ def assemble(
     return SimResult(
         requests=requests,
         steps=steps,
-        itl_values=itl[0][0] if len(itl) == 1 else np.concatenate([v for v, _ in itl]),
-        itl_weights=itl[0][1] if len(itl) == 1 else np.concatenate([w for _, w in itl]),
+        # the gaps too: rebuilt from the recorders' stores when read (sim/engine/gaps.py)
+        itl_values=GapTable([(r.gaps, r.steps) for r in recorders]),
+        itl_weights=None,
         step_trace=trace,
         config=config,
         horizon=horizon,

@@ -4,7 +4,7 @@ would be a third copy). The file reads back to the same frame as ``to_parquet`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -23,12 +23,17 @@ def write_parquet(frame: pd.DataFrame, path: str | Path,
     if len(frame) <= rows_per_group or any(pd.api.types.is_object_dtype(t) for t in frame.dtypes):
         (frame if transform is None else transform(frame)).to_parquet(path, index=False)
         return
+    parts = (frame.iloc[i : i + rows_per_group] for i in range(0, len(frame), rows_per_group))
+    write_parquet_slices(parts if transform is None else map(transform, parts), path)
+
+
+def write_parquet_slices(parts: Iterable[pd.DataFrame], path: str | Path) -> None:
+    """A table given as consecutive slices of more than one row group in all, made one at a time (a big
+    run's step table is never whole), each a row group: the file ``write_parquet`` writes of the whole
+    frame. No object columns (Arrow would infer their type per slice)."""
     writer: pq.ParquetWriter | None = None
     try:
-        for i in range(0, len(frame), rows_per_group):
-            part = frame.iloc[i : i + rows_per_group]
-            if transform is not None:
-                part = transform(part)
+        for part in parts:
             table = pa.Table.from_pandas(part, preserve_index=False,
                                          schema=None if writer is None else writer.schema)  # fmt: skip
             if writer is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from plotly.subplots import make_subplots
 from sim.app.plotlyjs import PlotlyJS, as_plotlyjs
 from sim.app.report_style import SERIES_COLORS, SLO_COLOR, common_label, run_colors, run_label, spans_decades
 from sim.app.results import SimResult, parse_slo, request_metrics, time_series
+from sim.app.stats import ecdf_blocks
 from sim.core.errors import ConfigError
 
 DEFAULT_COMPARE_METRICS = (
@@ -66,8 +67,8 @@ def _ecdf(values: np.ndarray, weights: np.ndarray | None = None) -> tuple[np.nda
 
 
 def _span(result: SimResult) -> float:
-    st = result.steps
-    return float((st["start"] + st["duration"]).max()) if len(st) else 0.0
+    st = result.step_columns(("start", "duration"))
+    return float((st["start"] + st["duration"]).max()) if len(st["start"]) else 0.0
 
 
 def label(result: SimResult) -> str:
@@ -78,7 +79,9 @@ def label(result: SimResult) -> str:
 def _kv_breakdown(result: SimResult) -> list[tuple[str, pd.Series]]:
     """Cached-but-free and swapped-out KV as % of the GPU pool, per step (one replica only): the usage
     line counts neither, since vLLM reports cached unreferenced blocks as free."""
-    steps = result.steps
+    # the stored columns (counts maybe narrower than the frame's: the shares below are float)
+    steps = pd.DataFrame(result.step_columns(("replica", "start", "num_cached_blocks", "num_swapped_blocks")),
+                         copy=False)  # fmt: skip
     usable = (result.meta.get("num_gpu_blocks") or 0) - 1
     if usable <= 0 or steps.empty or steps["replica"].nunique() != 1:
         return []
@@ -128,8 +131,19 @@ def _latency_samples(res: SimResult) -> dict[str, tuple[np.ndarray, np.ndarray |
     out: dict[str, tuple[np.ndarray, np.ndarray | None]] = {
         m: (fin[f"{m}_s"].to_numpy(float) * 1000.0, None) for m in ("ttft", "tpot", "e2el")
     }
-    out["itl"] = (res.itl_values * 1000.0, res.itl_weights)
+    out["itl"] = (GapsMs(res), None)  # a block at a time: a big run has ~4·10^7 gaps
     return out
+
+
+class GapsMs:
+    """A result's inter-token gaps in ms with their counts, as blocks (SimResult.gap_blocks): what
+    ``_ecdf`` and ``spans_decades`` read without the whole sample or its sorted copy in memory."""
+
+    def __init__(self, res: SimResult) -> None:
+        self.res = res
+
+    def __call__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        return ((v * 1000.0, w) for v, w in self.res.gap_blocks())
 
 
 def _slo_marks(fig: go.Figure, slo: Mapping[str, float] | None, logs: dict[str, bool]) -> None:
@@ -167,7 +181,8 @@ def fig_latency_cdf(result: SimResult | Mapping[str, SimResult], slo: Mapping[st
                         subplot_titles=[f"{t} (ms{', log' if logs[m] else ''})" for m, t in _CDF_METRICS])  # fmt: skip
     for name, per in samples.items():
         for col, (metric, _) in enumerate(_CDF_METRICS, start=1):
-            x, y = _ecdf(*per[metric])
+            values, weights = per[metric]
+            x, y = ecdf_blocks(values, _MAX_POINTS) if isinstance(values, GapsMs) else _ecdf(values, weights)
             fig.add_trace(go.Scatter(x=_f32(x), y=_f32(y), name=name, legendgroup=name, showlegend=col == 1,
                                      line={"color": colors[name]}), 1, col)  # fmt: skip
     _slo_marks(fig, slo, logs)

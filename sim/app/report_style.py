@@ -3,14 +3,14 @@ say which deployment ran (model, GPU, preset, workload), and when a latency axis
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from plotly.colors import qualitative
 
-from sim.app.stats import weighted_percentiles
+from sim.app.stats import weighted_percentiles_blocks
 
 RUN_PALETTE: tuple[str, ...] = tuple(qualitative.Plotly)
 # Timeline series keep their colour across subplots and across runs.
@@ -34,20 +34,24 @@ def run_colors(names: Iterable[str]) -> dict[str, str]:
 
 def spans_decades(samples: Iterable[tuple[np.ndarray, np.ndarray | None]], ratio: float = LOG_SPAN) -> bool:
     """True when the pooled positive values' maximum is over ``ratio`` times their 1st percentile
-    (``samples``: (values, counts or None) pairs): on a linear axis the bulk would be squashed against the
-    left edge (a fast policy's TTFT next to a queueing one's, decode gaps next to a prefill stall)."""
-    vals, wts = [], []
-    for v, w in samples:
-        v = np.asarray(v, dtype=float)
-        vals.append(v)
-        wts.append(np.ones(v.size, dtype=np.int64) if w is None else np.asarray(w, dtype=np.int64))
-    v = np.concatenate(vals) if vals else np.empty(0)
-    w = np.concatenate(wts) if wts else np.empty(0, dtype=np.int64)
-    keep = np.isfinite(v) & (v > 0) & (w > 0)
-    if keep.sum() < 2:
+    (``samples``: (values, counts or None) pairs, or (a callable giving (values, counts) blocks, None)):
+    on a linear axis the bulk would be squashed against the left edge (a fast policy's TTFT next to a
+    queueing one's, decode gaps next to a prefill stall). Pooled a block at a time."""
+    parts = list(samples)
+
+    def positive() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for v, w in parts:
+            for bv, bw in (v() if callable(v) else [(v, w)]):
+                bv = np.asarray(bv, dtype=float)
+                bw = np.ones(bv.size, dtype=np.int64) if bw is None else np.asarray(bw, dtype=np.int64)
+                keep = np.isfinite(bv) & (bv > 0) & (bw > 0)
+                yield bv[keep], bw[keep]
+
+    kept = sum(len(v) for v, _ in positive())
+    if kept < 2:
         return False
-    lo = float(weighted_percentiles(v[keep], w[keep], [1.0])[0])
-    return bool(lo > 0 and float(v[keep].max()) / lo > ratio)
+    lo = float(weighted_percentiles_blocks(positive, [1.0])[0])
+    return bool(lo > 0 and max(float(v.max()) for v, _ in positive() if len(v)) / lo > ratio)
 
 
 def _num(v: Any) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,13 +27,20 @@ from sim.app.slo import (  # noqa: F401  (re-exported: the SLO parsing callers i
     slo_from_goodput_args,
 )
 from sim.app.stats import (  # noqa: F401  (weighted_percentiles is re-exported)
+    clean_blocks,
     clean_weighted,
     p_word,
     stats_ms,
+    stats_ms_blocks,
     time_weighted,
+    time_weighted_blocks,
     weighted_percentiles,
+    weighted_percentiles_blocks,
 )
+from sim.app.timeseries import TIMESERIES_COLUMNS, time_series  # noqa: F401  (re-exported)
 from sim.core.errors import ConfigError, ResultsIntegrityError
+from sim.engine.gaps import GapTable
+from sim.engine.recorder import FRAME_COLUMNS, StepTable
 from sim.engine.request_log import REQUEST_COLUMNS
 
 STEP_COLUMNS = (
@@ -41,12 +48,15 @@ STEP_COLUMNS = (
     "num_running", "num_waiting", "num_preempted", "num_finished", "kv_usage", "num_free_blocks",
 )  # fmt: skip
 STATUSES = ("finished", "rejected", "timed_out", "in_flight", "not_arrived")
-TIMESERIES_COLUMNS = ("t", "prompt_throughput", "gen_throughput", "running", "waiting", "kv_cache_pct")
 
 
 @dataclass
 class SimResult:
-    """Everything a finished (or horizon-cut) simulation hands to the results layer."""
+    """Everything a finished (or horizon-cut) simulation hands to the results layer.
+
+    ``steps`` may be given as a StepTable (sim/engine/recorder.py): the frame is then built on first
+    access, and the summary and the writers read the table's narrow columns instead (``step_columns``,
+    ``step_slices``), so a run that only summarises never holds the int64 frame."""
 
     requests: pd.DataFrame
     steps: pd.DataFrame
@@ -58,19 +68,87 @@ class SimResult:
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name, frame, cols in (
-            ("requests", self.requests, REQUEST_COLUMNS),
-            ("steps", self.steps, STEP_COLUMNS),
-        ):
-            missing = [c for c in cols if c not in frame.columns]
+        checks = [("requests", list(self.requests.columns), REQUEST_COLUMNS)]
+        s = self.__dict__["_steps"]
+        checks.append(("steps", list(FRAME_COLUMNS if isinstance(s, StepTable) else s.columns), STEP_COLUMNS))
+        for name, have, cols in checks:
+            missing = [c for c in cols if c not in have]
             if missing:
                 raise ResultsIntegrityError(f"SimResult.{name} lacks columns {missing}")
+        if isinstance(self.__dict__["_itl_values"], GapTable):
+            return  # built from the recorders: arrays of one length when read
         self.itl_values = np.asarray(self.itl_values, dtype=np.float64).ravel()
         self.itl_weights = np.asarray(self.itl_weights).ravel()
         if self.itl_values.shape != self.itl_weights.shape:
             raise ResultsIntegrityError(
                 f"itl_values has {self.itl_values.size} entries but itl_weights {self.itl_weights.size}"
             )
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.__dict__["_steps"])
+
+    def step_columns(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """The named step columns' values, without building the frame when it is not built yet (counts
+        may then be narrower than int64: compute with them, do not hand them out as the table). A
+        given frame's columns only: an optional one it lacks is left out."""
+        s = self.__dict__["_steps"]
+        if isinstance(s, StepTable):
+            return s.columns(tuple(names))
+        return {c: s[c].to_numpy() for c in names if c in s.columns}
+
+    def gap_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The inter-token gaps (values, weights) in consecutive blocks: ``itl_values`` / ``itl_weights``
+        without building them when they are not built yet."""
+        g = self.__dict__["_itl_values"]
+        return g.blocks() if isinstance(g, GapTable) else iter([(self.itl_values, self.itl_weights)])
+
+    def step_chunks(self, names: Sequence[str], rows: int = 1 << 18) -> Iterator[dict[str, np.ndarray]]:
+        """``step_columns(names)`` in consecutive chunks of ``rows`` steps (a derived column is computed
+        a chunk at a time)."""
+        s = self.__dict__["_steps"]
+        for i in range(0, len(s), rows):
+            if isinstance(s, StepTable):
+                yield s.columns(tuple(names), i, i + rows)
+            else:
+                yield {c: s[c].to_numpy()[i : i + rows] for c in names if c in s.columns}
+
+    def step_slices(self, rows: int) -> Iterator[pd.DataFrame]:
+        """The steps frame in slices of ``rows`` rows, each equal to ``steps.iloc[i : i + rows]`` (its
+        index from 0 when the frame is not built: the slices are built one at a time)."""
+        s = self.__dict__["_steps"]
+        for i in range(0, len(s), rows):
+            yield s.frame(i, i + rows) if isinstance(s, StepTable) else s.iloc[i : i + rows]
+
+
+def _get_steps(self: SimResult) -> pd.DataFrame:
+    s = self.__dict__["_steps"]
+    if isinstance(s, StepTable):
+        _gaps(self)  # the decode runs' gaps are rebuilt from the step stores, which the frame empties
+        s = self.__dict__["_steps"] = s.whole()
+    return s
+
+
+def _gaps(self: SimResult) -> tuple[np.ndarray, np.ndarray]:
+    g = self.__dict__["_itl_values"]
+    if isinstance(g, GapTable):
+        self.__dict__["_itl_values"], self.__dict__["_itl_weights"] = g.arrays()
+    return self.__dict__["_itl_values"], self.__dict__["_itl_weights"]
+
+
+def _setter(name: str) -> Any:
+    def put(self: SimResult, value: Any) -> None:
+        self.__dict__[name] = value
+
+    return put
+
+
+# The dataclass fields ``steps``, ``itl_values`` and ``itl_weights``, read through properties (set after
+# the class is made: a property in the class body would be the field's default): a StepTable becomes
+# the frame, a GapTable the two arrays, on first access.
+SimResult.steps = property(_get_steps, _setter("_steps"))  # type: ignore[assignment]
+SimResult.itl_values = property(lambda self: _gaps(self)[0], _setter("_itl_values"))  # type: ignore[assignment]
+SimResult.itl_weights = property(lambda self: _gaps(self)[1], _setter("_itl_weights"))  # type: ignore[assignment]
 
 
 def empty_requests_frame() -> pd.DataFrame:
@@ -98,7 +176,7 @@ def request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     ``ttft_client_s``/``e2el_client_s``, and ``input_path_time_s`` = engine arrival − send; queue_time_s stays
     engine-side.
     """
-    df = requests.copy()
+    df = requests.copy(deep=False)  # copy-on-write: the new columns leave ``requests`` as it is
     arrival = df["arrival_time"].astype(float)
     first = df["first_token_time"].astype(float)
     finish = df["finish_time"].astype(float)
@@ -141,12 +219,17 @@ def _check_counts(df: pd.DataFrame, meta: Mapping[str, Any]) -> dict[str, int]:
     expected = meta.get("num_requests")
     if expected is not None and int(expected) != sum(counts.values()):
         raise ResultsIntegrityError(f"workload had {expected} requests but {n} were recorded")
-    fin = df[status == "finished"]
+    fin = _rows(df, status == "finished")
     bad_rows = fin["request_id"][~np.isfinite(fin["finish_time"].astype(float))
                                  | ~np.isfinite(fin["first_token_time"].astype(float))]  # fmt: skip
     if len(bad_rows):
         raise ResultsIntegrityError(f"finished requests without timestamps: {list(bad_rows.head(5))}")
     return counts
+
+
+def _rows(df: pd.DataFrame, mask: pd.Series) -> pd.DataFrame:
+    """``df[mask]``, without a copy of every column when the mask keeps every row (a finished run)."""
+    return df if bool(mask.all()) else df[mask]
 
 
 def _good_mask(fin: pd.DataFrame, limits: Mapping[str, float]) -> np.ndarray:
@@ -160,7 +243,13 @@ def _good_mask(fin: pd.DataFrame, limits: Mapping[str, float]) -> np.ndarray:
 
 
 # ---- summary --------------------------------------------------------------------------------------------
-def _duration(df: pd.DataFrame, steps: pd.DataFrame, horizon: float | None, remaining: int) -> float:
+def _steps_end(result: SimResult) -> float:
+    """When the last step ended (NaN with no steps)."""
+    return max((float((c["start"] + c["duration"]).max()) for c in result.step_chunks(("start", "duration"))),
+               default=float("nan"))  # fmt: skip
+
+
+def _duration(df: pd.DataFrame, result: SimResult, horizon: float | None, remaining: int) -> float:
     """First arrival → last finish; the horizon instead when the run was cut with requests left."""
     arrived = df.loc[df["status"] != "not_arrived", "arrival_time"].astype(float)
     if arrived.empty:
@@ -170,14 +259,13 @@ def _duration(df: pd.DataFrame, steps: pd.DataFrame, horizon: float | None, rema
         end = float(horizon)
     else:
         ends = [float(df["finish_time"].astype(float).max(skipna=True) if len(df) else np.nan)]
-        if len(steps):
-            ends.append(float((steps["start"] + steps["duration"]).max()))
+        ends.append(_steps_end(result))
         ends = [e for e in ends if math.isfinite(e)]
         end = max(ends) if ends else t0
     return max(end - t0, 0.0)
 
 
-def _peaks(fin: pd.DataFrame, steps: pd.DataFrame) -> tuple[float, int]:
+def _peaks(fin: pd.DataFrame, result: SimResult) -> tuple[float, int]:
     """vllm bench's peak output tokens/s and peak concurrency over 1-s buckets from the first send.
 
     Token times come from the steps (decode tokens at each step's end) plus each first token.
@@ -187,10 +275,10 @@ def _peaks(fin: pd.DataFrame, steps: pd.DataFrame) -> tuple[float, int]:
     t0 = float(fin["arrival_time"].min())
     n = int(math.ceil(float(fin["finish_time"].max()) - t0)) + 1
     tokens = np.zeros(n)
-    if len(steps):
-        b = np.floor((steps["start"] + steps["duration"]).to_numpy(float) - t0).astype(np.int64)
+    for c in result.step_chunks(("start", "duration", "num_decode_tokens")):  # adds in step order, as whole
+        b = np.floor((c["start"] + c["duration"]) - t0).astype(np.int64)
         ok = (b >= 0) & (b < n)
-        np.add.at(tokens, b[ok], steps["num_decode_tokens"].to_numpy(float)[ok])
+        np.add.at(tokens, b[ok], c["num_decode_tokens"].astype(np.float64)[ok])
     fb = np.floor(fin["first_token_time"].to_numpy(float) - t0).astype(np.int64)
     np.add.at(tokens, fb[(fb >= 0) & (fb < n)], 1.0)
     conc = np.zeros(n + 1)
@@ -210,10 +298,9 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     limits, pct_slos = parse_slo(slo)
     df = request_metrics(result.requests)
     counts = _check_counts(df, result.meta)
-    fin = df[df["status"] == "finished"]
-    steps = result.steps
+    fin = _rows(df, df["status"] == "finished")
     remaining = counts["in_flight"] + counts["not_arrived"]
-    duration = _duration(df, steps, result.horizon, remaining)
+    duration = _duration(df, result, result.horizon, remaining)
     completed = len(fin)
     total_in = int(fin["prompt_len"].sum())
     total_out = int(fin["num_output_tokens"].sum())
@@ -222,7 +309,7 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
         return x / duration if duration > 0 else 0.0
 
     good = _good_mask(fin, limits) if limits else None
-    peak_tok, peak_conc = _peaks(fin, steps)
+    peak_tok, peak_conc = _peaks(fin, result)
     s: dict[str, Any] = {
         "num_prompts": sum(counts.values()),
         "duration": duration,
@@ -240,7 +327,7 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     qs = [float(q) for q in percentiles]
     for m in ("ttft", "tpot", "e2el"):
         s.update(stats_ms(m, fin[f"{m}_s"].to_numpy(float), qs))
-    s.update(stats_ms("itl", result.itl_values, qs, result.itl_weights))  # engine-side gaps
+    s.update(stats_ms_blocks("itl", result.gap_blocks, qs))  # engine-side gaps, a block at a time
     client = "ttft_client_s" in df.columns  # [frontend]: the headline ttft/tpot/e2el are client-side
     s["latency_basis"] = "client" if client else "engine"
     if client:
@@ -260,12 +347,18 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     s["num_swap_outs"] = int(swap.get("num_swap_outs", 0))
     s["num_swap_ins"] = int(swap.get("num_swap_ins", 0))
     s["prefix_cache_hit_rate"] = _prefix_hit_rate(df, result.meta)
-    dur = steps["duration"]
-    s["mean_kv_cache_usage"] = time_weighted(steps["kv_usage"], dur)
-    s["max_kv_cache_usage"] = float(steps["kv_usage"].max()) if len(steps) else None
-    s["mean_num_running"] = time_weighted(steps["num_running"], dur)
-    s["mean_num_waiting"] = time_weighted(steps["num_waiting"], dur)
-    s["max_num_waiting"] = int(steps["num_waiting"].max()) if len(steps) else None
+    # from the stored step columns a chunk at a time (no frame, no whole-length temporaries)
+    def mean(col: str) -> float | None:
+        return time_weighted_blocks(result.num_steps, lambda: ((c[col], c["duration"])
+                                                               for c in result.step_chunks((col, "duration"))))
+
+    maxima = [(float(c["kv_usage"].max()), int(c["num_waiting"].max()))
+              for c in result.step_chunks(("kv_usage", "num_waiting"))]  # fmt: skip
+    s["mean_kv_cache_usage"] = mean("kv_usage")
+    s["max_kv_cache_usage"] = max(m[0] for m in maxima) if maxima else None
+    s["mean_num_running"] = mean("num_running")
+    s["mean_num_waiting"] = mean("num_waiting")
+    s["max_num_waiting"] = max(m[1] for m in maxima) if maxima else None
     s.update(stats_ms("queue_time", df["queue_time_s"].to_numpy(float), qs))
 
     s["slo"] = dict(slo) if slo else None
@@ -296,8 +389,8 @@ def _percentile_checks(pct_slos: Mapping[str, tuple[str, float, float]], fin: pd
     out: dict[str, dict[str, Any]] = {}
     for key, (metric, q, target) in pct_slos.items():
         if metric == "itl":
-            v, w = clean_weighted(result.itl_values, result.itl_weights)
-            value = float(weighted_percentiles(v, w, [q])[0]) if v.size else None
+            some = any(len(v) for v, _ in clean_blocks(result.gap_blocks))
+            value = float(weighted_percentiles_blocks(result.gap_blocks, [q])[0]) if some else None
         else:
             col = (df if metric == "queue_time" else fin)[f"{metric}_s"].to_numpy(float)
             col = col[np.isfinite(col)]
@@ -305,67 +398,6 @@ def _percentile_checks(pct_slos: Mapping[str, tuple[str, float, float]], fin: pd
         value = None if value is None else value * 1000.0
         out[key] = {"target": target, "value": value, "met": value is not None and value <= target}
     return out
-
-
-# ---- time series ----------------------------------------------------------------------------------------
-def time_series(result: SimResult, interval: float = 1.0, by_replica: bool = False) -> pd.DataFrame:
-    """Steps resampled onto ticks t = interval, 2·interval, ... like vLLM's periodic stats log.
-
-    Throughputs count tokens of steps that *ended* in (t − interval, t] (vLLM records iteration stats
-    at step end). As in vLLM V1's IterationStats, a request's prompt counts once, when its first token
-    comes (recomputation after a preemption is not prompt throughput); generated tokens are decode tokens
-    plus each request's first token. running, waiting
-    and kv_cache_pct are the latest scheduler snapshot at t; after the last step of an idle period the
-    requests that step finished are no longer running. Replicas are summed (kv: averaged) unless
-    ``by_replica``. Columns match ``data/e2e/*/timeseries.csv``.
-    """
-    if not interval > 0:
-        raise ConfigError(f"time_series interval must be > 0, got {interval}")
-    cols = list(TIMESERIES_COLUMNS) + (["replica"] if by_replica else [])
-    steps = result.steps
-    if steps.empty:
-        return pd.DataFrame({c: pd.Series(dtype=float) for c in cols})
-    req = result.requests
-    ends_all = (steps["start"] + steps["duration"]).to_numpy(float)
-    t_end = max(float(ends_all.max()), float(np.nanmax(req["finish_time"].to_numpy(float), initial=0.0)))
-    n = max(1, int(math.ceil(t_end / interval - 1e-9)))
-    grid = interval * np.arange(1, n + 1)
-    frames = []
-    for rep, s in steps.groupby("replica", sort=True):
-        s = s.sort_values("start", kind="stable")
-        start = s["start"].to_numpy(float)
-        end = start + s["duration"].to_numpy(float)
-        k = np.clip(np.ceil(end / interval - 1e-9).astype(np.int64) - 1, 0, n - 1)
-        gen = np.bincount(k, weights=s["num_decode_tokens"].to_numpy(float), minlength=n)
-        mine = req["replica"] == rep
-        ft = req.loc[mine, "first_token_time"].to_numpy(float)
-        plen = req.loc[mine, "prompt_len"].to_numpy(float)
-        ok = np.isfinite(ft)
-        tick = np.clip(np.ceil(ft[ok] / interval - 1e-9).astype(np.int64) - 1, 0, n - 1)
-        prompt = np.bincount(tick, weights=plen[ok], minlength=n)
-        gen += np.bincount(tick, minlength=n)
-        idx = np.searchsorted(start, grid, side="right") - 1
-        has = idx >= 0
-        j = np.where(has, idx, 0)
-        running = np.where(has, s["num_running"].to_numpy(float)[j], 0.0)
-        waiting = np.where(has, s["num_waiting"].to_numpy(float)[j], 0.0)
-        kv = np.where(has, s["kv_usage"].to_numpy(float)[j], 0.0)
-        idle = has & (end[j] <= grid)
-        running = np.where(idle, np.maximum(running - s["num_finished"].to_numpy(float)[j], 0.0), running)
-        kv = np.where(idle & (running == 0), 0.0, kv)
-        frames.append(pd.DataFrame({
-            "t": grid, "prompt_throughput": prompt / interval, "gen_throughput": gen / interval,
-            "running": running, "waiting": waiting, "kv_cache_pct": kv * 100.0, "replica": rep,
-        }))  # fmt: skip
-    ts = pd.concat(frames, ignore_index=True)
-    if not by_replica:
-        ts = ts.groupby("t", as_index=False, sort=True).agg(
-            prompt_throughput=("prompt_throughput", "sum"), gen_throughput=("gen_throughput", "sum"),
-            running=("running", "sum"), waiting=("waiting", "sum"), kv_cache_pct=("kv_cache_pct", "mean"),
-        )  # fmt: skip
-    ts["running"] = ts["running"].astype(np.int64)
-    ts["waiting"] = ts["waiting"].astype(np.int64)
-    return ts[cols].reset_index(drop=True)
 
 
 # ---- files ----------------------------------------------------------------------------------------------
@@ -390,42 +422,6 @@ def to_jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-_TRACE_FIELDS = {  # steps column -> steps.jsonl field
-    "step": "step", "replica": "replica", "start": "time", "duration": "duration",
-    "num_scheduled_tokens": "scheduled", "num_preempted": "preempted", "num_finished": "finished",
-    "num_running": "num_running", "num_waiting": "num_waiting", "num_free_blocks": "num_free_blocks",
-    "kv_usage": "kv_usage",
-}  # fmt: skip
-
-
-TRACE_SLICE = 50_000  # steps per to_json call: bounds the text held at once (~1 KB a step)
-
-
-def _write_step_trace(result: SimResult, path: Path) -> None:
-    """The engine's own step records when it kept them, else one line per row of the steps frame."""
-    if result.step_trace is None:
-        ints = {v: np.int64 for k, v in _TRACE_FIELDS.items() if v not in ("time", "duration", "kv_usage")}
-        steps = result.steps
-        with path.open("w", encoding="utf-8") as fh:  # in slices: one string (and one copy) per slice
-            for i in range(0, len(steps), TRACE_SLICE):
-                frame = steps.iloc[i : i + TRACE_SLICE][list(_TRACE_FIELDS)].rename(columns=_TRACE_FIELDS)
-                text = frame.astype(ints).to_json(orient="records", lines=True, double_precision=15)
-                fh.write(text if text.endswith("\n") else text + "\n")
-        return
-    # The records are plain Python already (the recorder builds them so): the C encoder takes them as
-    # they are; only a record it refuses (a numpy value, a NaN) goes through to_jsonable first.
-    encode = json.JSONEncoder(allow_nan=False).encode
-    with path.open("w", encoding="utf-8") as fh:
-        write = fh.write
-        for rec in result.step_trace:
-            try:
-                line = encode(rec)
-            except (TypeError, ValueError):
-                line = encode(to_jsonable(rec))
-            write(line)
-            write("\n")
-
-
 def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, float] | None = None, *,
                   summary: dict | None = None, title: str = "servesim run", plotlyjs: Any = None,
                   step_trace: bool = True) -> dict[str, Path]:  # fmt: skip
@@ -434,9 +430,10 @@ def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, floa
     ``plotlyjs`` (sim.app.plotlyjs.PlotlyJS or its mode): how report.html loads plotly.js; by default one
     plotly.min.js in ``out_dir``. ``step_trace=False`` leaves out steps.jsonl (the demo: steps.parquet
     holds the same counts)."""
-    from sim.app.parquet_out import write_parquet
+    from sim.app.parquet_out import ROWS_PER_GROUP, write_parquet, write_parquet_slices
     from sim.app.plotlyjs import as_plotlyjs
     from sim.app.report import write_report  # report imports this module
+    from sim.app.step_trace import write_step_trace  # so does step_trace
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -451,9 +448,12 @@ def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, floa
         "report": out / "report.html",
     }
     write_parquet(result.requests, paths["requests"], request_metrics)  # a row group at a time
-    write_parquet(steps_table(result.steps), paths["steps"])
+    if result.num_steps <= ROWS_PER_GROUP:
+        write_parquet(steps_table(result.steps), paths["steps"])
+    else:  # a row group at a time from the step stores: the frame is never built
+        write_parquet_slices((steps_table(p) for p in result.step_slices(ROWS_PER_GROUP)), paths["steps"])
     if step_trace:
-        _write_step_trace(result, paths["step_trace"])
+        write_step_trace(result, paths["step_trace"])
     else:
         del paths["step_trace"]
     paths["summary"].write_text(

@@ -6,7 +6,6 @@ its k rows at once from arrays. Nothing here knows SimPy or scheduling rules.
 
 from __future__ import annotations
 
-from array import array
 from typing import Any
 
 import numpy as np
@@ -15,10 +14,12 @@ import pandas as pd
 from sim.core.policy import StepPlan
 from sim.core.request import Request
 from sim.engine.fastforward import DecodeRun
+from sim.engine.gaps import GapStore, GapTable
 from sim.engine.step_store import COUNT_COLUMNS, StepStore
 
 STEP_COLUMNS = ("start", "duration", *COUNT_COLUMNS[:COUNT_COLUMNS.index("num_finished") + 1], "kv_usage",
                 *COUNT_COLUMNS[COUNT_COLUMNS.index("num_finished") + 1 :])  # fmt: skip
+FRAME_COLUMNS = ("step", "replica", *STEP_COLUMNS, "num_scheduled_tokens")  # steps_frame's, in order
 
 
 class Recorder:
@@ -27,10 +28,9 @@ class Recorder:
         # Typed arrays, not lists or one numpy array per chunk: a few bytes a value and nothing for the
         # garbage collector to walk (a run of an hour has ~10^5 steps and ~10^6 token gaps).
         self.steps = StepStore()
-        self.itl_single = array("d")
-        # gaps of fast-forwarded decode runs as (value, weight), in the order the runs came
-        self.itl_run_values = array("d")
-        self.itl_run_weights = array("q")
+        # single gaps, and decode runs' first gaps with where their steps lie (sim/engine/gaps.py)
+        self.gaps = GapStore()
+        self.itl_single = self.gaps.single
         self.trace: list[dict[str, Any]] | None = [] if trace else None
         self.num_preemptions = 0
         self.num_swapped_blocks = 0  # CPU-resident KV blocks: swap-outs minus swap-ins so far
@@ -110,7 +110,9 @@ class Recorder:
         prompts; those rows' first tokens land with it, ``last_token_before`` NaN for them)."""
         if run.free_blocks is None or run.cached_free is None:
             raise RuntimeError("on_decode_run: the run was not applied (run.free_blocks/cached_free unset)")
-        k = len(starts)
+        # float64 as the step store keeps them: a run's later gaps are rebuilt from its stored steps
+        starts, durations = np.asarray(starts, dtype=np.float64), np.asarray(durations, dtype=np.float64)
+        k, first_step = len(starts), len(self.steps)
         free_blocks = run.free_blocks[:k]
         fin = np.minimum(run.finish_step, k)  # step of each row's last token in this run
         per_step_finished = np.bincount(fin[run.finish_step <= k], minlength=k + 1)[1:]
@@ -136,11 +138,8 @@ class Recorder:
                 if is_new:
                     req.first_token_time = t0
             gap0 = gap0[~new]
-        self.itl_run_values.frombytes(np.ascontiguousarray(gap0, dtype=np.float64).tobytes())
-        self.itl_run_weights.extend([1] * len(gap0))
-        if k > 1:
-            self.itl_run_values.frombytes(np.diff(ends).tobytes())
-            self.itl_run_weights.frombytes(rows[1:].astype(np.int64).tobytes())
+        # later gaps: np.diff(ends) weighted by rows[1:], the run's stored ends and num_decode_tokens
+        self.gaps.add_run(gap0, first_step, k)
         for req, t in zip(run.requests, ends[fin - 1].tolist(), strict=True):
             req.last_token_time = t
         if self.trace is not None:
@@ -187,9 +186,70 @@ class Recorder:
 
     def itl(self) -> tuple[np.ndarray, np.ndarray]:
         """Every inter-token gap with its weight: the single gaps, then the decode runs' in run order."""
-        values = np.concatenate([np.frombuffer(self.itl_single, dtype=np.float64),
-                                 np.frombuffer(self.itl_run_values, dtype=np.float64)])  # fmt: skip
-        weights = np.concatenate([np.ones(len(self.itl_single), dtype=np.int64),
-                                  np.frombuffer(self.itl_run_weights, dtype=np.int64)])  # fmt: skip
-        return values, weights
+        return GapTable([(self.gaps, self.steps)]).arrays()
 
+
+
+class StepTable:
+    """The step table of one or more recorders (their rows in turn), kept in the step stores' narrow
+    columns until a reader needs the int64 / float64 frame: a million-request run has ~2·10^7 steps,
+    ~30 bytes each stored but ~136 in the frame. ``columns`` gives the values a reader computes with;
+    ``frame(lo, hi)`` is rows [lo, hi) of ``whole()`` exactly (dtypes included), so a writer can go a
+    slice at a time."""
+
+    def __init__(self, recorders: list[Recorder]) -> None:
+        self.parts = [(r.replica, r.steps) for r in recorders]
+        self.offsets = np.cumsum([0, *(len(s) for _, s in self.parts)])
+        self.recorders: list[Recorder] | None = list(recorders)
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def _pieces(self, lo: int, hi: int) -> list[tuple[int, StepStore, int, int]]:
+        """(replica, store, lo, hi) of each part that rows [lo, hi) of the table cover."""
+        out = []
+        for (replica, store), a, b in zip(self.parts, self.offsets[:-1], self.offsets[1:], strict=True):
+            if a < hi and lo < b:
+                out.append((replica, store, max(lo, a) - a, min(hi, b) - a))
+        return out
+
+    def columns(self, names: list[str] | tuple[str, ...], lo: int = 0, hi: int | None = None) -> dict[str, np.ndarray]:
+        """Rows [lo, hi) of the named columns (FRAME_COLUMNS), each with the frame's values in the store's
+        dtype (int16 counts stay int16): a view of the store where one part covers them."""
+        hi = len(self) if hi is None else hi
+        pieces = self._pieces(lo, hi)
+        out: dict[str, np.ndarray] = {}
+        for name in names:
+            got = []
+            for replica, store, a, b in pieces:
+                if name == "step":
+                    got.append(np.arange(a, b, dtype=np.int64))
+                elif name == "replica":
+                    got.append(np.full(b - a, replica, dtype=np.int64))
+                elif name == "num_scheduled_tokens":
+                    got.append(store.column("num_prefill_tokens", a, b).astype(np.int64)
+                               + store.column("num_decode_tokens", a, b))  # fmt: skip
+                else:
+                    got.append(store.column(name, a, b))
+            if len(got) == 1:
+                out[name] = got[0]
+            elif got:
+                out[name] = np.concatenate([g.astype(np.result_type(*got), copy=False) for g in got])
+            else:
+                out[name] = np.zeros(0, dtype=np.float64 if name in ("start", "duration", "kv_usage") else np.int64)
+        return out
+
+    def frame(self, lo: int = 0, hi: int | None = None) -> pd.DataFrame:
+        """Rows [lo, hi) of ``whole()``, its columns and dtypes (index from 0)."""
+        cols = self.columns(FRAME_COLUMNS, lo, hi)
+        return pd.DataFrame({c: v.astype(np.float64 if c in ("start", "duration", "kv_usage") else np.int64)
+                             for c, v in cols.items()}, copy=False)  # fmt: skip
+
+    def whole(self) -> pd.DataFrame:
+        """The whole frame (Recorder.steps_frame, parts concatenated); the stores are emptied as it is
+        built, so the steps are never held twice, and this table is empty after."""
+        if self.recorders is None:
+            raise RuntimeError("StepTable.whole: the frame was built already")
+        frames = [r.steps_frame(release=True) for r in self.recorders]
+        self.recorders, self.parts, self.offsets = None, [], np.zeros(1, dtype=np.int64)
+        return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)

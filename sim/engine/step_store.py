@@ -1,11 +1,14 @@
 """The recorder's per-step columns, stored compactly while the run goes.
 
 A million-request run has ~2·10^7 steps, so the bytes per step decide the run's memory. Times stay
-8-byte floats; counts start as 2-byte integers and widen (int16 → int32 → int64, one copy of the column)
+8-byte floats; counts start as 1-byte integers and widen (int8 → int16 → int32 → int64, one copy of the column)
 the first time a value does not fit; a column that has only ever been 0 (the swap counts outside swap
 preemption, the cached blocks without prefix caching) holds nothing until its first non-zero value; and
-``kv_usage`` is not stored while it is the KV manager's ``1 - num_free_blocks / usable_blocks``. The
-frame (``columns``) is what a plain int64 / float64 store would give, value for value.
+``kv_usage`` is not stored while it is the KV manager's ``1 - num_free_blocks / usable_blocks``; and a
+step's ``start`` is stored only where it is not the previous step's end (the first step, a step after
+the engine idled) and every CHECKPOINT steps: a busy engine's steps follow each other, start = previous
+start + previous duration, and those starts are rebuilt by the same float additions in order. The frame
+(``columns``) is what a plain int64 / float64 store would give, value for value.
 """
 
 from __future__ import annotations
@@ -32,10 +35,13 @@ COUNT_COLUMNS = (
     "num_swapped_blocks",
 )
 FREE = COUNT_COLUMNS.index("num_free_blocks")
-_WIDER = {"h": "i", "i": "q"}
-_DTYPE = {"h": np.int16, "i": np.int32, "q": np.int64}
+CHECKPOINT_MASK = (1 << 16) - 1  # a start is stored every 2^16 steps: a slice is rebuilt from that far back
+DENSE = 64  # more stored starts than one per DENSE steps (an often idle engine): store every start
+_WIDER = {"b": "h", "h": "i", "i": "q"}
+_DTYPE = {"b": np.int8, "h": np.int16, "i": np.int32, "q": np.int64}
 _RANGE = {c: (int(np.iinfo(t).min), int(np.iinfo(t).max)) for c, t in _DTYPE.items()}
-assert array("i").itemsize == 4 and array("h").itemsize == 2 and array("q").itemsize == 8
+_SLICE = 1 << 18  # steps read at once where a column is rebuilt
+assert [array(c).itemsize for c in "bhiq"] == [1, 2, 4, 8]
 
 
 class StepStore:
@@ -44,22 +50,29 @@ class StepStore:
     (None: stored as given)."""
 
     def __init__(self, usable_blocks: int | None = None) -> None:
-        self.start = array("d")
+        # starts: (step, start) where a step does not begin at the previous end, or every start (dense)
+        self.start_at, self.start_value = array("q"), array("d")
+        self.start: array | None = None
+        self.end = float("nan")  # the last step's end: start + duration, float64
         self.duration = array("d")
         # None: every value so far was 0 (nothing stored)
         self.counts: list[array | None] = [None] * len(COUNT_COLUMNS)
-        self.counts[FREE] = array("h")
+        self.counts[FREE] = array("b")
         self.usable_blocks = usable_blocks if usable_blocks else None
         self.kv_usage: array | None = None if self.usable_blocks else array("d")
 
     def __len__(self) -> int:
-        return len(self.start)
+        return len(self.duration)
 
     # ---- appending ------------------------------------------------------------------------------
     def append(self, start: float, duration: float, counts: Sequence[int], kv_usage: float) -> None:
         """One step: ``counts`` in COUNT_COLUMNS order."""
-        n = len(self.start)
-        self.start.append(start)
+        n = len(self.duration)
+        if self.start is not None:
+            self.start.append(start)
+        elif start != self.end or not n & CHECKPOINT_MASK:
+            self._store_start(n, start)
+        self.end = float(start) + float(duration)
         self.duration.append(duration)
         cols = self.counts
         try:
@@ -77,6 +90,16 @@ class StepStore:
             self._store_kv_usage(n)
             self.kv_usage.append(kv_usage)  # type: ignore[union-attr]
 
+    def _store_start(self, n: int, start: float) -> None:
+        """Step ``n`` does not begin where the previous one ended (or is a checkpoint): keep its start;
+        once they are dense, keep every start from now on."""
+        self.start_at.append(n)
+        self.start_value.append(start)
+        if len(self.start_at) * DENSE > n + CHECKPOINT_MASK + 1:
+            plain = array("d", self.starts(0, n).tobytes())
+            plain.append(start)
+            self.start, self.start_at, self.start_value = plain, array("q"), array("d")
+
     def _append_slow(self, n: int, counts: Sequence[int]) -> None:
         """Finish appending step ``n`` after a value that did not fit (or a first non-zero one)."""
         for i, v in enumerate(counts):
@@ -84,7 +107,7 @@ class StepStore:
             if a is None:
                 if not v:
                     continue
-                a = self.counts[i] = array("h", bytes(2 * n))
+                a = self.counts[i] = array("b", bytes(n))
             if len(a) > n:
                 continue  # appended before the failure
             self._fit(i, v, v)
@@ -116,12 +139,15 @@ class StepStore:
         """k steps at once: ``counts`` in COUNT_COLUMNS order, each an integer array of k values or one
         int for all k; their ``kv_usage`` is ``1 - num_free_blocks / usable_blocks``, computed only when
         the store keeps that column (it is derived otherwise)."""
-        n, k = len(self.start), len(starts)
+        n, k = len(self.duration), len(starts)
         for i, v in enumerate(counts):
             if isinstance(v, np.ndarray) and v.dtype.kind not in "iu":
                 raise TypeError(f"step column {COUNT_COLUMNS[i]}: integer values expected, got {v.dtype}")
-        self.start.frombytes(np.ascontiguousarray(starts, dtype=np.float64).tobytes())
-        self.duration.frombytes(np.ascontiguousarray(durations, dtype=np.float64).tobytes())
+        st = np.ascontiguousarray(starts, dtype=np.float64)
+        du = np.ascontiguousarray(durations, dtype=np.float64)
+        if k:
+            self._extend_starts(n, st, du)
+        self.duration.frombytes(du.tobytes())
         for i, v in enumerate(counts):
             if isinstance(v, np.ndarray):
                 if not len(v):
@@ -132,7 +158,7 @@ class StepStore:
             if self.counts[i] is None:
                 if lo == hi == 0:
                     continue
-                self.counts[i] = array("h", bytes(2 * n))
+                self.counts[i] = array("b", bytes(n))
             self._fit(i, lo, hi)
             a = self.counts[i]
             assert a is not None
@@ -144,24 +170,88 @@ class StepStore:
             kv = 1.0 - np.asarray(counts[FREE], dtype=np.float64) / usable_blocks
             self.kv_usage.frombytes(np.broadcast_to(kv, (k,)).astype(np.float64).tobytes())
 
+    def _extend_starts(self, n: int, st: np.ndarray, du: np.ndarray) -> None:
+        if self.start is not None:
+            self.start.frombytes(st.tobytes())
+        else:
+            kept = np.empty(len(st), dtype=bool)
+            kept[0] = st[0] != self.end
+            np.not_equal(st[1:], st[:-1] + du[:-1], out=kept[1:])
+            kept[(-n) & CHECKPOINT_MASK :: CHECKPOINT_MASK + 1] = True
+            at = np.flatnonzero(kept)
+            if len(at):
+                self.start_at.frombytes((at + n).tobytes())
+                self.start_value.frombytes(st[at].tobytes())
+                if len(self.start_at) * DENSE > n + len(st) + CHECKPOINT_MASK:
+                    self.start = array("d", self.starts(0, n).tobytes())
+                    self.start.frombytes(st.tobytes())
+                    self.start_at, self.start_value = array("q"), array("d")
+        self.end = float(st[-1] + du[-1])
+
     # ---- reading --------------------------------------------------------------------------------
     def end_time(self) -> float | None:
         """When the last step ended (None with no steps)."""
-        if not len(self.start):
+        n = len(self.duration)
+        if not n:
             return None
-        return float((np.frombuffer(self.start) + np.frombuffer(self.duration)).max())
+        d = np.frombuffer(self.duration, dtype=np.float64)
+        return max(float((self.starts(i, min(i + _SLICE, n)) + d[i : i + _SLICE]).max()) for i in range(0, n, _SLICE))
+
+    def starts(self, lo: int, hi: int) -> np.ndarray:
+        """The starts of steps [lo, hi), float64: from the last stored start at or before lo, each the
+        previous start plus the previous duration (np.cumsum adds in order, as the engine's clock did)."""
+        hi = min(hi, len(self.duration))
+        if self.start is not None:
+            return np.frombuffer(self.start, dtype=np.float64)[lo:hi]
+        if hi <= lo:
+            return np.zeros(0, dtype=np.float64)
+        at = np.frombuffer(self.start_at, dtype=np.int64)
+        value = np.frombuffer(self.start_value, dtype=np.float64)
+        a0 = int(np.searchsorted(at, lo, side="right")) - 1  # step 0 is always stored
+        a1 = int(np.searchsorted(at, hi, side="left"))
+        base = int(at[a0])
+        d = np.frombuffer(self.duration, dtype=np.float64)
+        out = np.empty(hi - base, dtype=np.float64)
+        bounds = [*(at[a0:a1] - base).tolist(), hi - base]
+        for i in range(a1 - a0):
+            s, e = bounds[i], bounds[i + 1]
+            out[s] = value[a0 + i]
+            if e - s > 1:
+                out[s + 1 : e] = d[base + s : base + e - 1]
+                np.cumsum(out[s:e], out=out[s:e])
+        return out[lo - base :]
+
+    def column(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Rows [lo, hi) of one column as stored (no copy: a view of the store; a never-set count column
+        is int8 zeros, a derived ``kv_usage`` computed as ``columns`` computes it), read-only."""
+        n = len(self.duration)
+        hi = n if hi is None else hi
+        if name == "start":
+            return self.starts(lo, hi)
+        if name == "duration":
+            return np.frombuffer(self.duration, dtype=np.float64)[lo:hi]
+        if name == "kv_usage":
+            if self.kv_usage is not None:
+                return np.frombuffer(self.kv_usage, dtype=np.float64)[lo:hi]
+            free = self.column("num_free_blocks", lo, hi).astype(np.int64)
+            return 1.0 - free / self.usable_blocks  # type: ignore[operator]
+        a = self.counts[COUNT_COLUMNS.index(name)]
+        if a is None:
+            return np.zeros(max(0, min(hi, n) - lo), dtype=np.int8)
+        return np.frombuffer(a, dtype=_DTYPE[a.typecode])[lo:hi]
 
     def columns(self, release: bool = False) -> dict[str, np.ndarray]:
         """Every column as int64 / float64 (STEP_COLUMNS order: start, duration, the counts with kv_usage
         after num_finished). ``release``: the store is emptied as it goes, so the frame and the store are
         never both held whole; float columns then become the frame's without a copy."""
-        n = len(self.start)
-        out: dict[str, np.ndarray] = {}
-        for name in ("start", "duration"):
-            a = getattr(self, name)
-            out[name] = np.frombuffer(a, dtype=np.float64) if release else np.array(a, dtype=np.float64)
-            if release:
-                setattr(self, name, array("d"))
+        n = len(self.duration)
+        st = self.starts(0, n)  # a view of the store only where every start is stored
+        out: dict[str, np.ndarray] = {"start": st.copy() if self.start is not None and not release else st}
+        d = self.duration
+        out["duration"] = np.frombuffer(d, dtype=np.float64) if release else np.array(d, dtype=np.float64)
+        if release:
+            self.start_at, self.start_value, self.start = array("q"), array("d"), None
+            self.end, self.duration = float("nan"), array("d")
         counts: dict[str, np.ndarray] = {}
         for i, name in enumerate(COUNT_COLUMNS):
             a = self.counts[i]
@@ -178,7 +268,7 @@ class StepStore:
             kv = 1.0 - counts["num_free_blocks"] / self.usable_blocks  # type: ignore[operator]
         if release:
             self.kv_usage = None if self.usable_blocks else array("d")
-            self.counts[FREE] = array("h")
+            self.counts[FREE] = array("b")
         for name in COUNT_COLUMNS:
             out[name] = counts[name]
             if name == "num_finished":

@@ -1,0 +1,108 @@
+"""Inter-token gaps rebuilt from the step store (sim/engine/gaps.py) and summarised a block at a time
+(sim/app/stats.py stats_ms_blocks): the same sample, in the same order, and the same numbers, bit for
+bit, as the whole arrays give."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sim.app.stats as stats
+from sim.app.results import summarize
+from sim.engine.gaps import GapTable
+from tests.test_outputs_unchanged import CASES
+
+QS = [50, 90, 95, 99, 0, 100, 33.3]
+
+
+@pytest.mark.parametrize("kind", ["uniform", "ties", "lognormal", "constant", "dropped"])
+def test_block_statistics_are_the_arrays_statistics(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mean, std and percentiles of a weighted sample cut into blocks equal stats_ms on the arrays; a
+    small LEAF makes the pairwise sum split above numpy's leaves, few pivots make wide buckets."""
+    rng = np.random.default_rng(len(kind))
+    n = 20_000
+    v = {"uniform": rng.random(n), "ties": rng.integers(0, 20, n) * 0.01,
+         "lognormal": np.exp(rng.standard_normal(n)) * 1e-2, "constant": np.full(n, 0.02),
+         "dropped": rng.random(n)}[kind]  # fmt: skip
+    w = rng.integers(1, 40, n)
+    if kind == "dropped":  # entries clean_weighted leaves out: the sums' split follows what is kept
+        w[rng.random(n) < 0.1] = 0
+        v[rng.random(n) < 0.05] = np.nan
+    cuts = np.sort(rng.integers(0, n, 6))
+
+    def blocks():
+        return zip(np.split(v, cuts), np.split(w, cuts), strict=True)
+
+    expected = stats.stats_ms("itl", v, QS, w)
+    for leaf, pivots in ((128, 3), (1000, 64), (1 << 20, 4096)):
+        monkeypatch.setattr(stats, "LEAF", leaf)
+        monkeypatch.setattr(stats, "PIVOTS", pivots)
+        assert stats.stats_ms_blocks("itl", blocks, QS) == expected, (leaf, pivots)
+    got = stats.weighted_percentiles_blocks(blocks, [12.5, 99.9])
+    np.testing.assert_array_equal(got, stats.weighted_percentiles(v, w, [12.5, 99.9]))
+
+
+def test_an_empty_sample_gives_no_numbers() -> None:
+    assert set(stats.stats_ms_blocks("itl", lambda: iter([]), [50]).values()) == {None}
+
+
+def test_a_results_gaps_stay_in_the_stores_until_read() -> None:
+    """The summary reads the gaps a block at a time (they are not built); built before or after the
+    step frame (which empties the step stores they are rebuilt from), they are the same arrays."""
+    res, other = CASES["async_timeout"](), CASES["async_timeout"]()
+    s = summarize(res)
+    assert isinstance(res.__dict__["_itl_values"], GapTable)
+    values, weights = res.itl_values, res.itl_weights  # gaps first, then the steps
+    _ = other.steps  # steps first: the gaps are built before the stores are emptied
+    np.testing.assert_array_equal(other.itl_values, values)
+    np.testing.assert_array_equal(other.itl_weights, weights)
+    assert weights.dtype == np.int64 and (weights > 1).any()  # decode runs' step gaps are in the sample
+    t = summarize(other)
+    for x in (s, t):
+        x["meta"].pop("wall_time_s")
+    assert s == t
+
+
+def test_time_weighted_blocks_is_time_weighted() -> None:
+    rng = np.random.default_rng(3)
+    v, d = rng.integers(0, 300, 5000).astype(np.int16), rng.random(5000)
+    cuts = np.sort(rng.integers(0, 5000, 5))
+    for dur in (d, np.zeros(5000)):  # no time at all: the plain mean
+        def blocks(dur=dur):
+            return zip(np.split(v, cuts), np.split(dur, cuts), strict=True)
+
+        assert stats.time_weighted_blocks(len(v), blocks) == stats.time_weighted(v.astype(np.int64), dur)
+    assert stats.time_weighted_blocks(0, lambda: iter([])) is None
+
+
+@pytest.mark.parametrize("kind", ["uniform", "ties", "dropped"])
+def test_block_ecdf_is_the_reports_ecdf(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report's ITL CDF from blocks (sim/app/stats.py ecdf_blocks) has _ecdf's points, thinned or
+    not, with few pivots (wide buckets) and many; spans_decades pools blocks as it pools arrays."""
+    import sim.app.report as report
+    from sim.app.report_style import spans_decades
+
+    rng = np.random.default_rng(7 + len(kind))
+    n = 12_000
+    v = rng.integers(0, 30, n) * 0.01 if kind == "ties" else np.exp(rng.standard_normal(n) * 2)
+    w = rng.integers(1, 30, n)
+    if kind == "dropped":
+        w[rng.random(n) < 0.1] = 0
+        v[rng.random(n) < 0.05] = np.nan
+    cuts = np.sort(rng.integers(0, n, 5))
+
+    def blocks():
+        return zip(np.split(v, cuts), np.split(w, cuts), strict=True)
+
+    for points in (50, 2000, 100_000):
+        monkeypatch.setattr(report, "_MAX_POINTS", points)
+        want = report._ecdf(v, w)
+        for pivots in (3, 1 << 18):
+            got = stats.ecdf_blocks(blocks, points, pivots)
+            for a, b in zip(got, want, strict=True):
+                assert a.dtype == b.dtype and np.array_equal(a, b), (points, pivots)
+    keep = np.isfinite(v) & (v > 0) & (w > 0)  # the arrays' rule: max over the 1st weighted percentile
+    lo = float(stats.weighted_percentiles(v[keep], w[keep], [1.0])[0])
+    for ratio in (5.0, 50.0, 1e4, 1e6):
+        want = bool(lo > 0 and float(v[keep].max()) / lo > ratio)
+        assert spans_decades([(blocks, None)], ratio) == spans_decades([(v, w)], ratio) == want
