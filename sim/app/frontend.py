@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -311,14 +311,10 @@ def frontend_meta(fe: FrontendConfig, saturated_step_fraction: float) -> dict[st
     return {**dataclasses.asdict(fe), "saturated_step_fraction": saturated_step_fraction}
 
 
-def _frame_chunks(steps: pd.DataFrame, rows: int = 1 << 18) -> Iterator[dict[str, np.ndarray]]:
-    for i in range(0, len(steps), rows):
-        yield {c: steps[c].to_numpy()[i:i + rows] for c in STEP_COLUMNS if c in steps.columns}
-
-
 def apply_frontend(result: Any, fe: FrontendConfig | None, send_time: dict[str, float]) -> Any:
     """A SimResult with the client-side columns and ``meta["frontend"]`` (unchanged without a front end)."""
     if fe is not None:
-        result.requests, saturated = annotate(result.requests, lambda: _frame_chunks(result.steps), fe, send_time)
+        # the steps' narrow columns a chunk at a time: a big run's frame is never built for this
+        result.requests, saturated = annotate(result.requests, lambda: result.step_chunks(STEP_COLUMNS), fe, send_time)
         result.meta["frontend"] = frontend_meta(fe, saturated)
     return result
