@@ -161,7 +161,6 @@ def empty_steps_frame() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=float) for c in STEP_COLUMNS})
 
 
-# ---- statistics -----------------------------------------------------------------------------------------
 # ---- per-request metrics --------------------------------------------------------------------------------
 def request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     """Copy of ``requests`` with ttft_s, tpot_s, e2el_s, queue_time_s (seconds; NaN where not reached).
