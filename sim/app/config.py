@@ -102,7 +102,9 @@ class RunConfig:
     workload: dict[str, Any] = field(default_factory=dict)  # validated by workloads.build_workload
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     slo: dict[str, float] = field(default_factory=dict)  # validated by sim.app.results
-    frontend: FrontendConfig | None = None  # [frontend]: the request path around the engine (sim/app/frontend.py)
+    # [frontend]: the request path around the engine (sim/app/frontend.py). config_from_dict gives an absent
+    # table the preset's default (the priors for vllm); a RunConfig built by hand has what it is given.
+    frontend: FrontendConfig | None = None
     cost: CostConfig | None = None  # [cost]: GPU prices for the cost metrics (sim/app/prices.py)
 
     def to_dict(self) -> dict[str, Any]:
