@@ -137,10 +137,9 @@ class FrontendSource:
 
     def __init__(self, inner: Any, fe: FrontendConfig, send_time: dict[str, float]) -> None:
         self.inner, self.fe, self.send_time = inner, fe, send_time
-        # Fixed send times (an open source, generated as the clock goes): the next arrival is known exactly,
-        # so peek_time says it instead of the next send (which would wake the engine, and end its decode
-        # runs, once more per request).
-        self.fixed = type(inner) is OpenSource
+        # Send times no finish moves (an open source generated as the clock goes): the next arrival is known
+        # exactly, so peek_time says it instead of the next send (which would wake the engine, and end its
+        # decode runs, once more per request).
         self.arrivals_ignore_finishes = getattr(inner, "arrivals_ignore_finishes", False)
         if callable(getattr(inner, "response_delay", None)):  # only a source that can say it
             self.response_delay = self._response_delay
@@ -149,14 +148,13 @@ class FrontendSource:
 
     def _pull(self, now: float) -> None:
         for spec in self.inner.pop_due(now):
-            t = spec.arrival_time + self.fe.input_latency(spec.prompt_len)
-            self.send_time[spec.request_id] = spec.arrival_time
-            heapq.heappush(self.heap, (t, self.n, dataclasses.replace(spec, arrival_time=t)))
+            arrived = _arrived(spec, self.fe, self.send_time)
+            heapq.heappush(self.heap, (arrived.arrival_time, self.n, arrived))
             self.n += 1
 
     def peek_time(self) -> float | None:
         nxt = self.inner.peek_time()
-        if self.fixed:  # a send after the earliest arrival in transit cannot arrive before it (delays >= 0)
+        if self.arrivals_ignore_finishes:  # a later send cannot arrive before the earliest in transit
             while nxt is not None and (not self.heap or nxt <= self.heap[0][0]):
                 self._pull(nxt)
                 nxt = self.inner.peek_time()
@@ -183,10 +181,7 @@ class FrontendSource:
 
     def remaining(self) -> list[RequestSpec]:
         """Sent but still on the input path, then not sent yet (at the engine-side time they would come)."""
-        later = []
-        for s in self.inner.remaining():
-            self.send_time[s.request_id] = s.arrival_time
-            later.append(dataclasses.replace(s, arrival_time=s.arrival_time + self.fe.input_latency(s.prompt_len)))
+        later = [_arrived(s, self.fe, self.send_time) for s in self.inner.remaining()]
         return [s for _, _, s in sorted(self.heap)] + later
 
     def num_remaining(self) -> int:
@@ -198,13 +193,15 @@ def with_frontend(source: Any, fe: FrontendConfig | None) -> tuple[Any, dict[str
     send_time: dict[str, float] = {}
     if fe is None:
         return source, send_time
-    if type(source) is OpenSource and not source.lazy:  # fixed arrivals: shift them once (keeps the fast-forward's long runs)
-        specs = list(source.specs[source.pos :])
-        for s in specs:
-            send_time[s.request_id] = s.arrival_time
-        return OpenSource([dataclasses.replace(s, arrival_time=s.arrival_time + fe.input_latency(s.prompt_len))
-                           for s in specs]), send_time  # fmt: skip
+    if type(source) is OpenSource and not source.lazy:  # a listed workload: shift it once
+        return OpenSource([_arrived(s, fe, send_time) for s in source.specs[source.pos :]]), send_time
     return FrontendSource(source, fe, send_time), send_time
+
+
+def _arrived(spec: RequestSpec, fe: FrontendConfig, send_time: dict[str, float]) -> RequestSpec:
+    """``spec`` as the engine core receives it (after the input path); its client send time is noted."""
+    send_time[spec.request_id] = spec.arrival_time
+    return dataclasses.replace(spec, arrival_time=spec.arrival_time + fe.input_latency(spec.prompt_len))
 
 
 # ---- the output path: client-side times -----------------------------------------------------------------
