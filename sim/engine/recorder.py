@@ -30,7 +30,6 @@ class Recorder:
         self.steps = StepStore()
         # single gaps, and decode runs' first gaps with where their steps lie (sim/engine/gaps.py)
         self.gaps = GapStore()
-        self.itl_single = self.gaps.single
         self.trace: list[dict[str, Any]] | None = [] if trace else None
         self.num_preemptions = 0
         self.num_swapped_blocks = 0  # CPU-resident KV blocks: swap-outs minus swap-ins so far
@@ -44,7 +43,7 @@ class Recorder:
     # ---- tokens ----------------------------------------------------------------------------------
     def on_tokens(self, sampled: list[Request], now: float) -> None:
         """First-token and inter-token times of the rows that sampled in a step ending at ``now``."""
-        gaps = self.itl_single
+        gaps = self.gaps.single
         for req in sampled:
             last = req.last_token_time
             if last is None:
@@ -187,7 +186,6 @@ class Recorder:
     def itl(self) -> tuple[np.ndarray, np.ndarray]:
         """Every inter-token gap with its weight: the single gaps, then the decode runs' in run order."""
         return GapTable([(self.gaps, self.steps)]).arrays()
-
 
 
 class StepTable:

@@ -40,7 +40,6 @@ DENSE = 64  # more stored starts than one per DENSE steps (an often idle engine)
 _WIDER = {"b": "h", "h": "i", "i": "q"}
 _DTYPE = {"b": np.int8, "h": np.int16, "i": np.int32, "q": np.int64}
 _RANGE = {c: (int(np.iinfo(t).min), int(np.iinfo(t).max)) for c, t in _DTYPE.items()}
-_SLICE = 1 << 18  # steps read at once where a column is rebuilt
 assert [array(c).itemsize for c in "bhiq"] == [1, 2, 4, 8]
 
 
@@ -190,12 +189,9 @@ class StepStore:
 
     # ---- reading --------------------------------------------------------------------------------
     def end_time(self) -> float | None:
-        """When the last step ended (None with no steps)."""
-        n = len(self.duration)
-        if not n:
-            return None
-        d = np.frombuffer(self.duration, dtype=np.float64)
-        return max(float((self.starts(i, min(i + _SLICE, n)) + d[i : i + _SLICE]).max()) for i in range(0, n, _SLICE))
+        """When the last step ended (None with no steps): the engine's steps follow one another, so it is
+        the last one's end, which appending keeps."""
+        return self.end if len(self.duration) else None
 
     def starts(self, lo: int, hi: int) -> np.ndarray:
         """The starts of steps [lo, hi), float64: from the last stored start at or before lo, each the
