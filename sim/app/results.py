@@ -28,11 +28,8 @@ from sim.app.slo import (  # noqa: F401  (re-exported: the SLO parsing callers i
 )
 from sim.app.stats import (  # noqa: F401  (weighted_percentiles is re-exported)
     clean_blocks,
-    clean_weighted,
-    p_word,
     stats_ms,
     stats_ms_blocks,
-    time_weighted,
     time_weighted_blocks,
     weighted_percentiles,
     weighted_percentiles_blocks,

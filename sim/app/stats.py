@@ -10,7 +10,6 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
-import pandas as pd
 
 from sim.core.errors import ResultsIntegrityError
 
@@ -58,6 +57,11 @@ def p_word(q: float) -> str:
     return str(int(q)) if int(q) == q else str(q)
 
 
+def _stat_keys(name: str, percentiles: Sequence[float]) -> list[str]:
+    """vLLM's summary keys of one metric: mean, median, std, then each percentile."""
+    return [f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms", *(f"p{p_word(q)}_{name}_ms" for q in percentiles)]
+
+
 def stats_ms(name: str, values: np.ndarray, percentiles: Sequence[float],
               weights: np.ndarray | None = None) -> dict[str, float | None]:  # fmt: skip
     """mean/median/std/p<q> of one metric in ms, vLLM's key names; None for every key when empty."""
@@ -66,9 +70,7 @@ def stats_ms(name: str, values: np.ndarray, percentiles: Sequence[float],
         v, w = v[np.isfinite(v)], None
     else:
         v, w = clean_weighted(values, weights)
-    keys = [f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms"] + [
-        f"p{p_word(q)}_{name}_ms" for q in percentiles
-    ]
+    keys = _stat_keys(name, percentiles)
     if v.size == 0:
         return dict.fromkeys(keys)
     if w is None:  # plain numpy, exactly what serve.py calls
@@ -81,15 +83,6 @@ def stats_ms(name: str, values: np.ndarray, percentiles: Sequence[float],
         pcts = np.asarray(rest)
     out = [mean, med, std, *pcts]
     return {k: float(x) * 1000.0 for k, x in zip(keys, out, strict=True)}
-
-
-def time_weighted(values: pd.Series | np.ndarray, durations: pd.Series | np.ndarray) -> float | None:
-    v = np.asarray(values, dtype=np.float64)
-    d = np.asarray(durations, dtype=np.float64)
-    if v.size == 0:
-        return None
-    total = d.sum()
-    return float((v * d).sum() / total) if total > 0 else float(v.mean())
 
 
 # ---- the same statistics over a sample given in blocks ------------------------------------------------
@@ -141,9 +134,7 @@ def _node(m: int, take: _Take) -> np.float64:
 
 def stats_ms_blocks(name: str, blocks: Blocks, percentiles: Sequence[float]) -> dict[str, float | None]:
     """``stats_ms(name, values, percentiles, weights)`` of the sample ``blocks`` gives, pass by pass."""
-    keys = [f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms"] + [
-        f"p{p_word(q)}_{name}_ms" for q in percentiles
-    ]
+    keys = _stat_keys(name, percentiles)
     n = total = 0
     for v, w in clean_blocks(blocks):
         n, total = n + len(v), total + int(w.sum())
@@ -212,7 +203,8 @@ def weighted_percentiles_blocks(blocks: Blocks, qs: Sequence[float]) -> np.ndarr
 
 
 def time_weighted_blocks(n: int, blocks: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]) -> float | None:
-    """``time_weighted`` of the n (values, durations) that ``blocks`` gives a block at a time."""
+    """The duration-weighted mean of the n (values, durations) that ``blocks`` gives a block at a time (the
+    plain mean when no time passed; None with no values)."""
     if n == 0:
         return None
     total = pairwise_sum(n, (np.asarray(d, dtype=np.float64) for _, d in blocks()))
