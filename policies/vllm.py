@@ -19,6 +19,7 @@ Sources: vLLM 0.33 v1/core/sched/scheduler.py, async_scheduler.py, v1/engine/cor
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import islice, repeat
 
@@ -274,25 +275,19 @@ class VllmPolicy(QueuedPolicy):
             return super().update(plan, now)
         sampled = plan.sampled  # in the order of plan.scheduled
         scheduled = plan.scheduled
-        every = len(sampled) == len(scheduled)  # the usual batch: every row samples
-        si = 0
+        if len(sampled) == len(scheduled):  # the usual batch: every row samples
+            rows: Iterable[tuple[Request, int]] = scheduled
+        else:  # rows that do not sample only give back their in-flight tokens
+            rows = self._sampling_rows(plan)
         max_len = self.limits.max_model_len
-        running, fin, rej, gone = Status.RUNNING, Status.FINISHED, Status.REJECTED, Status.TIMED_OUT
+        running = Status.RUNNING
+        ended = (Status.FINISHED, Status.TIMED_OUT, Status.REJECTED)
         to_cache: list[tuple[Request, int]] = []
         add_cache = to_cache.append
         finished: list[Request] = []
-        for req, n in scheduled:
-            st = req.status
-            live = st is running or (st is not fin and st is not gone and st is not rej)
-            if not every:
-                if si < len(sampled) and sampled[si] is req:
-                    si += 1
-                else:
-                    if live:
-                        req.num_in_flight_tokens -= n
-                    continue
-            if not live:  # finished or aborted since: nothing of it is in flight
-                continue
+        for req, n in rows:
+            if req.status is not running and req.status in ended:
+                continue  # finished or aborted since: nothing of it is in flight
             left = req.num_in_flight_tokens = req.num_in_flight_tokens - n
             out = req.num_output_tokens = req.num_output_tokens + 1
             t = req.num_tokens = req.num_tokens + 1
@@ -324,6 +319,22 @@ class VllmPolicy(QueuedPolicy):
             done = set(map(id, finished))
             self.running = [r for r in self.running if id(r) not in done]
         return finished
+
+    @staticmethod
+    def _sampling_rows(plan: StepPlan) -> list[tuple[Request, int]]:
+        """The (row, tokens) of ``plan`` that sample; the others (a prompt chunk that is not the last)
+        land their tokens without output, which only ends their in flight."""
+        sampled = plan.sampled
+        out: list[tuple[Request, int]] = []
+        si = 0
+        ended = (Status.FINISHED, Status.TIMED_OUT, Status.REJECTED)
+        for req, n in plan.scheduled:
+            if si < len(sampled) and sampled[si] is req:
+                si += 1
+                out.append((req, n))
+            elif req.status not in ended:
+                req.num_in_flight_tokens -= n
+        return out
 
     def finish(self, finished: list[Request], now: float) -> None:
         super().finish(finished, now)

@@ -65,8 +65,15 @@ class RequestSpec:
     output_key: Hashable | None = None
     # Hashes this request shares with others (a session's earlier turns, a shared system prompt).
     prefix_hashes: PrefixHashes | None = field(default=None, compare=False, repr=False)
+    # False when no other request can ever hold the same tokens (no hashing needed but for resumes).
+    # Derived from the content fields in __post_init__: read for every running row on the KV manager's
+    # hot paths, so a plain slot rather than a property.
+    shares_content: bool = field(init=False, default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "shares_content", self.token_ids is not None or self.hash_ids is not None or self.segments is not None
+        )
         if self.prompt_len < 1:
             raise ConfigError(f"request {self.request_id}: prompt_len must be >= 1, got {self.prompt_len}")
         if self.output_len < 1:
@@ -81,11 +88,6 @@ class RequestSpec:
             )
         if self.segments is not None and sum(n for _, n in self.segments) != self.prompt_len:
             raise ConfigError(f"request {self.request_id}: segment lengths do not add up to prompt_len")
-
-    @property
-    def shares_content(self) -> bool:
-        """False when no other request can ever hold the same tokens (no hashing needed but for resumes)."""
-        return self.token_ids is not None or self.hash_ids is not None or self.segments is not None
 
     def prompt_segments(self) -> tuple[Segment, ...]:
         if self.segments is not None:

@@ -107,7 +107,7 @@ def apply_run(policy: Any, run: DecodeRun, end_times: np.ndarray) -> list[Reques
     cum = run.new_blocks
     free_out = np.empty(k, dtype=np.int64)
     cached_out = np.empty(k, dtype=np.int64)
-    bounds = np.unique(fin[fin < k]).tolist()  # steps after which rows finish, then the last
+    bounds = sorted({f for f in fin.tolist() if f < k})  # steps after which rows finish, then the last
     bounds.append(k)
     # Rows whose blocks get hashed need their token counts current at every allocation; the others
     # are advanced once, when they finish or when the run ends (the manager is given their counts).
