@@ -42,13 +42,13 @@ LONG = {"prompt": {"dist": "lognormal", "mean": 5000, "std": 1500, "min": 512, "
 
 def mooncake_like(n: int, path: Path, seed: int = 0, num_trees: int = 300) -> Path:
     """A Mooncake-format trace (JSONL: timestamp ms, input_length, output_length, hash_ids) of ``n``
-    requests at 3 req/s: each has 2-15 ids of 512 tokens (the last one partial), all but 0-2 of them
-    on one of ``num_trees`` prefix trees (one root, then 2, 4 and 8 branches), the rest unique; as
+    requests at 3 req/s: each has 2-15 ids of 512 tokens, all but the last 1-2 on one of ``num_trees``
+    prefix trees (one root, then 2, 4 and 8 branches), the rest its own (the last one partial); as
     in Mooncake, an id stands for its whole prefix. This is the trace shape issue 12 item 2 is about."""
     rng = np.random.default_rng(seed)
     t_ms = np.cumsum(rng.exponential(1000.0 / 3.0, n))
     k = rng.integers(2, 16, n)  # at most 7,680 prompt tokens: fits max_model_len 8,192
-    shared = np.maximum(k - rng.integers(0, 3, n), 1)  # 0-2 ids of a prompt's own at its end
+    shared = np.maximum(k - 1 - rng.integers(0, 2, n), 1)  # then 0-1 full ids and the partial last one its own
     tree, branch = rng.integers(0, num_trees, n), rng.integers(0, 8, n)
     tail = rng.integers(1, 513, n)
     out = rng.integers(20, 301, n)

@@ -34,16 +34,17 @@ def share_hash_id_prefixes(specs: Sequence[RequestSpec]) -> list[RequestSpec]:
     idx = [i for i, s in enumerate(specs) if _shares_by_hash_ids(s)]
     if len(idx) < 2:
         return list(specs)
-    segs = [specs[i].prompt_segments() for i in idx]
-    # Trie nodes named by the chained hash of their path (as vLLM names blocks); a collision can only
-    # make two prefixes share an object, and then the tuple checks below give each its own hashing.
+    blocks = [_id_blocks(specs[i]) for i in idx]
+    # Trie nodes named by the chained hash of their path (as vLLM names blocks); a collision is caught
+    # where a node is reused (its ids are compared) and only shortens that prompt's sharing.
     keys: list[int] = []
-    for ss in segs:
+    for ids, last in blocks:
         parent = 0
-        for seg in ss:
-            parent = hash((parent, seg))
+        for h in ids[:-1]:
+            parent = hash((parent, h))
             keys.append(parent)
-    lens = np.fromiter((len(ss) for ss in segs), dtype=np.int64, count=len(segs))
+        keys.append(hash((parent, ids[-1], last)))  # the last block may be partial: its length counts
+    lens = np.fromiter((len(ids) for ids, _ in blocks), dtype=np.int64, count=len(blocks))
     starts = np.cumsum(lens) - lens
     _, node, counts = np.unique(np.array(keys, dtype=np.int64), return_inverse=True, return_counts=True)
     shared = counts[node] >= 2
@@ -60,32 +61,49 @@ def share_hash_id_prefixes(specs: Sequence[RequestSpec]) -> list[RequestSpec]:
     keep[parents[fanout >= 2]] = True
     has_run = run > 0
     keep[node[(starts + run - 1)[has_run]]] = True
-    by_node: dict[int, PrefixHashes] = {}
+    by_node: dict[int, tuple[PrefixHashes, tuple[int, ...], int]] = {}
     out = list(specs)
-    for k, i in enumerate(idx):
-        if not has_run[k]:
-            continue
-        ph = _chain(segs[k], node[starts[k] : starts[k] + run[k]], keep, by_node)
-        if ph is not None:
-            out[i] = dataclasses.replace(specs[i], prefix_hashes=ph)
+    nodes, kept = node.tolist(), keep[node].tolist()  # plain lists: the loop below is per prompt
+    for k, (i, a, r) in enumerate(zip(idx, starts.tolist(), run.tolist(), strict=True)):
+        if r:
+            ids, last = blocks[k]
+            ph = _chain(ids, last, specs[i].hash_block_size, nodes[a : a + r], kept[a : a + r], by_node)
+            if ph is not None:
+                out[i] = dataclasses.replace(specs[i], prefix_hashes=ph)
     return out
 
 
+def _id_blocks(spec: RequestSpec) -> tuple[tuple[int, ...], int]:
+    """The ids that cover prompt tokens and the length of the last one's block (as prompt_segments)."""
+    hb = spec.hash_block_size
+    ids = spec.hash_ids[: -(-spec.prompt_len // hb)]  # type: ignore[index]  # hash-id specs only
+    return ids, min(hb, spec.prompt_len - (len(ids) - 1) * hb)
+
+
+_Made = dict[int, tuple[PrefixHashes, tuple[int, ...], int]]  # node -> its object, ids, last block's length
+
+
 def _chain(
-    segs: tuple[Segment, ...], nodes: np.ndarray, keep: np.ndarray, by_node: dict[int, PrefixHashes]
+    ids: tuple[int, ...], last: int, hb: int, nodes: list[int], kept: list[bool], by_node: _Made
 ) -> PrefixHashes | None:
-    """The ``PrefixHashes`` of the kept nodes along one prompt's shared run, made on first use, each the
-    ``parent`` of the next; the deepest one (None if a collision broke the chain before any)."""
-    last = by_node.get(int(nodes[-1]))
-    if last is not None and last.segments == segs[: len(nodes)]:  # made by an earlier prompt, checked then
-        return last
+    """The ``PrefixHashes`` of the kept nodes along one prompt's shared run (its first ``len(nodes)``
+    ids), made on first use, each the ``parent`` of the next: the deepest one, or the deepest before a
+    hash collision."""
+    got = by_node.get(nodes[-1])
+    d = len(nodes)
+    if got is not None and got[1] == ids[:d] and got[2] == (last if d == len(ids) else hb):
+        return got[0]  # made by an earlier prompt with these ids
     ph: PrefixHashes | None = None
-    for depth in np.flatnonzero(keep[nodes]).tolist():
-        n = int(nodes[depth])
-        got = by_node.get(n)
+    for depth in range(1, d + 1):
+        if not kept[depth - 1]:
+            continue
+        end = last if depth == len(ids) else hb  # this prompt's length of the block of ids[depth - 1]
+        got = by_node.get(nodes[depth - 1])
         if got is None:
-            got = by_node[n] = PrefixHashes(segs[: depth + 1], ph)
-        elif got.parent is not ph or got.segments != segs[: depth + 1]:
+            segs: tuple[Segment, ...] = tuple((("h", h), hb) for h in ids[: depth - 1])
+            made = PrefixHashes((*segs, (("h", ids[depth - 1]), end)), ph)
+            got = by_node[nodes[depth - 1]] = (made, ids[:depth], end)
+        elif got[0].parent is not ph or got[1] != ids[:depth] or got[2] != end:
             return ph  # a hash collision: share only what was checked
-        ph = got
+        ph = got[0]
     return ph
