@@ -88,10 +88,20 @@ def test_only_hash_id_specs_that_share_get_prefix_hashes():
     given_ph = dataclasses.replace(spec(0, [1, 2], 16), prefix_hashes=ph)
     tokens = RequestSpec("t", 0.0, 16, 4, token_ids=tuple(range(16)), hash_ids=(1, 2), hash_block_size=8)
     plain = RequestSpec("p", 0.0, 16, 4)
-    specs = [given_ph, tokens, plain, spec(3, [1, 2], 16), spec(4, [1, 3], 12)]
+    empty = spec(5, [], 8)  # no ids: the whole prompt is its own
+    other_size = [spec(6, [1, 2], 8, hbs=4), spec(7, [1, 2, 4], 12, hbs=4)]  # same ids, 4-token blocks
+    specs = [given_ph, tokens, plain, empty, spec(3, [1, 2], 16), spec(4, [1, 3], 12), *other_size]
     out = share_hash_id_prefixes(specs)
-    assert out[:3] == specs[:3] and out[0].prefix_hashes is ph and out[1].prefix_hashes is None
-    assert out[3].prefix_hashes is out[4].prefix_hashes and out[3].prefix_hashes.segments == ((("h", 1), 8),)
+    assert out[:4] == specs[:4] and out[0].prefix_hashes is ph and out[1].prefix_hashes is None
+    assert out[3].prefix_hashes is None
+    assert out[4].prefix_hashes is out[5].prefix_hashes and out[4].prefix_hashes.segments == ((("h", 1), 8),)
+    assert out[6].prefix_hashes is out[7].prefix_hashes and out[6].prefix_hashes.segments == (
+        (("h", 1), 4),
+        (("h", 2), 4),
+    )
+    for s in out[4:]:
+        total = s.prompt_len + s.output_len
+        assert Request(s).block_hashes(2, total)[: total // 2] == alone(s, 2, total)
 
 
 def _trace(path, fmt: str, n: int = 150) -> None:
@@ -102,7 +112,8 @@ def _trace(path, fmt: str, n: int = 150) -> None:
     for i in range(n):
         k = int(rng.integers(1, 7))
         tree, branch = int(rng.integers(0, 4)), int(rng.integers(0, 2))
-        ids = [tree * 100 + j * 10 + (branch if j else 0) for j in range(k)] + [10**6 + i] * int(rng.integers(0, 2))
+        own = [10**6 + i] * int(rng.integers(0, 2))
+        ids = [tree * 100 + j * 10 + (branch if j else 0) for j in range(k)] + own
         plen = (len(ids) - 1) * hbs + int(rng.integers(1, hbs + 1))
         t, out = round(i * (0.05 if fmt == "mooncake" else 0.002), 3), int(rng.integers(4, 120))
         if fmt == "mooncake":

@@ -6,8 +6,9 @@ another's ids. Hashing each request's prompt itself costs O(KV blocks per reques
 distinct KV block is hashed once for the whole trace. Hashes are a pure function of content, so the
 sharing changes no result (tests/test_hash_prefixes.py compares runs with and without it).
 
-The trie is keyed on the prompts' content segments (``RequestSpec.prompt_segments``: one per id, the
-last one possibly partial), so a prompt ending inside an id's block shares only up to that block. A
+The trie is keyed on what ``RequestSpec.prompt_segments`` makes of the ids: an id with its block's
+length (``hash_block_size``, or less for the last), so a prompt ending inside an id's block shares
+only up to that block, and ids in blocks of other sizes share nothing. A
 prefix gets a ``PrefixHashes`` when some request's longest shared prefix ends there (it is attached to
 that request) or when two shared branches part there (so both branches reach its blocks through their
 ``parent``); the prefixes in between need none.
@@ -25,7 +26,7 @@ from sim.core.request import PrefixHashes, RequestSpec, Segment
 
 def _shares_by_hash_ids(spec: RequestSpec) -> bool:
     """Specs whose content comes from hash ids (token ids win over them) and that share nothing yet."""
-    return spec.hash_ids is not None and spec.token_ids is None and spec.prefix_hashes is None
+    return bool(spec.hash_ids) and spec.token_ids is None and spec.prefix_hashes is None
 
 
 def share_hash_id_prefixes(specs: Sequence[RequestSpec]) -> list[RequestSpec]:
@@ -38,12 +39,12 @@ def share_hash_id_prefixes(specs: Sequence[RequestSpec]) -> list[RequestSpec]:
     # Trie nodes named by the chained hash of their path (as vLLM names blocks); a collision is caught
     # where a node is reused (its ids are compared) and only shortens that prompt's sharing.
     keys: list[int] = []
-    for ids, last in blocks:
-        parent = 0
+    for (ids, last), i in zip(blocks, idx, strict=True):
+        parent, hb = 0, specs[i].hash_block_size
         for h in ids[:-1]:
-            parent = hash((parent, h))
+            parent = hash((parent, h, hb))
             keys.append(parent)
-        keys.append(hash((parent, ids[-1], last)))  # the last block may be partial: its length counts
+        keys.append(hash((parent, ids[-1], last)))  # the last block may be partial
     lens = np.fromiter((len(ids) for ids, _ in blocks), dtype=np.int64, count=len(blocks))
     starts = np.cumsum(lens) - lens
     _, node, counts = np.unique(np.array(keys, dtype=np.int64), return_inverse=True, return_counts=True)
