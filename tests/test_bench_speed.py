@@ -56,11 +56,13 @@ def test_speed_workload_fast_forward_is_exact():
     np.testing.assert_allclose(times(slow), times(fast), rtol=1e-9)
 
 
-def test_paths_bench_runs_every_path():
+def test_paths_bench_runs_every_path(tmp_path):
     """bench/paths.py (requests/s per common path) keeps running; tiny sizes, no timing asserted."""
     spec = importlib.util.spec_from_file_location("bench_paths", SPEED.parent / "paths.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    for name, cfg in mod.paths(40).items():
+    cfgs = mod.paths(40, tmp_path)
+    mod.mooncake_like(40, Path(cfgs["hash_ids"]["workload"]["trace"]))
+    for name, cfg in cfgs.items():
         n, wall = mod.run(name, cfg)
         assert n >= 1 and wall > 0, name

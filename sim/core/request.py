@@ -30,20 +30,51 @@ class PrefixHashes:
     segments it has in common with ``segments`` (checked once, by tuple equality, so a renamed or
     truncated spec just falls back to hashing itself) and adds the ones it computes first. The hashes
     are a pure function of the content, so sharing them changes no result.
+
+    ``parent``, when given, describes a shorter sequence ``segments`` starts with (a trie of trace
+    prompts, see sim.core.hash_prefixes): hashes given to either flow along the chain, so requests
+    that branch off a common prefix hash its blocks once between them.
     """
 
-    __slots__ = ("segments", "_by_size")
+    __slots__ = ("segments", "parent", "_by_size", "_num_tokens")
 
-    def __init__(self, segments: tuple[Segment, ...]) -> None:
+    def __init__(self, segments: tuple[Segment, ...], parent: PrefixHashes | None = None) -> None:
         self.segments = segments
+        self.parent = parent
         self._by_size: dict[int, list[int]] = {}
+        self._num_tokens = sum(n for _, n in segments)
 
     def for_size(self, block_size: int) -> list[int]:
-        """The shared list for ``block_size`` (hashes of blocks 0..len-1, grown by the requests)."""
+        """The shared list for ``block_size`` (hashes of blocks 0..len-1, grown by the requests), first
+        topped up from the ancestors (a request on another branch may have hashed the common blocks)."""
         got = self._by_size.get(block_size)
         if got is None:
             got = self._by_size[block_size] = []
+        if self.parent is not None:
+            chain: list[PrefixHashes] = []
+            node: PrefixHashes | None = self
+            while node is not None:
+                chain.append(node)
+                node = node.parent
+            above: list[int] = []
+            for node in reversed(chain):  # root first: each list holds at least its parent's
+                mine = node._by_size.setdefault(block_size, [])
+                if len(mine) < len(above):
+                    mine.extend(above[len(mine) :])
+                above = mine
         return got
+
+    def publish(self, block_size: int, hashes: list[int], upto: int) -> None:
+        """Take the hashes a request computed (``hashes[:upto]`` lie in the content it shares with this
+        object), and hand them up the chain, each ancestor keeping the blocks within its own content."""
+        node: PrefixHashes | None = self
+        while node is not None:
+            mine = node._by_size.setdefault(block_size, [])
+            end = min(upto, len(hashes), node._num_tokens // block_size)
+            if len(mine) >= end:  # an ancestor holds at least what its descendants hold
+                return
+            mine.extend(hashes[len(mine) : end])
+            node = node.parent
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,10 +221,14 @@ class Request:
         if len(hashes) >= want:
             return hashes
         shared = self._shared
-        if shared is not None:
+        ph = self.spec.prefix_hashes
+        if shared is not None and ph is not None:
             n = len(hashes)
-            if n < len(shared):
-                hashes.extend(shared[n : min(want, self._shared_blocks)])
+            top = min(want, self._shared_blocks)
+            if n < top:
+                if len(shared) < top and ph.parent is not None:
+                    ph.for_size(block_size)  # tops `shared` up from the ancestors
+                hashes.extend(shared[n:top])
                 if len(hashes) >= want:
                     return hashes
         parent = hashes[-1] if hashes else NONE_HASH
@@ -202,8 +237,8 @@ class Request:
             for ident in self._segment_idents(len(hashes), want, block_size):
                 parent = hash((parent, ident))
                 hashes.append(parent)
-            if shared is not None and len(shared) < self._shared_blocks:
-                shared.extend(hashes[len(shared) : self._shared_blocks])
+            if shared is not None and ph is not None and len(shared) < self._shared_blocks:
+                ph.publish(block_size, hashes, self._shared_blocks)
             return hashes
         for i in range(len(hashes), want):
             lo, hi = i * block_size, (i + 1) * block_size

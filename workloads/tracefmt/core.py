@@ -16,6 +16,8 @@ Every loader parses its file into :class:`Columns` (file order, lengths as array
    into the context as :func:`workloads.gen.lengths.clip_to_context` does (prompt ≤ L−1, then
    output ≤ L−prompt). Literal token ids, hash ids and segments are cut to the new prompt length.
 
+Requests whose hash ids start the same then share their block hashes (sim.core.hash_prefixes).
+
 ``num_clipped`` counts the kept requests whose lengths differ from the file's: the caps above, plus
 lengths a loader had to raise to 1 (a 0-token output in Azure, a failed BurstGPT row kept on request).
 """
@@ -31,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from sim.core.errors import ConfigError, TraceFormatError
+from sim.core.hash_prefixes import share_hash_id_prefixes
 from sim.core.request import RequestSpec, Segment
 from workloads.gen.lengths import clip_to_context
 from workloads.tracefmt.jsonl import LoadedTrace as _JsonlTrace
@@ -231,6 +234,7 @@ def finish(cols: Columns, opts: TraceOptions) -> LoadedTrace:
     specs = [
         _spec(cols, int(i), float(ti), int(pi), int(oi)) for i, ti, pi, oi in zip(order, t, p, o, strict=True)
     ]
+    specs = share_hash_id_prefixes(specs)  # each distinct KV block of the trace hashed once (no result changes)
     return LoadedTrace(
         specs=specs,
         num_skipped=cols.num_skipped,
