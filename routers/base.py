@@ -4,7 +4,10 @@ A router runs in the gateway: for each request it picks one replica among the ca
 hands it (replicas whose limits fit the request), or None to keep the request queued at the gateway.
 It sees the gateway's own count of outstanding requests (always current: the gateway sees every
 response) and the replicas' engine metrics as of the last poll (``poll_interval_s``; 0 = live), like a
-real gateway scraping each engine's metrics endpoint.
+real gateway scraping each engine's metrics endpoint. A router that reads none of the polled fields
+(``num_running``, ``num_waiting``, ``kv_usage``, ``polled_at``) says so with ``reads_engine_metrics =
+False``: the gateway then polls nothing and lets the replicas' decode runs go on past finishes
+(sim/app/gateway.py). A router that does not say is polled.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class BaseRouter:
     """No-op hooks, so a router implements only ``route``."""
 
     name = "base"
+    reads_engine_metrics = True
 
     def on_routed(self, spec: RequestSpec, replica: ReplicaView, now: float) -> None:
         pass

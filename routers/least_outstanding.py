@@ -10,6 +10,7 @@ from routers.base import LeastRouter, ReplicaView, RouterContext, register, take
 
 class LeastOutstanding(LeastRouter):
     name = "least-outstanding"
+    reads_engine_metrics = False
 
     def key(self, c: ReplicaView) -> int:
         return c.outstanding

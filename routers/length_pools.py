@@ -38,6 +38,10 @@ class PoolRouter(BaseRouter):
         self.fallback = make_router(within, {}, ctx)
         self.counts: dict[str, int] = dict.fromkeys(pools, 0)
 
+    @property
+    def reads_engine_metrics(self) -> bool:
+        return any(getattr(r, "reads_engine_metrics", True) for r in (*self.inner.values(), self.fallback))
+
     def pool_of(self, spec: RequestSpec) -> str:
         raise NotImplementedError
 

@@ -54,6 +54,7 @@ class _Index:
 
 class PrefixAware(BaseRouter):
     name = "prefix-aware"
+    reads_engine_metrics = False  # its own index and the outstanding counts
 
     def __init__(
         self, ctx: RouterContext, load_guard: int, min_match_blocks: int, capacity: int | None

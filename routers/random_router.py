@@ -15,6 +15,7 @@ from sim.core.request import RequestSpec
 
 class RandomRouter(BaseRouter):
     name = "random"
+    reads_engine_metrics = False
 
     def __init__(self, rng: np.random.Generator) -> None:
         self.rng = rng

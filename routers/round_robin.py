@@ -14,6 +14,7 @@ from sim.core.request import RequestSpec
 
 class RoundRobin(BaseRouter):
     name = "round-robin"
+    reads_engine_metrics = False
 
     def __init__(self) -> None:
         self.next = 0

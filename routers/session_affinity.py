@@ -33,6 +33,10 @@ class SessionAffinity(BaseRouter):
         self.num_sticky = 0
         self.num_moved = 0
 
+    @property
+    def reads_engine_metrics(self) -> bool:
+        return getattr(self.fallback, "reads_engine_metrics", True)
+
     def route(self, spec: RequestSpec, candidates: Sequence[ReplicaView], now: float) -> ReplicaView | None:
         sid = spec.session_id
         if sid is not None and sid in self.home:

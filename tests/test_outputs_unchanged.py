@@ -76,6 +76,16 @@ def frame_digest(frame: pd.DataFrame) -> str:
     return h.hexdigest()[:16]
 
 
+def itl_digest(res: Any) -> str:
+    """The inter-token gaps as a weighted sample: each distinct gap with its total weight. The sample's
+    order, and which equal gaps share one weight, follow where decode runs start and end (a cluster
+    replica's runs going on past finishes changes both, not one gap)."""
+    values, inverse = np.unique(np.asarray(res.itl_values, dtype=np.float64), return_inverse=True)
+    weights = np.zeros(len(values), dtype=np.int64)
+    np.add.at(weights, inverse.ravel(), np.asarray(res.itl_weights, dtype=np.int64))
+    return hashlib.sha256(values.tobytes() + weights.tobytes()).hexdigest()[:16]
+
+
 def result_digests(res: Any) -> dict[str, str]:
     from sim.app.results import summarize
 
@@ -83,23 +93,22 @@ def result_digests(res: Any) -> dict[str, str]:
     s["meta"].pop("wall_time_s", None)
     if s.get("config", {}).get("frontend") == {"enabled": False}:  # a cluster echoes the override (pins predate it)
         del s["config"]["frontend"]
-    itl = hashlib.sha256(np.asarray(res.itl_values).tobytes() + np.asarray(res.itl_weights, np.int64).tobytes())
-    return {"requests": frame_digest(res.requests), "steps": frame_digest(res.steps),
-            "itl": itl.hexdigest()[:16],
+    return {"requests": frame_digest(res.requests), "steps": frame_digest(res.steps), "itl": itl_digest(res),
             "summary": hashlib.sha256(json.dumps(s, sort_keys=True).encode()).hexdigest()[:16]}  # fmt: skip
 
 
 PINNED: dict[str, dict[str, str]] = {  # python tests/test_outputs_unchanged.py, PYTHONPATH=a checkout of 065b59d
     # (main before the memory work merged. The helper's first pins, from bb115d8, had the same tables where a
-    # config sets its loop; the vllm configs that do not ran synchronously there: async became the default)
-    'async_timeout': {'requests': '3383b0c518eaabdf', 'steps': '87698ed56eb1a8de', 'itl': '448d62f1267cd747', 'summary': '322f6a15142ff87e'},
-    'cluster_disagg': {'requests': '72f44406a5a3c2b4', 'steps': 'c9e55b924274c4dc', 'itl': '5bfba5f32a3bcbca', 'summary': 'f1657d7670f9f098'},
-    'cluster_pools': {'requests': '78a6b37ea072917a', 'steps': 'b876b4d348204f56', 'itl': 'c04e400aaa0ee9ee', 'summary': '6dc56ef35ef6bbb1'},
-    'llamacpp_timeout': {'requests': 'e804ee570a90a609', 'steps': 'e09b0719b02b10c1', 'itl': 'c45c2c3ec4ef5003', 'summary': '11116ef44308f93a'},
-    'quickstart': {'requests': 'bc14be6755ee0fbc', 'steps': 'd226775244300262', 'itl': '02b73ae58418ddee', 'summary': 'c7dbf3e89eb50dac'},
-    'shared_prefix': {'requests': 'aeb1d119ca31b922', 'steps': '700f4b7279a02a6e', 'itl': '4a3fbefcdcdd1d94', 'summary': '9e34a074d0339977'},
-    'static_timeout': {'requests': 'dc36f659c7cfb9de', 'steps': '83223ef7dba625dd', 'itl': '6749b337b28c43da', 'summary': '63c3517ec1df7809'},
-    'vllm_v0_swap': {'requests': 'fb892074ffc508c1', 'steps': 'fc8f4ee042a09c76', 'itl': '5e9e993fe08cbdfd', 'summary': '650276ad35ddaa5e'},
+    # config sets its loop; the vllm configs that do not ran synchronously there: async became the default).
+    # 'itl' is the weighted sample (itl_digest), pinned from 675aec1, whose other three digests are these.
+    'async_timeout': {'requests': '3383b0c518eaabdf', 'steps': '87698ed56eb1a8de', 'itl': '78ec2834fa7faf96', 'summary': '322f6a15142ff87e'},
+    'cluster_disagg': {'requests': '72f44406a5a3c2b4', 'steps': 'c9e55b924274c4dc', 'itl': '0b889cf0eb90930d', 'summary': 'f1657d7670f9f098'},
+    'cluster_pools': {'requests': '78a6b37ea072917a', 'steps': 'b876b4d348204f56', 'itl': '795010c075766a13', 'summary': '6dc56ef35ef6bbb1'},
+    'llamacpp_timeout': {'requests': 'e804ee570a90a609', 'steps': 'e09b0719b02b10c1', 'itl': '244f17959d4636e9', 'summary': '11116ef44308f93a'},
+    'quickstart': {'requests': 'bc14be6755ee0fbc', 'steps': 'd226775244300262', 'itl': 'e35d4b80df0e3b05', 'summary': 'c7dbf3e89eb50dac'},
+    'shared_prefix': {'requests': 'aeb1d119ca31b922', 'steps': '700f4b7279a02a6e', 'itl': 'ed14b0d96573f4f1', 'summary': '9e34a074d0339977'},
+    'static_timeout': {'requests': 'dc36f659c7cfb9de', 'steps': '83223ef7dba625dd', 'itl': '4184a6aac62b71c9', 'summary': '63c3517ec1df7809'},
+    'vllm_v0_swap': {'requests': 'fb892074ffc508c1', 'steps': 'fc8f4ee042a09c76', 'itl': '107216f3f5a9a0d5', 'summary': '650276ad35ddaa5e'},
 }  # fmt: skip
 
 

@@ -5,7 +5,9 @@ This module wires the parts: the replicas (sim/app/replica.py), the shared cards
 (sim/app/devices.py), the gateway (sim/app/gateway.py), the P/D hand-off (sim/app/disagg.py) and the
 result (sim/app/cluster_results.py). Timing rules (why fast-forward stays exact with replicas) are in
 sim/app/timing.py: the gateway acts after every replica's step boundary at an instant, and the router
-reads a replica mid-run through its ``run_view`` (``Replica.kv_usage``), as it would step by step.
+reads a replica mid-run through its ``run_view`` (``Replica.kv_usage``), as it would step by step; with a
+router that reads no engine metrics the runs go on past finishes, which the gateway counts from the
+same view (sim/app/gateway.py).
 
 ``simulate_cluster(cfg)`` is the entry point (a ClusterConfig, a raw dict or a TOML path).
 """

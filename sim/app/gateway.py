@@ -2,14 +2,22 @@
 and what each replica has outstanding. Its events run after the replicas' step boundaries at the same
 instant (sim/app/timing.py).
 
+While the gateway's queue is empty, a finish changes nothing but its counts (outstanding, the router's
+and the source's on_done) as long as the router reads no engine metrics, arrivals ignore finishes and no
+card is shared: then the replicas' decode runs go on past finishes (``lazy``), and the gateway takes
+each finish from the run's view at its time, before anything at or after that time reads the counts. A
+request held in the queue cuts those runs (a finish may then release it).
+
 The fit check asks each replica's own policy (``Policy.rejection_reason``), so a request is never routed
 to a replica that would reject it; one no replica can hold is rejected here, with their reasons.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -20,6 +28,7 @@ from sim.app.devices import Devices
 from sim.app.replica import Replica
 from sim.app.timing import LATE_GATEWAY, LATE_POLL, at_late
 from sim.core.request import RequestSpec
+from sim.engine.fastforward import RunView
 
 if TYPE_CHECKING:
     from sim.app.disagg import PDCoordinator
@@ -53,13 +62,30 @@ class Gateway:
         self.max_queue_len = 0
         self.poll_on = cfg.poll_interval_s > 0
         self._ticks: set[float] = set()
+        self.polls = True  # whether anything reads the replicas' polled metrics (decided by start())
+        self.lazy = False  # finishes taken from decode runs' views (module doc; decided by start())
+        # The next finish of each replica's run in flight: (time, seq, replica, view), and where in
+        # its view each replica is.
+        self._pending: list[tuple[float, int, int, RunView]] = []
+        self._next: dict[int, int] = {}
+        self._seq = 0
+        self.num_mid_run_finishes = 0  # finishes counted from a run's view (tests and benchmarks read it)
 
     def start(self) -> None:
-        """Schedule the first arrival and the first metrics poll."""
+        """Decide whether to poll and whether runs may pass finishes (once the P/D hooks are set);
+        schedule the first arrival and the first metrics poll."""
+        self.polls = self.disagg is not None or getattr(self.router, "reads_engine_metrics", True)
+        self.lazy = not self.polls and not self.devices.groups and bool(
+            getattr(self.source, "arrivals_ignore_finishes", False)
+        )
+        if self.lazy:
+            for r in self.front:
+                r.inbox.may_pass = self._queue_empty
+                r.inbox.run_hook = partial(self._expect, r.index)
         t0 = self.source.peek_time()
         if t0 is not None:
             self.schedule_tick(t0)
-        if self.poll_on:
+        if self.poll_on and self.polls:
             at_late(self.env, 0.0, LATE_POLL, self._poll)
 
     # ---- events --------------------------------------------------------------------------------------
@@ -72,6 +98,8 @@ class Gateway:
     def _tick(self, t: float) -> None:
         self._ticks.discard(t)
         now = max(self.env.now, t)  # the scheduled instant itself (env.now + delay may round below it)
+        if self._pending:
+            self.settle(now)
         if self.horizon is None or now <= self.horizon:
             for spec in self.source.pop_due(now):
                 self.spec_of[spec.request_id] = spec
@@ -87,6 +115,8 @@ class Gateway:
         timeout = self.cfg.queue_timeout_s
         if self.queue and timeout is not None:
             self.schedule_tick(self.queue[0][1] + timeout)
+        if self.queue and self.lazy:
+            self._cut_runs()
 
     def _poll(self) -> None:
         now = self.env.now
@@ -107,7 +137,7 @@ class Gateway:
     def _dispatch(self, now: float) -> None:
         if not self.queue:
             return
-        if not self.poll_on:
+        if not self.poll_on and self.polls:
             for r in self.front:
                 r.poll(now)
         kept: deque[tuple[RequestSpec, float]] = deque()
@@ -183,7 +213,7 @@ class Gateway:
         """Put ``spec`` (already counted by ``reserve``) into replica ``index``'s inbox."""
         r = self.replicas[index]
         r.inbox.push(spec)
-        if not self.poll_on:
+        if not self.poll_on and self.polls:
             r.poll(now)
 
     def _set_room(self, v: ReplicaView) -> None:
@@ -197,6 +227,52 @@ class Gateway:
     def on_replica_done(self, index: int, spec: RequestSpec, now: float) -> None:
         """Replica ``index`` finished (or rejected) ``spec``: the client's request ends, or under P/D its
         KV goes on to a decode replica."""
+        if self._pending:
+            self.settle(now)  # earlier finishes inside other replicas' runs first
+        self._finished(index, spec, now)
+        self.schedule_tick(now)
+
+    # ---- finishes inside decode runs (``lazy``) ------------------------------------------------------
+    def _queue_empty(self) -> bool:
+        return not self.queue
+
+    def _expect(self, index: int, view: RunView) -> None:
+        """Replica ``index`` runs past finishes: its view lists them with their times."""
+        if len(view.finish_specs):
+            self._next[index] = 0
+            heapq.heappush(self._pending, (float(view.finish_times[0]), self._seq, index, view))
+            self._seq += 1
+
+    def settle(self, now: float) -> None:
+        """Count every finish inside a replica's run in flight up to ``now``, in time order, as its step
+        boundary would have (a finish's own tick, with the queue empty, does nothing more). A run cut by a
+        push keeps the steps started by then, so each finish so far is certain; a run that has ended
+        reported its own (its view is gone)."""
+        pending, reps = self._pending, self.replicas
+        while pending and pending[0][0] <= now:
+            t, _, i, view = heapq.heappop(pending)
+            r = reps[i]
+            if r.engine.run_view is not view:
+                continue
+            j = self._next[i]
+            spec = view.finish_specs[j]
+            r.inbox.taken.add(spec.request_id)
+            self._finished(i, spec, t)
+            self.num_mid_run_finishes += 1
+            j += 1
+            self._next[i] = j
+            if j < len(view.finish_specs):
+                heapq.heappush(pending, (float(view.finish_times[j]), self._seq, i, view))
+                self._seq += 1
+
+    def _cut_runs(self) -> None:
+        """A request waits in the queue: each finish may release it, so runs past finishes end now."""
+        for r in self.front:
+            rv = r.engine.run_view
+            if rv is not None and rv.free_blocks is None:
+                r.inbox.nudge()
+
+    def _finished(self, index: int, spec: RequestSpec, now: float) -> None:
         r = self.replicas[index]
         v = r.view
         v.outstanding -= 1
@@ -206,10 +282,8 @@ class Gateway:
         router = self.router
         if self.disagg is not None:
             if self.disagg.hand_off(r, orig, rejected, now):
-                self.schedule_tick(now)
                 return
             if r.spec.role == "decode":
                 router = self.disagg.router
         router.on_done(orig, v, now)
         self.source.on_done(orig, now)
-        self.schedule_tick(now)

@@ -15,19 +15,36 @@ from routers.base import ReplicaView
 from sim.app.cluster_config import ReplicaSpec
 from sim.app.simulate import Setup, resolve
 from sim.core.request import RequestSpec
+from sim.engine.fastforward import RunView
 from sim.engine.loop import Engine
 from sim.engine.recorder import Recorder
 
 
 class Inbox:
     """A replica's request source: the gateway pushes specs in, the engine pulls them at its next step
-    boundary. It cannot know when the next push comes, so it offers the engine a wake-up event."""
+    boundary. It cannot know when the next push comes, so it offers the engine a wake-up event.
+
+    A gateway that can take finishes from a decode run's view (``Gateway.start``) sets ``may_pass`` and
+    ``run_hook``: the engine's runs then go on past finishes while ``may_pass()``, the gateway counts
+    each finish at its time from the view, and ``on_done`` skips those it took (``taken``)."""
 
     def __init__(self, env: simpy.Environment, on_done: Callable[[RequestSpec, float], None]) -> None:
         self.env = env
         self.items: deque[tuple[float, RequestSpec]] = deque()
         self._on_done = on_done
         self._wake: simpy.Event | None = None
+        self.may_pass: Callable[[], bool] | None = None
+        self.run_hook: Callable[[RunView], None] | None = None
+        self.taken: set[str] = set()  # request ids whose finish the gateway took from a run's view
+
+    def finishes_may_pass(self) -> bool:
+        """May the engine's next decode run go on past finishes (the fast-forward asks at each run)?"""
+        return self.may_pass is not None and self.may_pass()
+
+    def on_run(self, view: RunView) -> None:
+        """A decode run past finishes is in flight (the engine's ``run_view``)."""
+        if self.run_hook is not None:
+            self.run_hook(view)
 
     def push(self, spec: RequestSpec) -> None:
         self.items.append((self.env.now, spec))
@@ -54,6 +71,10 @@ class Inbox:
         return out
 
     def on_done(self, spec: RequestSpec, now: float) -> None:
+        taken = self.taken
+        if taken and spec.request_id in taken:  # the gateway counted it at its time, mid-run
+            taken.discard(spec.request_id)
+            return
         self._on_done(spec, now)
 
     def remaining(self) -> list[RequestSpec]:
@@ -77,7 +98,9 @@ class Replica:
         rv = self.engine.run_view
         if rv is None:
             return self.policy.kv.usage
-        starts, free = rv
+        starts, free = rv.starts, rv.free_blocks
+        if free is None:  # rows finish inside the run: the gateway lets that happen only if it never polls
+            raise RuntimeError(f"replica {self.index}: KV usage read inside a decode run past finishes")
         j = int(starts.searchsorted(now, "right")) - 1  # the method: no dispatch through np.searchsorted
         return 1.0 - float(free[j if j > 0 else 0]) / self.policy.kv.usable_blocks
 

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from sim.engine.loop import Engine
 
 
+PUSHED_RUN_STEPS = 64  # the most steps a pushed source's run past finishes is planned (FastForward)
+
+
 @dataclass(slots=True)
 class DecodeRun:
     """Up to ``max_steps`` decode-only steps taken in one go.
@@ -49,13 +52,27 @@ class DecodeRun:
     cached_free: np.ndarray | None = None
 
 
-def plan_run(policy: Any, finishes_ok: bool) -> DecodeRun | None:
+@dataclass(slots=True)
+class RunView:
+    """A decode run in flight, for observers of a pushed source's engine (a cluster's gateway): when
+    each step starts, the free blocks after each step's allocation (None when rows finish inside the
+    run: their frees are not known before it is applied), and the rows that finish inside it with
+    when, in the order the engine reports them. A push that cuts the run keeps the steps started by
+    then, so a finish at or before any later instant of the run is certain."""
+
+    starts: np.ndarray
+    free_blocks: np.ndarray | None
+    finish_times: np.ndarray
+    finish_specs: list[Any]
+
+
+def plan_run(policy: Any, finishes_ok: bool, max_through: int | None = None) -> DecodeRun | None:
     """The decode run the policy's next steps are, if they are a quiet stretch (else None).
 
     Quiet: the policy says so, every running row is decoding, nothing can be admitted, and the free
     blocks cover every row's growth (finished rows' frees not counted). ``finishes_ok``: the engine's
     arrivals do not depend on finishes, or it cuts the run before the arrivals they cause, so the run
-    may go on past them when the policy allows it.
+    may go on past them when the policy allows it, for at most ``max_through`` steps (None: to the last).
     """
     quiet = policy.quiet()
     if quiet is None:
@@ -78,6 +95,8 @@ def plan_run(policy: Any, finishes_ok: bool) -> DecodeRun | None:
         left[i] = rest if rest < max_len - t else max_len - t
     through = finishes_ok and not quiet.finishes_matter and not waiting
     k = max(left) if through else min(left)
+    if through and max_through is not None and k > max_through:
+        k = max_through
     if k < 2:
         return None
     kv = policy.kv
@@ -205,6 +224,12 @@ class FastForward:
         delay = getattr(engine.source, "response_delay", None)
         self.response_delay = delay if callable(delay) and not self.finishes_ok else None
         self.passes = self.finishes_ok or self.response_delay is not None
+        # A pushed source may let a run go on past finishes while it can take them from the run's view
+        # (``finishes_may_pass()``, asked at each run; ``on_run(view)`` is told of such a run).
+        self.may_pass: Callable[[], bool] | None = getattr(engine.source, "finishes_may_pass", None)
+        # Such a run is planned PUSHED_RUN_STEPS at most: a push soon cuts it, and pricing the stretch to
+        # the last row's finish costs more than starting another run now and then.
+        self.max_through = PUSHED_RUN_STEPS if self.may_pass is not None else None
         self.runs = 0
         self.steps = 0
 
@@ -247,15 +272,22 @@ class FastForward:
                 return dl
         return nxt
 
+    def _passes_now(self) -> bool:
+        """May this run go on past finishes (the source's standing answer, or a pushed source's now)?"""
+        return self.passes or (self.may_pass is not None and self.may_pass())
+
     def _sleep_through(self, start: float, starts: np.ndarray, ends: np.ndarray,
-                       free_after: Callable[[], np.ndarray]) -> Generator[Any, Any, int]:
+                       free_after: Callable[[], np.ndarray],
+                       finishing: tuple[list[Request], np.ndarray] | None = None) -> Generator[Any, Any, int]:
         """Wait out a run of ``len(starts)`` steps begun at ``start``; returns how many of them happened.
 
         A pushed source (a cluster replica's inbox, sim/app/replica.py) cannot say when the next request
         comes, so a push ends the run early: the steps that started by then still run (the push comes after
         every step boundary at its instant) and the request joins at the next boundary, as without the
-        jump. No row finishes inside such a run (``passes`` is false for it), so the free blocks after each
-        step (``free_after()``) are known before it is applied, for a router reading the replica mid-run."""
+        jump. While it runs, ``engine.run_view`` shows it: without finishes inside (``finishing`` None) the
+        free blocks after each step (``free_after()``), for a router reading the replica mid-run; with
+        them (rows and the step, 1-based, of each one's finish) the finishes and their times instead,
+        announced to the source's ``on_run``."""
         eng = self.engine
         env = eng.env
         k = len(starts)
@@ -263,7 +295,14 @@ class FastForward:
         if wake is None:
             yield env.timeout(delay_to(start, float(ends[-1])))
             return k
-        eng.run_view = (starts, free_after())
+        if finishing is None:
+            eng.run_view = RunView(starts, free_after(), ends[:0], [])
+        else:
+            reqs, fin = finishing
+            rows = np.flatnonzero(fin <= k)
+            rows = rows[np.argsort(fin[rows], kind="stable")]  # by step, then row: the order they are applied
+            eng.run_view = RunView(starts, None, ends[fin[rows] - 1], [reqs[i].spec for i in rows.tolist()])
+            eng.source.on_run(eng.run_view)
         timeout = env.timeout(delay_to(start, float(ends[-1])))
         fired = yield wake() | timeout
         if timeout not in fired:
@@ -293,12 +332,13 @@ class FastForward:
     def _run(self, start: float) -> Generator[Any, Any, None]:
         eng = self.engine
         policy, source = eng.policy, eng.source
-        run = plan_run(policy, self.passes)
+        passes = self._passes_now()
+        run = plan_run(policy, passes, self.max_through)
         if run is None:
             return
         fin = run.finish_step
         k = run.max_steps
-        if not self.passes and k > int(fin.min()):
+        if not passes and k > int(fin.min()):
             raise RuntimeError(f"policy {policy.name}: decode run past a finish that may bring an arrival")
         # Rows running in each step 1..k, and their total context (each row adds a token per step).
         last = np.minimum(fin, k)
@@ -320,7 +360,8 @@ class FastForward:
         kv = policy.kv
         last_tok = np.fromiter((r.last_token_time for r in run.requests), np.float64, len(run.requests))
         num_waiting = policy.num_waiting
-        k = yield from self._sleep_through(start, starts, ends, lambda: kv.num_free_blocks - run.new_blocks[1:k + 1])
+        k = yield from self._sleep_through(start, starts, ends, lambda: kv.num_free_blocks - run.new_blocks[1:k + 1],
+                                           (run.requests, fin) if k > int(fin.min()) else None)
         starts, durations, ends, rows = starts[:k], durations[:k], ends[:k], rows[:k]
         finished = apply_run(policy, run, ends)
         self.runs += 1

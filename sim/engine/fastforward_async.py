@@ -68,8 +68,10 @@ class AsyncFastForward(FastForward):
             left[i] = rest if rest < max_len - c else max_len - c
         # Schedule j gives a row its token c0 + j while j < R (the row's tokens left): its last is in
         # flight after schedule R - 1. The run ends at the first finish unless finishes may pass.
-        through = self.passes and not quiet.finishes_matter and not num_waiting
+        through = self._passes_now() and not quiet.finishes_matter and not num_waiting
         k = max(left) - 1 if through else min(left) - 1
+        if through and self.max_through is not None and k > self.max_through:
+            k = self.max_through
         if k < 2:
             return None
         c = np.array(c0, dtype=np.int64)
@@ -102,7 +104,8 @@ class AsyncFastForward(FastForward):
         cached0 = kv.num_cached_free_blocks
         # Schedules happen at ``starts``: a push ends the run after the schedules made by then, and the
         # loop goes on from there (_sleep_through).
-        k = yield from self._sleep_through(now, starts, ends, lambda: free0 - cum[1:k + 1])
+        k = yield from self._sleep_through(now, starts, ends, lambda: free0 - cum[1:k + 1],
+                                           (running, fin) if through and k >= int(fin.min()) else None)
         starts, applied, ends = starts[:k], applied[:k], ends[:k]
         free_after, cached_after, finished = _apply_async(policy, running, c0, fin, cum, ends, k, cached0)
         policy.on_skipped_steps(k)

@@ -13,12 +13,11 @@ from array import array
 from collections import deque
 from collections.abc import Callable
 
-import numpy as np
 import simpy
 
 from sim.core.policy import Policy, StepPlan
 from sim.core.request import Request, RequestSpec, Status
-from sim.engine.fastforward import FastForward
+from sim.engine.fastforward import FastForward, RunView
 from sim.engine.fastforward_async import AsyncFastForward
 from sim.engine.recorder import Recorder
 from sim.engine.request_log import RequestLog
@@ -69,9 +68,9 @@ class Engine:
         # at or after the deadline, wherever the request is (inference-perf / aiohttp's total timeout).
         self.client_timeout_s = client_timeout_s
         self._deadlines: list[tuple[float, int, Request]] = []
-        # (step starts, free blocks after each step's allocation) while a decode run is in flight, for
-        # observers that need the state mid-run (a cluster router reading KV usage); None otherwise.
-        self.run_view: tuple[np.ndarray, np.ndarray] | None = None
+        # A decode run in flight, for observers that need the state mid-run (a cluster router reading KV
+        # usage, a gateway counting finishes; fastforward.RunView); None otherwise.
+        self.run_view: RunView | None = None
         self.process = env.process(self._loop_async() if async_scheduling else self._loop())
 
     # ---- arrivals --------------------------------------------------------------------------------
