@@ -4,6 +4,10 @@ token accounting and finishing. Policies keep only their own scheduling rules.""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
+from typing import Protocol
+
+from mypy_extensions import mypyc_attr
 
 from policies.base import PolicyLimits, Quiet, StepPlan
 from sim.core.batch import BatchSummary
@@ -11,6 +15,19 @@ from sim.core.request import Request, RequestSpec, Status
 from sim.kv import KVCacheManager
 
 
+class WaitingQueue(Protocol):
+    """What the policies ask of their waiting queue: a deque, or vLLM's priority heap."""
+
+    def append(self, req: Request) -> None: ...
+    def appendleft(self, req: Request) -> None: ...
+    def popleft(self) -> Request: ...
+    def remove(self, req: Request) -> None: ...
+    def __getitem__(self, i: int) -> Request: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Request]: ...
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # every continuous-batching preset subclasses it
 class QueuedPolicy:
     """Waiting deque + running list + KV manager; ``schedule`` is the subclass's job."""
 
@@ -24,7 +41,7 @@ class QueuedPolicy:
             enable_caching=limits.enable_prefix_caching,
             max_model_len=limits.max_model_len,
         )
-        self.waiting: deque[Request] = deque()
+        self.waiting: WaitingQueue = deque()
         self.running: list[Request] = []
         self._seq = 0
 

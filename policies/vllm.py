@@ -19,50 +19,16 @@ Sources: vLLM 0.33 v1/core/sched/scheduler.py, async_scheduler.py, v1/engine/cor
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from itertools import islice, repeat
+
+from mypy_extensions import mypyc_attr
 
 from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
-from policies.options import PolicyOptions, invalid
+from policies.vllm_options import VllmOptions
 from sim.core.batch import BatchSummary
-from sim.core.errors import ConfigError
 from sim.core.request import Request, Status
-
-
-@dataclass(frozen=True)
-class VllmOptions(PolicyOptions):
-    """vLLM V1's own knobs. ``long_prefill_token_threshold`` and ``scheduler_reserve_full_isl`` go to
-    PolicyLimits (resolve() copies them there; the scheduler reads them from its limits)."""
-
-    # engines.md §1.1: V1 defaults for GPUs under 70 GiB (the API server's usage context).
-    LIMITS = {
-        "max_num_seqs": 256,
-        "max_num_batched_tokens": 2048,
-        "enable_prefix_caching": True,
-        "enable_chunked_prefill": True,
-        "block_size": 16,
-    }
-    LIMIT_FIELDS = ("long_prefill_token_threshold", "scheduler_reserve_full_isl")
-    SCHEDULING_POLICIES = ("fcfs", "priority")  # engines.md V1-3, V1-5
-    VLLM_BUDGET_RULE = True
-
-    long_prefill_token_threshold: int = 0
-    scheduler_reserve_full_isl: bool = True
-    watermark: float = 0.0  # kv_cache_manager watermark: fraction of GPU blocks kept free at admission
-    preemption_mode: str | None = None  # accepted only as "recompute" (V1 has nothing else)
-
-    def validate(self) -> None:
-        if self.long_prefill_token_threshold < 0:
-            raise invalid("long_prefill_token_threshold", self.long_prefill_token_threshold, ">= 0")
-        if not 0 <= self.watermark < 1:
-            raise invalid("watermark", self.watermark, "in [0, 1)")
-        if self.preemption_mode not in (None, "recompute"):
-            raise ConfigError(
-                f"[engine] preemption_mode = {self.preemption_mode!r}: vLLM V1 preempts by recompute "
-                'only (engines.md §1.1); use preset = "vllm-v0" for swap preemption'
-            )
 
 
 class _PriorityQueue:
@@ -74,7 +40,8 @@ class _PriorityQueue:
     def append(self, req: Request) -> None:
         heapq.heappush(self._heap, (req.priority, req.arrival_time, req.seq, req))
 
-    appendleft = append  # a preempted request re-enters by its key (engines.md V1-3)
+    def appendleft(self, req: Request) -> None:
+        self.append(req)  # a preempted request re-enters by its key (engines.md V1-3)
 
     def __getitem__(self, i: int) -> Request:
         assert i == 0
@@ -90,10 +57,14 @@ class _PriorityQueue:
     def __len__(self) -> int:
         return len(self._heap)
 
+    def __iter__(self) -> Iterator[Request]:
+        return (e[3] for e in sorted(self._heap))  # in admission order
+
     def __bool__(self) -> bool:
         return bool(self._heap)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # tests subclass it
 class VllmPolicy(QueuedPolicy):
     name = "vllm"
     def __init__(self, limits: PolicyLimits, options: VllmOptions | None = None) -> None:
@@ -103,7 +74,7 @@ class VllmPolicy(QueuedPolicy):
         self.watermark_blocks = int(options.watermark * limits.num_gpu_blocks)
         self.priority = limits.scheduling_policy == "priority"
         if self.priority:
-            self.waiting = _PriorityQueue()  # type: ignore[assignment]
+            self.waiting = _PriorityQueue()
         self._head_blocked_by_kv = False
         # Async only: each request's sampled-but-unapplied tokens and unapplied scheduled tokens are its
         # own fields (Request.num_output_placeholders, num_in_flight_tokens), as in vLLM's Request.

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from itertools import accumulate
 
+from mypy_extensions import mypyc_attr
+
 from sim.core.errors import ConfigError
 
 Segment = tuple[Hashable, int]
@@ -148,6 +150,7 @@ class Status(Enum):
     TIMED_OUT = "timed_out"  # the client gave up (its timeout) and the engine aborted the request
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # tests subclass it
 @dataclass(eq=False, slots=True)
 class Request:
     """Engine-side state. Hot fields are plain attributes; latencies derive from the timestamps."""
@@ -234,8 +237,8 @@ class Request:
         parent = hashes[-1] if hashes else NONE_HASH
         token_ids = self.spec.token_ids
         if token_ids is None:  # one pass over the segments for all the new blocks (not one per block)
-            for ident in self._segment_idents(len(hashes), want, block_size):
-                parent = hash((parent, ident))
+            for seg_ident in self._segment_idents(len(hashes), want, block_size):
+                parent = hash((parent, seg_ident))
                 hashes.append(parent)
             if shared is not None and ph is not None and len(shared) < self._shared_blocks:
                 ph.publish(block_size, hashes, self._shared_blocks)

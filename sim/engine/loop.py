@@ -45,6 +45,7 @@ class Engine:
         self.cost = cost_model
         self.source = source
         self.rec = recorder
+        self.num_schedules = 0  # policy.schedule calls (each priced step is one, or part of a decode run)
         usable = getattr(getattr(policy, "kv", None), "usable_blocks", None)
         if usable:
             recorder.set_usable_blocks(usable)  # kv_usage is then derived from the free blocks, not stored
@@ -209,6 +210,7 @@ class Engine:
                     return
                 continue
             plan = policy.schedule(now)
+            self.num_schedules += 1
             for req, reason in plan.rejected:  # e.g. a queue timeout: reported, never silently dropped
                 self._reject(req, reason, now)
             if not plan.scheduled and plan.batch.is_empty:
@@ -248,6 +250,7 @@ class Engine:
                 return  # batches still on the GPU are in flight at the horizon
             if policy.has_unfinished():
                 plan = policy.schedule(now)
+                self.num_schedules += 1
                 for req, reason in plan.rejected:
                     self._reject(req, reason, now)
                 work = bool(plan.scheduled) or not plan.batch.is_empty

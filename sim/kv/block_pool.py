@@ -65,7 +65,7 @@ class BlockPool:
         self.null_block = self.blocks[0]
         self.null_block.is_null = True
         self._front: list[KVBlock] = []
-        self._back: list[KVBlock | None] = self.blocks[1:]
+        self._back: list[KVBlock | None] = list(self.blocks[1:])
         self._compact_at = compact_at
         self._head = 0  # index of the first unread entry of _back
         self._base = 0  # absolute position of _back[0] (positions are absolute: compaction renumbers nothing)
@@ -226,9 +226,9 @@ class BlockPool:
         n_last = len(back) - n0
         if self._num_cached:  # record where the hashed ones sit: only those can be hit (touched)
             for j in range(n0, n0 + n_last):
-                b = back[j]
-                if b.block_hash is not None:
-                    b.qpos = pos + j - n0
+                blk = back[j]  # appended just above: never a hole
+                if blk is not None and blk.block_hash is not None:
+                    blk.qpos = pos + j - n0
         if zero_first:
             zero_first.reverse()
             self._front.extend(zero_first)
@@ -294,7 +294,7 @@ class BlockPool:
     def get_cached_block(self, block_hash: int) -> KVBlock | None:
         """The block registered under ``block_hash`` (the oldest, if several), or None."""
         entry = self._cached.get(block_hash)
-        if entry is None or type(entry) is KVBlock:
+        if entry is None or isinstance(entry, KVBlock):
             return entry
         return next(iter(entry.values()))
 
@@ -307,7 +307,7 @@ class BlockPool:
             entry = cached.get(hashes[i])
             if entry is None:
                 break
-            hit.append(entry if type(entry) is KVBlock else next(iter(entry.values())))
+            hit.append(entry if isinstance(entry, KVBlock) else next(iter(entry.values())))
         return hit
 
     def cache_full_blocks(
@@ -337,7 +337,7 @@ class BlockPool:
             entry = cached.get(h)
             if entry is None:
                 cached[h] = blk
-            elif type(entry) is KVBlock:
+            elif isinstance(entry, KVBlock):
                 cached[h] = {entry.block_id: entry, blk.block_id: blk}
             else:
                 entry[blk.block_id] = blk
@@ -411,7 +411,7 @@ class BlockPool:
                     fail(f"block {b.block_id} has hash {b.block_hash} but the map does not hold it")
         n_mapped = 0
         for h, entry in self._cached.items():
-            members = [entry] if type(entry) is KVBlock else list(entry.values())
+            members = [entry] if isinstance(entry, KVBlock) else list(entry.values())
             if not members:
                 fail(f"hash {h} maps to an empty set")
             for b in members:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from mypy_extensions import trait
 
 from sim.core.request import Request
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from sim.kv.block_pool import BlockPool
 
 
+@trait  # a mixin mypyc can compile (sim/native.py)
 class DecodeGrowth:
     """Mixed into KVCacheManager, whose block tables (``_reqs``) and pool it works on."""
 
@@ -26,6 +28,9 @@ class DecodeGrowth:
     max_model_len: int
     pool: BlockPool
     _reqs: dict[str, Any]
+
+    def allocate_slots(self, req: Request, num_new_tokens: int) -> Any:  # KVCacheManager's
+        raise NotImplementedError
 
     def grow_decodes(self, reqs: list[Request], k: int, computed: list[int] | None = None, lag: int = 0) -> None:
         """Slots for ``k`` more tokens of each running request (a fast-forwarded decode run).

@@ -17,12 +17,16 @@ hit by its own resume. The one visible difference is the size of the hash map
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from sim.core.errors import ConfigError
 from sim.core.request import Request
 from sim.kv.block_pool import BlockPool, KVBlock
 from sim.kv.growth import DecodeGrowth
 from sim.kv.rows import RowBatchOps
+
+if TYPE_CHECKING:
+    from sim.kv.swap import CpuBlockPool
 
 _NO_BLOCKS: tuple[KVBlock, ...] = ()  # allocate_slots' answer when no block was needed
 
@@ -66,6 +70,7 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
         # Swap (CPU pool, vLLM V0 engines.md §1.5) arrives in a later issue: swap_out / swap_in will
         # move a request's table between self.pool and a CPU BlockPool of this size.
         self.num_cpu_blocks = num_cpu_blocks
+        self._cpu: CpuBlockPool | None = None  # built on first use (``cpu``)
         self._reqs: dict[str, _ReqKV] = {}
         # KV-8 counters; vLLM's PrefixCacheStats.record puts a resumed request in the preempted_*
         # counters only, never in both.
@@ -170,7 +175,7 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
                              or watermark_blocks)):
                 blocks = st.blocks
                 need = c // bs + 1 - len(blocks)
-                new = _NO_BLOCKS
+                new: Sequence[KVBlock] = _NO_BLOCKS
                 if need > 0:
                     if need > self.pool.num_free_blocks:
                         return None
@@ -366,13 +371,13 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
 
     # ---- swap (vLLM V0 preemption_mode="swap", engines.md §1.5 V0-5, V0-6) ---------------------------
     @property
-    def cpu(self):
+    def cpu(self) -> CpuBlockPool:
         """The CPU swap pool of ``num_cpu_blocks`` blocks (sim.kv.swap.CpuBlockPool), built on first use."""
-        pool = self.__dict__.get("_cpu")
+        pool = self._cpu
         if pool is None:
             from sim.kv.swap import CpuBlockPool
 
-            pool = self.__dict__["_cpu"] = CpuBlockPool(self.num_cpu_blocks)
+            pool = self._cpu = CpuBlockPool(self.num_cpu_blocks)
         return pool
 
     def is_swapped(self, req: Request) -> bool:
@@ -427,7 +432,7 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
 
     @property
     def num_cpu_used_blocks(self) -> int:
-        return self.cpu.num_used_blocks if "_cpu" in self.__dict__ else 0
+        return self.cpu.num_used_blocks if self._cpu is not None else 0
 
     def swap_stats(self) -> dict[str, int]:
         return self.cpu.stats()

@@ -11,12 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import trait
+
 from sim.core.request import Request
 
 if TYPE_CHECKING:
     from sim.kv.block_pool import BlockPool
 
 
+@trait  # a mixin mypyc can compile (sim/native.py)
 class RowBatchOps:
     """Mixed into KVCacheManager, whose block tables (``_reqs``), pool and row-by-row calls it uses."""
 
@@ -26,9 +29,12 @@ class RowBatchOps:
     pool: BlockPool
     _reqs: dict[str, Any]
 
-    if TYPE_CHECKING:  # KVCacheManager's row-by-row calls
-        def allocate_slots(self, req: Request, num_new_tokens: int) -> Any: ...
-        def cache_blocks(self, req: Request, num_tokens: int) -> None: ...
+    # KVCacheManager's row-by-row calls
+    def allocate_slots(self, req: Request, num_new_tokens: int) -> Any:
+        raise NotImplementedError
+
+    def cache_blocks(self, req: Request, num_tokens: int) -> None:
+        raise NotImplementedError
 
     def allocate_decode_slots(self, reqs: Sequence[Request]) -> int:
         """``allocate_slots(req, 1)`` for each row in order, up to the first that does not fit: how many
