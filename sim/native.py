@@ -105,6 +105,24 @@ def install() -> None:
                       "(`make native` rebuilds them)", RuntimeWarning, stacklevel=2)
     if st == "stale" or pure:
         sys.meta_path.insert(0, _FromSource())
+    else:
+        _load_shared_library()
+
+
+def _load_shared_library() -> None:
+    """The compiled modules' shared library (``<hash>__mypyc``) sits at the repository root, which is on
+    ``sys.path`` only when Python starts there; an installed ``servesim`` started elsewhere finds the
+    packages through the editable install, not it: so it is loaded by path, once."""
+    for lib in sorted(REPO.glob("*__mypyc.*")):
+        name = lib.name.split(".", 1)[0]
+        if name in sys.modules:
+            continue
+        spec = importlib.util.spec_from_file_location(name, lib)
+        if spec is None or spec.loader is None:
+            continue
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
 
 
 def clean() -> None:
