@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 
 # mypyc-compiled hot modules; if compiling fails everything runs interpreted (same results)
 $(NATIVE): $(STAMP) sim/native.py $(NATIVE_SRC)
-	$(BIN)/python -c 'import sys, sim.native as n; sys.exit(n.build())'
+	SERVESIM_PURE=1 $(BIN)/python -c 'import sys, sim.native as n; sys.exit(n.build())'
 	touch $(NATIVE)
 
 native: $(NATIVE)

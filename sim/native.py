@@ -33,6 +33,7 @@ from types import ModuleType
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = Path(__file__).with_name("native_manifest.json")
 MODULES = (
+    "sim.core.prefix",
     "sim.core.request",
     "sim.core.batch",
     "sim.core.policy",

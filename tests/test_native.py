@@ -100,3 +100,24 @@ def test_an_installed_servesim_started_elsewhere_runs_the_build(tmp_path):
     if Path(where).resolve().parents[1] != REPO:
         pytest.skip(f"the installed sim is another tree's ({where})")
     assert active == "True" and vllm_file.endswith(".so")
+
+
+def test_a_spec_holds_plain_numbers_whatever_it_is_given():
+    """Workloads draw with numpy; the spec keeps plain ints and floats, so the compiled modules (which
+    refuse a numpy integer where they expect an int) and the interpreted ones see the same values."""
+    import numpy as np
+
+    from sim.core.errors import ConfigError
+    from sim.core.request import Request, RequestSpec
+
+    s = RequestSpec("a", np.float32(1.5), np.int64(7), np.int32(3), priority=np.int8(2), hash_block_size=16.0)
+    assert [type(v) for v in (s.arrival_time, s.prompt_len, s.output_len, s.priority, s.hash_block_size)] == [
+        float, int, int, int, int]
+    assert (s.arrival_time, s.prompt_len, s.output_len, s.priority) == (1.5, 7, 3, 2)
+    r = Request(s)
+    assert (r.prompt_len, r.num_tokens, r.arrival_time) == (7, 7, 1.5)
+    for bad, field in ((dict(prompt_len=5.5), "prompt_len"), (dict(output_len="3"), "output_len"),
+                       (dict(arrival_time=None), "arrival_time"), (dict(priority=True), "priority")):
+        kw = {"request_id": "b", "arrival_time": 0.0, "prompt_len": 5, "output_len": 3, **bad}
+        with pytest.raises(ConfigError, match=f"request b: {field} must be"):
+            RequestSpec(**kw)

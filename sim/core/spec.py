@@ -1,0 +1,91 @@
+"""What the workload says about a request (``RequestSpec``): immutable, so one list drives many policies.
+
+A plain Python class, never compiled (sim/native.py): workloads and plug-ins build specs from numpy
+draws, and the spec turns its numbers into plain ints and floats once, here, so the engine's compiled
+modules only ever see those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from numbers import Integral, Real
+
+from sim.core.errors import ConfigError
+from sim.core.prefix import PrefixHashes, Segment
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """What the workload says about a request; never mutated, so one list can drive many policies."""
+
+    request_id: str
+    arrival_time: float
+    prompt_len: int
+    output_len: int
+    priority: int = 0
+    session_id: str | None = None
+    # Prefix identity: at most one of these three is used, in this order.
+    token_ids: tuple[int, ...] | None = None
+    hash_ids: tuple[int, ...] | None = None
+    hash_block_size: int = 512
+    segments: tuple[Segment, ...] | None = None
+    # Content of the generated tokens, so a later turn that repeats them can hit the cache.
+    output_key: Hashable | None = None
+    # Hashes this request shares with others (a session's earlier turns, a shared system prompt).
+    prefix_hashes: PrefixHashes | None = field(default=None, compare=False, repr=False)
+    # False when no other request can ever hold the same tokens (no hashing needed but for resumes).
+    # Derived from the content fields in __post_init__: read for every running row on the KV manager's
+    # hot paths, so a plain slot rather than a property.
+    shares_content: bool = field(init=False, default=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "shares_content", self.token_ids is not None or self.hash_ids is not None or self.segments is not None
+        )
+        for name in ("prompt_len", "output_len", "priority", "hash_block_size"):
+            object.__setattr__(self, name, _integer(self.request_id, name, getattr(self, name)))
+        t = self.arrival_time
+        if isinstance(t, bool) or not isinstance(t, Real):
+            raise ConfigError(f"request {self.request_id}: arrival_time must be a number, got {t!r}")
+        object.__setattr__(self, "arrival_time", float(t))
+        if self.prompt_len < 1:
+            raise ConfigError(f"request {self.request_id}: prompt_len must be >= 1, got {self.prompt_len}")
+        if self.output_len < 1:
+            raise ConfigError(f"request {self.request_id}: output_len must be >= 1, got {self.output_len}")
+        if not self.arrival_time >= 0:
+            raise ConfigError(
+                f"request {self.request_id}: arrival_time must be >= 0, got {self.arrival_time}"
+            )
+        if self.token_ids is not None and len(self.token_ids) != self.prompt_len:
+            raise ConfigError(
+                f"request {self.request_id}: {len(self.token_ids)} token_ids for prompt_len {self.prompt_len}"
+            )
+        if self.segments is not None and sum(n for _, n in self.segments) != self.prompt_len:
+            raise ConfigError(f"request {self.request_id}: segment lengths do not add up to prompt_len")
+
+    def prompt_segments(self) -> tuple[Segment, ...]:
+        if self.segments is not None:
+            return self.segments
+        if self.hash_ids is not None:
+            hb = self.hash_block_size
+            segs: list[Segment] = []
+            left = self.prompt_len
+            for h in self.hash_ids:
+                if left <= 0:
+                    break
+                segs.append((("h", h), min(hb, left)))
+                left -= hb
+            if left > 0:  # trace gives fewer ids than the prompt needs: the rest is unique
+                segs.append((("u", self.request_id), left))
+            return tuple(segs)
+        return ((("u", self.request_id), self.prompt_len),)
+
+
+def _integer(request_id: str, name: str, v: object) -> int:
+    """``v`` as a plain int: an integer (numpy's too) or an integral float; anything else is refused."""
+    if isinstance(v, Integral) and not isinstance(v, bool):
+        return int(v)
+    if isinstance(v, Real) and not isinstance(v, bool) and float(v).is_integer():
+        return int(float(v))
+    raise ConfigError(f"request {request_id}: {name} must be an integer, got {v!r}")
