@@ -44,6 +44,7 @@ MODULES = (
     "sim.kv.growth",
     "policies.common",
     "policies.vllm",
+    "sim.engine.rowpass",
 )
 PURE_ENV = "SERVESIM_PURE"
 

@@ -14,7 +14,10 @@ from typing import Any
 import numpy as np
 
 from sim.core.request import Request
-from sim.engine.fastforward import DecodeRun, FastForward, advance, step_times
+from sim.engine.fastforward import DecodeRun, FastForward, step_times
+from sim.engine.rowpass import apply_async as _apply_async
+from sim.engine.rowpass import decode_plan as _decode_plan
+from sim.engine.rowpass import queued_rows
 
 
 class AsyncFastForward(FastForward):
@@ -50,22 +53,10 @@ class AsyncFastForward(FastForward):
             return None
         kv = policy.kv
         max_len = policy.limits.max_model_len
-        c0 = [0] * n
-        left = [0] * n
-        prefills = False
-        for i, ((req, m), row) in enumerate(zip(plan.scheduled, running, strict=True)):
-            c = req.num_computed_tokens
-            # The queued batch is this row's decode of one token, the only one in flight, or the last
-            # chunk of its prompt, whose first token lands with it (from there on it decodes alike).
-            if req is not row or c != req.num_tokens:
-                return None
-            if m != 1 or c <= req.prompt_len:
-                if c != req.prompt_len or req.num_output_tokens or req.last_token_time is not None:
-                    return None
-                prefills = True
-            c0[i] = c
-            rest = req.output_len - req.num_output_tokens
-            left[i] = rest if rest < max_len - c else max_len - c
+        rows = queued_rows(plan.scheduled, running, max_len)
+        if rows is None:
+            return None
+        c0, left, prefills = rows
         # Schedule j gives a row its token c0 + j while j < R (the row's tokens left): its last is in
         # flight after schedule R - 1. The run ends at the first finish unless finishes may pass.
         through = self._passes_now() and not quiet.finishes_matter and not num_waiting
@@ -132,84 +123,3 @@ class AsyncFastForward(FastForward):
         cnt = (int((fin >= k).sum()), num_waiting, 1.0 - free_k / kv.usable_blocks, free_k, cached_k)
         d_last = float(durations[k - 1])
         return (queued, end, d_last, cnt), end + d_last
-
-
-def _apply_async(policy: Any, rows: list[Request], c0: list[int], fin: np.ndarray, cum: np.ndarray,
-                 ends: np.ndarray, k: int, cached_start: int) -> tuple[np.ndarray, np.ndarray, list[Request]]:
-    """The end state of an async run: segments end where rows finish; in segment (a, b] every row still
-    running takes schedules a+1..b-1 and the rows that go on take schedule b too (a row finishing at b
-    has its last token in flight then); the finished ones land and free their blocks after schedule b.
-    Returns the free and cached-free blocks after each schedule 1..k, and the finished requests.
-    ``cached_start``: the cached-free blocks when the run was planned (a disaggregated decode replica's
-    pool gains cached blocks when a KV transfer lands mid-run, which must not show before it).
-
-    Rows whose blocks get hashed are stepped schedule by schedule in row order, their counters current
-    at each allocation (it registers the blocks its known tokens complete: all but the newest, in
-    flight); the others grow once per segment and their counters move once."""
-    kv = policy.kv
-    lazy = not kv.enable_caching or not any(r.spec.shares_content for r in rows)
-    free_after = np.empty(k, dtype=np.int64)
-    cached_after = np.empty(k, dtype=np.int64)
-    fin_l = fin.tolist()
-    bounds = sorted({f for f in fin_l if f <= k})  # a set of ~100 ints: cheaper than np.unique
-    if not bounds or bounds[-1] != k:
-        bounds.append(k)
-    alive = list(range(len(rows)))
-    finished: list[Request] = []
-    a = 0
-    for b in bounds:
-        m = b - a
-        free0 = kv.num_free_blocks
-        free_after[a:b] = free0 - (cum[a + 1:b + 1] - cum[a])
-        cached0 = cached_start if a == 0 else kv.num_cached_free_blocks
-        np.minimum(free_after[a:b], cached0, out=cached_after[a:b])
-        done = [i for i in alive if fin_l[i] == b]
-        go_on = [i for i in alive if fin_l[i] > b]
-        # Schedules a+1..b-1 take everyone, schedule b the rows that go on (their newest token in flight:
-        # lag 1); a finishing row's last landing caches all it computed (no lag). For unhashed rows one
-        # growth per group leaves the state step-by-step growth would (grow_decodes' docstring).
-        if lazy:
-            if m > 1 and done:
-                kv.grow_decodes([rows[i] for i in done], m - 1, computed=[c0[i] + a for i in done])
-            if go_on:
-                kv.grow_decodes([rows[i] for i in go_on], m, computed=[c0[i] + a for i in go_on], lag=1)
-        else:
-            everyone = [rows[i] for i in alive]
-            later = [rows[i] for i in go_on]
-            for j in range(a + 1, b + 1):
-                sched = everyone if j < b else later
-                kv.grow_decodes(sched, 1)  # schedule j: one slot each, blocks of the known tokens registered
-                for req in sched:
-                    req.num_computed_tokens += 1
-                for req in everyone:  # batch i+j lands: a token each (registrations: see update())
-                    req.num_output_tokens += 1  # inlined add_output_tokens
-                    req.num_tokens += 1
-        if kv.num_free_blocks != free_after[b - 1]:
-            raise RuntimeError(f"async decode run: {free0 - kv.num_free_blocks} blocks taken, "
-                               f"{free0 - free_after[b - 1]} predicted")
-        for i in done:  # their last token landed with batch i+b
-            req = rows[i]
-            if lazy:
-                req.num_computed_tokens += b - 1  # schedules taken in the run
-                req.num_output_tokens += b
-                req.num_tokens += b
-            # Landing, it caches all it computed (a row that took no schedule in this segment too).
-            kv.cache_blocks(req, req.num_computed_tokens)
-        if done:
-            reqs = [rows[i] for i in done]
-            policy.finish(reqs, float(ends[b - 1]))
-            finished.extend(reqs)
-        alive = go_on
-        a = b
-    if lazy:
-        advance([rows[i] for i in alive], k)
-    return free_after, cached_after, finished
-
-
-def _decode_plan(like: Any, scheduled: list, computed: list[int]) -> Any:
-    """A step plan of one-token decodes of ``scheduled``, with their computed tokens after it."""
-    plan = type(like)()
-    plan.scheduled = scheduled
-    plan.sampled = [r for r, _ in scheduled]
-    plan.batch = type(like.batch).of(computed, [], [], len(plan.sampled))
-    return plan

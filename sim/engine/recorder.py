@@ -15,6 +15,7 @@ from sim.core.policy import StepPlan
 from sim.core.request import Request
 from sim.engine.fastforward import DecodeRun
 from sim.engine.gaps import GapStore, GapTable
+from sim.engine.rowpass import stamp_tokens
 from sim.engine.step_store import COUNT_COLUMNS, StepStore
 
 STEP_COLUMNS = ("start", "duration", *COUNT_COLUMNS[:COUNT_COLUMNS.index("num_finished") + 1], "kv_usage",
@@ -43,14 +44,7 @@ class Recorder:
     # ---- tokens ----------------------------------------------------------------------------------
     def on_tokens(self, sampled: list[Request], now: float) -> None:
         """First-token and inter-token times of the rows that sampled in a step ending at ``now``."""
-        gaps = self.gaps.single
-        for req in sampled:
-            last = req.last_token_time
-            if last is None:
-                req.first_token_time = now
-            else:
-                gaps.append(now - last)
-            req.last_token_time = now
+        stamp_tokens(sampled, now, self.gaps.single)
 
     # ---- steps -----------------------------------------------------------------------------------
     def on_step(
