@@ -44,11 +44,14 @@ class RequestSpec:
             self, "shares_content", self.token_ids is not None or self.hash_ids is not None or self.segments is not None
         )
         for name in ("prompt_len", "output_len", "priority", "hash_block_size"):
-            object.__setattr__(self, name, _integer(self.request_id, name, getattr(self, name)))
+            v = getattr(self, name)
+            if type(v) is not int:  # the usual case costs one check (specs are built per request, twice)
+                object.__setattr__(self, name, _integer(self.request_id, name, v))
         t = self.arrival_time
-        if isinstance(t, bool) or not isinstance(t, Real):
-            raise ConfigError(f"request {self.request_id}: arrival_time must be a number, got {t!r}")
-        object.__setattr__(self, "arrival_time", float(t))
+        if type(t) is not float:
+            if isinstance(t, bool) or not isinstance(t, Real):
+                raise ConfigError(f"request {self.request_id}: arrival_time must be a number, got {t!r}")
+            object.__setattr__(self, "arrival_time", float(t))
         if self.prompt_len < 1:
             raise ConfigError(f"request {self.request_id}: prompt_len must be >= 1, got {self.prompt_len}")
         if self.output_len < 1:
