@@ -120,7 +120,7 @@ def simulate_run(run: Path, profile: str, num_gpu_blocks: int | None = None, asy
     setup = resolve(cfg)
     specs = load_vllm_bench(run / "workload-sharegpt-300-sps10.jsonl").specs
     t0 = time.perf_counter()
-    env = simpy.Environment()
+    env = simpy.Environment(initial_time=0.0)
     rec = Recorder()
     src, send_time = with_frontend(OpenSource(specs), cfg.frontend)
     eng = Engine(env, make_policy("vllm", setup.limits), setup.cost_model, src, rec,

@@ -103,7 +103,7 @@ def simulate_h100(case: dict[str, Any], frac: float = 1.0, async_scheduling: boo
     specs, stage_of = h100_specs(case, frac)
     stage_by_id = {sp.request_id: int(k) for sp, k in zip(specs, stage_of, strict=True)}
     t0 = time.perf_counter()
-    env = simpy.Environment()
+    env = simpy.Environment(initial_time=0.0)
     src, send = with_frontend(OpenSource(specs), cfg.frontend)
     rec = Recorder()
     eng = Engine(env, setup.make_policy(), setup.cost_model, src, rec, horizon,

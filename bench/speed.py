@@ -83,7 +83,7 @@ def run_once(setup, specs: list[RequestSpec], profile: bool = False) -> tuple[fl
     prof = cProfile.Profile() if profile else None
     if prof:
         prof.enable()
-    env = simpy.Environment()
+    env = simpy.Environment(initial_time=0.0)
     policy = make_policy("vllm", setup.limits)
     rec = Recorder()
     Engine(env, policy, setup.cost_model, OpenSource(specs), rec, async_scheduling=setup.limits.async_scheduling)

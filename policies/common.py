@@ -15,8 +15,8 @@ from sim.core.request import Request, RequestSpec, Status
 from sim.kv import KVCacheManager
 
 
-class WaitingQueue(Protocol):
-    """What the policies ask of their waiting queue: a deque, or vLLM's priority heap."""
+class RequestQueue(Protocol):
+    """What the policies ask of their waiting queue (vLLM's RequestQueue): a deque, or the priority heap."""
 
     def append(self, req: Request) -> None: ...
     def appendleft(self, req: Request) -> None: ...
@@ -41,7 +41,7 @@ class QueuedPolicy:
             enable_caching=limits.enable_prefix_caching,
             max_model_len=limits.max_model_len,
         )
-        self.waiting: WaitingQueue = deque()
+        self.waiting: RequestQueue = deque()
         self.running: list[Request] = []
         self._seq = 0
 

@@ -31,7 +31,7 @@ from sim.core.batch import BatchSummary
 from sim.core.request import Request, Status
 
 
-class _PriorityQueue:
+class _PriorityRequestQueue:
     """Waiting queue for ``scheduling_policy = "priority"``: heap on (priority, arrival, seq)."""
 
     def __init__(self) -> None:
@@ -74,7 +74,7 @@ class VllmPolicy(QueuedPolicy):
         self.watermark_blocks = int(options.watermark * limits.num_gpu_blocks)
         self.priority = limits.scheduling_policy == "priority"
         if self.priority:
-            self.waiting = _PriorityQueue()
+            self.waiting = _PriorityRequestQueue()
         self._head_blocked_by_kv = False
         # Async only: each request's sampled-but-unapplied tokens and unapplied scheduled tokens are its
         # own fields (Request.num_output_placeholders, num_in_flight_tokens), as in vLLM's Request.

@@ -1,21 +1,24 @@
-"""The hot modules compiled by mypyc: which ones, how they are built, and a guard against stale builds.
+"""The hot modules compiled by mypyc: which ones, how they are built, and how a build is (never wrongly) used.
 
 The engine's per-step work is attribute reads and writes on requests, blocks and plans, row by row.
 mypyc compiles these typed modules to C extension modules with native classes, which runs the same
-code about 1.3x faster end to end (bench/README.md). ``build()`` (``make native``, which ``make test``/``demo`` run first)
-compiles ``MODULES`` beside their sources and records each source's sha256 in ``native_manifest.json``;
-without mypyc, or when compiling fails, everything runs interpreted, with the same results.
+code about 1.3x faster end to end (bench/README.md). ``build()`` (``make native``, which ``make
+test``/``demo``/``bench`` run first) compiles ``MODULES`` and moves the extension modules out of the
+source tree into ``.native/<python cache tag>/``, with a manifest of the sha256 of every source they
+were built from (the compiled modules and the project modules they import, whose types they enforce).
 
-Python imports an extension module in preference to its source, even after the source has changed.
-``install()`` (called by ``sim/__init__``, before any of these modules can be imported) checks the
-manifest against the sources and, if any differs, puts a finder first on ``sys.meta_path`` that loads
-every compiled module from its source: the compiled modules share one native library and reach each
-other's classes directly, so it is all of them or none. ``SERVESIM_PURE=1`` does the same on purpose
-(tests/test_native.py compares the two). A stale build never runs.
+Nothing beside the sources: Python's own import finds only the ``.py`` files, so a checkout of another
+commit, a branch, or another Python version can never pick up a build by accident. ``install()``
+(called by ``sim/__init__``, before any of these modules can be imported) puts a finder first on
+``sys.meta_path`` that loads the compiled modules only when the manifest matches the sources and this
+Python; otherwise (an edited source: one warning) and with ``SERVESIM_PURE=1`` everything runs from
+the sources, with the same results (tests/test_native.py). The compiled modules share one native
+library and reach each other's classes directly, so it is all of them or none.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.abc
 import importlib.machinery
@@ -31,12 +34,10 @@ from pathlib import Path
 from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[1]
-MANIFEST = Path(__file__).with_name("native_manifest.json")
 MODULES = (
     "sim.core.prefix",
     "sim.core.request",
     "sim.core.batch",
-    "sim.core.policy",
     "sim.core.hash_prefixes",
     "sim.kv.block_pool",
     "sim.kv.manager",
@@ -47,116 +48,144 @@ MODULES = (
     "sim.engine.rowpass",
 )
 PURE_ENV = "SERVESIM_PURE"
+PACKAGES = ("sim", "policies")  # where compiled modules live (and where an old in-place build may linger)
+
+
+def native_dir() -> Path:
+    """This Python's build: ``.native/cpython-311/`` (one per interpreter, so they never mix)."""
+    return REPO / ".native" / sys.implementation.cache_tag
 
 
 def source(module: str) -> Path:
     return REPO / (module.replace(".", "/") + ".py")
 
 
-def extensions(module: str) -> list[Path]:
-    """The extension modules built for ``module`` (``request.cpython-311-x86_64-linux-gnu.so``, ...)."""
-    src = source(module)
-    return [src.with_name(src.stem + suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES
-            if src.with_name(src.stem + suffix).exists()]
+def _suffix() -> str:
+    return importlib.machinery.EXTENSION_SUFFIXES[0]  # e.g. .cpython-311-x86_64-linux-gnu.so
 
 
-def _digest(module: str) -> str:
-    return hashlib.sha256(source(module).read_bytes()).hexdigest()
+def _built(module: str) -> Path:
+    return native_dir() / (module.replace(".", "/") + _suffix())
+
+
+def dependencies() -> list[str]:
+    """The compiled modules and the project modules they import: the sources a build depends on."""
+    deps = set(MODULES)
+    for module in MODULES:
+        for node in ast.walk(ast.parse(source(module).read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES:
+                deps.add(node.module)
+    return sorted(d for d in deps if source(d).exists())
+
+
+def _fingerprint() -> dict[str, str]:
+    out = {m: hashlib.sha256(source(m).read_bytes()).hexdigest() for m in dependencies()}
+    out["python"] = sys.implementation.cache_tag + " " + _suffix()
+    return out
 
 
 def state() -> str:
-    """"compiled" (a build that matches the sources), "stale" (built from other sources), or "none"."""
-    built = [m for m in MODULES if extensions(m)]
-    if not built:
+    """"compiled" (a build for this Python that matches the sources), "stale", or "none"."""
+    manifest_path = native_dir() / "manifest.json"
+    if not manifest_path.exists():
         return "none"
     try:
-        manifest = json.loads(MANIFEST.read_text())
+        manifest = json.loads(manifest_path.read_text())
     except (OSError, ValueError):
         return "stale"
-    if len(built) != len(MODULES) or any(manifest.get(m) != _digest(m) for m in MODULES):
+    if manifest.get("sources") != _fingerprint() or not all(_built(m).exists() for m in MODULES):
         return "stale"
-    return "compiled"
+    lib = manifest.get("library")
+    return "compiled" if isinstance(lib, str) and (native_dir() / lib).exists() else "stale"
 
 
-class _FromSource(importlib.abc.MetaPathFinder):
-    """Loads the compiled modules from their sources (a stale build, or SERVESIM_PURE=1)."""
+class _FromBuild(importlib.abc.MetaPathFinder):
+    """Loads the compiled modules from this Python's build (installed only when it matches)."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if fullname not in MODULES:
             return None
-        return importlib.util.spec_from_file_location(fullname, source(fullname))
+        built = str(_built(fullname))
+        return importlib.util.spec_from_file_location(
+            fullname, built, loader=importlib.machinery.ExtensionFileLoader(fullname, built))
 
 
 def active() -> bool:
-    """Whether the compiled modules are the ones imported in this process."""
-    return not any(isinstance(f, _FromSource) for f in sys.meta_path) and state() == "compiled"
+    """Whether this process imports the compiled modules."""
+    return any(isinstance(f, _FromBuild) for f in sys.meta_path)
 
 
 def install() -> None:
-    """Before any compiled module is imported: fall back to the sources when the build is stale or
-    SERVESIM_PURE=1 asks for it (once per process)."""
-    if any(isinstance(f, _FromSource) for f in sys.meta_path):
+    """Before any compiled module is imported: use the build if it matches (once per process)."""
+    if active() or os.environ.get(PURE_ENV) == "1":
         return
     st = state()
-    if st == "none":
-        return
-    pure = os.environ.get(PURE_ENV) == "1"
-    if st == "stale" and not pure:
+    if st == "stale":
         warnings.warn("servesim: the compiled modules do not match their sources; running interpreted "
                       "(`make native` rebuilds them)", RuntimeWarning, stacklevel=2)
-    if st == "stale" or pure:
-        sys.meta_path.insert(0, _FromSource())
-    else:
-        _load_shared_library()
-
-
-def _load_shared_library() -> None:
-    """The compiled modules' shared library (``<hash>__mypyc``) sits at the repository root, which is on
-    ``sys.path`` only when Python starts there; an installed ``servesim`` started elsewhere finds the
-    packages through the editable install, not it: so it is loaded by path, once."""
-    for lib in sorted(REPO.glob("*__mypyc.*")):
-        name = lib.name.split(".", 1)[0]
-        if name in sys.modules:
-            continue
-        spec = importlib.util.spec_from_file_location(name, lib)
-        if spec is None or spec.loader is None:
-            continue
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
+    if st != "compiled":
+        return
+    lib = json.loads((native_dir() / "manifest.json").read_text())["library"]
+    name = lib.split(".", 1)[0]
+    try:  # the shared library first: each compiled module imports it by name
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, native_dir() / lib)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+    except (ImportError, OSError, AssertionError) as exc:
+        sys.modules.pop(name, None)
+        warnings.warn(f"servesim: the compiled modules do not load ({exc}); running interpreted",
+                      RuntimeWarning, stacklevel=2)
+        return
+    sys.meta_path.insert(0, _FromBuild())
 
 
 def clean() -> None:
-    for m in MODULES:
-        for ext in extensions(m):
+    """Remove every build: all Pythons', and any left beside the sources by an older layout."""
+    shutil.rmtree(REPO / ".native", ignore_errors=True)
+    for package in PACKAGES:
+        for ext in (REPO / package).rglob("*.so"):
             ext.unlink()
-    for p in REPO.glob("*__mypyc*"):
-        p.unlink()
-    MANIFEST.unlink(missing_ok=True)
+    for lib in REPO.glob("*__mypyc*"):
+        lib.unlink()
 
 
 def build() -> int:
-    """Compile MODULES with mypyc in place and write the manifest; on any failure, leave no build
-    behind (interpreted, same results) and say so in one line. Returns 0 either way."""
-    clean()
+    """Compile MODULES with mypyc and move the result to ``native_dir()`` with its manifest. Returns 0
+    on success; on any failure leaves no build behind (interpreted, same results), says so in one
+    line and returns 1."""
+    shutil.rmtree(native_dir(), ignore_errors=True)
     mypyc = shutil.which("mypyc", path=str(Path(sys.executable).parent)) or shutil.which("mypyc")
     if mypyc is None:
         print("servesim native: mypyc not installed; running interpreted")
-        return 0
+        return 1
     files = [str(source(m).relative_to(REPO)) for m in MODULES]
-    env = {**os.environ, "MYPYC_OPT_LEVEL": os.environ.get("MYPYC_OPT_LEVEL", "3")}
     had_build = (REPO / "build").exists()
     proc = subprocess.run([mypyc, "--ignore-missing-imports", "--follow-imports=silent", *files],
-                          cwd=REPO, env=env, capture_output=True, text=True)
+                          cwd=REPO, capture_output=True, text=True)
     if not had_build:  # mypyc's C sources and objects (setuptools' build/): not needed once built
         shutil.rmtree(REPO / "build", ignore_errors=True)
-    if proc.returncode != 0 or any(not extensions(m) for m in MODULES):
-        clean()
+    in_place = [(m, source(m).with_name(source(m).stem + _suffix())) for m in MODULES]
+    libs = sorted(REPO.glob("*__mypyc" + _suffix()))
+    ok = proc.returncode == 0 and len(libs) == 1 and all(p.exists() for _, p in in_place)
+    if ok:
+        for module, built in in_place:
+            _built(module).parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(built, _built(module))
+        shutil.move(libs[0], native_dir() / libs[0].name)
+        manifest = {"sources": _fingerprint(), "library": libs[0].name}
+        (native_dir() / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    for _, built in in_place:  # never leave an extension beside its source
+        built.unlink(missing_ok=True)
+    for lib in libs:
+        lib.unlink(missing_ok=True)
+    if not ok:
+        shutil.rmtree(native_dir(), ignore_errors=True)
         last = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
         print(f"servesim native: mypyc failed ({last[0]}); running interpreted")
-        return 0
-    MANIFEST.write_text(json.dumps({m: _digest(m) for m in MODULES}, indent=1) + "\n")
-    print(f"servesim native: compiled {len(MODULES)} modules")
+        return 1
+    print(f"servesim native: compiled {len(MODULES)} modules into {native_dir().relative_to(REPO)}")
     return 0
-

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import sim.native as native
+from sim.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,6 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import hashlib, json, sys
 import sim.native as native
+from sim.core.errors import ConfigError
 from sim.app.config import config_from_dict
 from sim.app.simulate import simulate
 cfg = config_from_dict({
@@ -52,37 +54,56 @@ def test_compiled_and_interpreted_give_identical_tables():
     assert compiled == {**pure, "active": True}
 
 
+def _fake_build(tmp_path: Path, sources: dict) -> Path:
+    """A build folder with a manifest and an (empty) file for each compiled module and the library."""
+    for m in native.MODULES:
+        f = tmp_path / (m.replace(".", "/") + native._suffix())
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.touch()
+    (tmp_path / ("x__mypyc" + native._suffix())).touch()
+    (tmp_path / "manifest.json").write_text(json.dumps({"sources": sources, "library": "x__mypyc" + native._suffix()}))
+    return tmp_path
+
+
+def test_a_build_is_used_only_when_it_matches_every_source_and_this_python(monkeypatch, tmp_path):
+    monkeypatch.setattr(native, "native_dir", lambda: tmp_path)
+    assert native.state() == "none"
+    current = native._fingerprint()
+    _fake_build(tmp_path, current)
+    assert native.state() == "compiled"
+    # an imported project module counts too: the compiled code enforces its types (RequestSpec's fields)
+    assert "sim.core.spec" in current and "policies.vllm_options" in current
+    for key in ("sim.core.spec", "policies.vllm", "python"):
+        _fake_build(tmp_path, {**current, key: "0"})
+        assert native.state() == "stale", key
+    _fake_build(tmp_path, current)
+    _built = tmp_path / ("policies/vllm" + native._suffix())
+    _built.unlink()
+    assert native.state() == "stale"  # a partial build is all-or-nothing too
+
+
 def test_a_stale_build_is_never_imported(monkeypatch, tmp_path):
-    """A build whose manifest does not match the sources is "stale": install() puts a finder first that
-    loads every compiled module from its source, and says so once."""
-    manifest = tmp_path / "native_manifest.json"
-    manifest.write_text(json.dumps(dict.fromkeys(native.MODULES, "0" * 64)))
-    monkeypatch.setattr(native, "MANIFEST", manifest)
-    monkeypatch.setattr(native, "extensions", lambda module: [Path(module + ".so")])
-    assert native.state() == "stale"
-    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if not isinstance(f, native._FromSource)])
+    """A stale build: one warning, and no finder (every module imports from its source); nothing is ever
+    built beside the sources, so Python's own import cannot find a build either."""
+    monkeypatch.setattr(native, "native_dir", lambda: tmp_path)
+    _fake_build(tmp_path, {**native._fingerprint(), "sim.core.request": "0"})
+    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if not isinstance(f, native._FromBuild)])
+    monkeypatch.delenv(native.PURE_ENV, raising=False)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         native.install()
-        native.install()  # once per process
-    finders = [f for f in sys.meta_path if isinstance(f, native._FromSource)]
-    assert len(finders) == 1 and sys.meta_path[0] is finders[0]
+    assert not native.active()
     assert len(seen) == 1 and "do not match their sources" in str(seen[0].message)
-    spec = finders[0].find_spec("policies.vllm")
-    assert spec is not None and spec.origin == str(REPO / "policies" / "vllm.py")
-    assert finders[0].find_spec("sim.engine.loop") is None  # not a compiled module: the usual import
+    for package in native.PACKAGES:
+        assert not list((REPO / package).rglob("*.so")), "an extension module beside the sources"
 
 
-def test_a_matching_manifest_is_current(monkeypatch, tmp_path):
-    manifest = tmp_path / "native_manifest.json"
-    manifest.write_text(json.dumps({m: native._digest(m) for m in native.MODULES}))
-    monkeypatch.setattr(native, "MANIFEST", manifest)
-    monkeypatch.setattr(native, "extensions", lambda module: [Path(module + ".so")])
-    assert native.state() == "compiled"
-    monkeypatch.setattr(native, "extensions", lambda module: [] if module == "policies.vllm" else ["x"])
-    assert native.state() == "stale"  # a partial build is all-or-nothing too
-    monkeypatch.setattr(native, "extensions", lambda module: [])
-    assert native.state() == "none"
+def test_the_finder_loads_only_the_compiled_modules(monkeypatch, tmp_path):
+    monkeypatch.setattr(native, "native_dir", lambda: tmp_path)
+    finder = native._FromBuild()
+    spec = finder.find_spec("policies.vllm")
+    assert spec is not None and spec.origin == str(tmp_path / ("policies/vllm" + native._suffix()))
+    assert finder.find_spec("sim.engine.loop") is None  # not compiled: the usual import
 
 
 @pytest.mark.skipif(native.state() != "compiled", reason="no current mypyc build here")
@@ -121,3 +142,36 @@ def test_a_spec_holds_plain_numbers_whatever_it_is_given():
         kw = {"request_id": "b", "arrival_time": 0.0, "prompt_len": 5, "output_len": 3, **bad}
         with pytest.raises(ConfigError, match=f"request b: {field} must be"):
             RequestSpec(**kw)
+
+
+def test_plug_in_inputs_work_compiled_or_not():
+    """What a plug-in may hand the compiled modules, as the interpreted ones took it: lists and numpy
+    numbers in a spec, an int id, arrays in a batch summary; specs with shared prefixes and the policy's
+    small value types pickle and copy (user Ray tasks, checkpoints)."""
+    import copy
+    import pickle
+
+    import numpy as np
+
+    from sim.core.batch import BatchSummary
+    from sim.core.policy import Quiet
+    from sim.core.request import PrefixHashes, Request, RequestSpec
+
+    ph = PrefixHashes(((("sys", 1), 32),))
+    s = RequestSpec(7, 0, np.int64(48), 4, segments=[(("sys", 1), np.int64(32)), (("u", 7), 16)],
+                    prefix_hashes=ph)
+    assert s.request_id == "7" and s.segments == ((("sys", 1), 32), (("u", 7), 16))
+    assert type(s.segments[0][1]) is int and type(s.arrival_time) is float
+    t = RequestSpec("t", 0.0, 4, 2, token_ids=np.arange(4), hash_ids=[1, 2], hash_block_size=2)
+    assert t.token_ids == (0, 1, 2, 3) and t.hash_ids == (1, 2)
+    again = pickle.loads(pickle.dumps([s, s]))
+    assert again[0] is again[1] and again[0] == s and again[0].prefix_hashes.segments == ph.segments
+    assert Request(again[0]).block_hashes(16, 48) == Request(s).block_hashes(16, 48)
+    b = BatchSummary.of(np.array([3, 4]), (), [], np.int64(2))
+    assert (b.num_decode, b.decode_ctx_sum, b.num_logits, b.num_prefill_tokens) == (2, 7, 2, 0)
+    q = Quiet(waiting_blocked=True, finishes_matter=False)
+    assert copy.deepcopy(q) == q == pickle.loads(pickle.dumps(q))
+    with pytest.raises(ConfigError, match="segment length must be an integer"):
+        RequestSpec("x", 0.0, 4, 2, segments=[(("a", 1), 2.5), (("b", 1), 1.5)])
+    with pytest.raises(ConfigError, match="request_id must be set"):
+        RequestSpec(None, 0.0, 4, 2)

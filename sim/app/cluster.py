@@ -39,7 +39,7 @@ class Cluster:
 
     def __init__(self, cfg: ClusterConfig, *, fast_forward: bool = True) -> None:
         self.cfg = cfg
-        self.env = env = simpy.Environment()
+        self.env = env = simpy.Environment(initial_time=0.0)
         sim = cfg.base.simulation
         self.horizon = sim.horizon
         self.devices = Devices(cfg.device_overlap)

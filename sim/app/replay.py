@@ -270,7 +270,7 @@ def simulate_replay(rep: Replay, progress: bool = False) -> tuple[pd.DataFrame, 
     """(per-request metrics in seconds on the run's basis, with ``stage`` and ``send``; the SimResult).
     ``progress``: a bar over the requests that arrived (sim/app/progress.py; the run is the same)."""
     t0 = time.perf_counter()
-    env = simpy.Environment()
+    env = simpy.Environment(initial_time=0.0)
     src = OpenSource(rep.specs) if rep.max_concurrency is None else \
         ConcurrencyLimitedSource(copy.copy(rep.specs), rep.max_concurrency)
     src, send = with_frontend(src, rep.cfg.frontend)

@@ -223,7 +223,7 @@ def simulate(cfg: RunConfig, *, fast_forward: bool = True, progress: bool = Fals
     workload = build_workload(wl_cfg, seed=cfg.simulation.seed, max_model_len=setup.limits.max_model_len)
     listed = check_listable(workload, cfg.simulation.horizon)
     source, send_time = with_frontend(source_for(workload), cfg.frontend)  # arrivals after the input path
-    env = simpy.Environment()
+    env = simpy.Environment(initial_time=0.0)
     policy = setup.make_policy()
     recorder = Recorder(trace=cfg.simulation.record_step_trace)
     engine = Engine(env, policy, setup.cost_model, source, recorder, cfg.simulation.horizon, fast_forward,

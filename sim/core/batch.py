@@ -5,6 +5,7 @@ function from a batch summary to seconds)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,15 +35,17 @@ class BatchSummary:
     _decode_ctx_sum: int = field(default=-1, repr=False, compare=False)
 
     @classmethod
-    def of(cls, decode_ctx: list[int], prefill_chunk: list[int], prefill_ctx: list[int], num_logits: int) -> BatchSummary:
-        """From the lists a scheduler builds row by row; their sums are taken here, cheaply, once."""
+    def of(cls, decode_ctx: Sequence[int] | np.ndarray, prefill_chunk: Sequence[int] | np.ndarray,
+           prefill_ctx: Sequence[int] | np.ndarray, num_logits: int | np.integer) -> BatchSummary:
+        """From the lists a scheduler builds row by row (or arrays: a plug-in's); their sums are taken
+        here, cheaply, once."""
         return cls(
             decode_ctx=np.asarray(decode_ctx, dtype=np.int64),
             prefill_chunk=np.asarray(prefill_chunk, dtype=np.int64),
             prefill_ctx=np.asarray(prefill_ctx, dtype=np.int64),
-            num_logits=num_logits,
-            _prefill_tokens=sum(prefill_chunk),
-            _decode_ctx_sum=sum(decode_ctx),
+            num_logits=int(num_logits),
+            _prefill_tokens=int(sum(prefill_chunk)),
+            _decode_ctx_sum=int(sum(decode_ctx)),
         )
 
     @property

@@ -36,6 +36,11 @@ class PrefixHashes:
         self._by_size: dict[int, list[int]] = {}
         self._num_tokens = sum(n for _, n in segments)
 
+    def __reduce__(self) -> tuple[type[PrefixHashes], tuple[tuple[Segment, ...], PrefixHashes | None]]:
+        """Pickled by its content (the hashes are a pure function of it and are recomputed on use), so
+        specs that carry one can cross to another process, compiled or not."""
+        return (PrefixHashes, (self.segments, self.parent))
+
     def for_size(self, block_size: int) -> list[int]:
         """The shared list for ``block_size`` (hashes of blocks 0..len-1, grown by the requests), first
         topped up from the ancestors (a request on another branch may have hashed the common blocks)."""

@@ -1,8 +1,8 @@
 """What the workload says about a request (``RequestSpec``): immutable, so one list drives many policies.
 
 A plain Python class, never compiled (sim/native.py): workloads and plug-ins build specs from numpy
-draws, and the spec turns its numbers into plain ints and floats once, here, so the engine's compiled
-modules only ever see those.
+draws and lists, and the spec turns them, once, into what the engine's compiled modules check for: a
+str id, plain int lengths and priority, a float arrival time, tuples of ids, (key, int) segments.
 """
 
 from __future__ import annotations
@@ -47,6 +47,19 @@ class RequestSpec:
             v = getattr(self, name)
             if type(v) is not int:  # the usual case costs one check (specs are built per request, twice)
                 object.__setattr__(self, name, _integer(self.request_id, name, v))
+        if type(self.request_id) is not str:
+            if self.request_id is None:
+                raise ConfigError("request_id must be set, got None")
+            object.__setattr__(self, "request_id", str(self.request_id))
+        for name in ("token_ids", "hash_ids"):  # tuples (list or numpy input): the compiled reads check it
+            ids = getattr(self, name)
+            if ids is not None and type(ids) is not tuple:
+                object.__setattr__(self, name, tuple(ids))
+        segs = self.segments
+        if segs is not None and (type(segs) is not tuple
+                                 or any(type(s) is not tuple or type(s[1]) is not int for s in segs)):
+            object.__setattr__(self, "segments", tuple(
+                (key, _integer(self.request_id, "segment length", n)) for key, n in segs))
         t = self.arrival_time
         if type(t) is not float:
             if isinstance(t, bool) or not isinstance(t, Real):

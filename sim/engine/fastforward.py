@@ -181,7 +181,6 @@ def apply_run(policy: Any, run: DecodeRun, end_times: np.ndarray) -> list[Reques
     return finished
 
 
-
 def step_times(start: float, durations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(ends, starts) of consecutive steps from ``start``, with the additions the engine's clock makes
     one step at a time (((start + d0) + d1) + ...): a run's boundaries are those of stepping, to the bit,

@@ -61,6 +61,7 @@ def queued_rows(scheduled: list[tuple[Request, Any]], running: list[Request],
         left[i] = rest if rest < max_len - c else max_len - c
     return c0, left, prefills
 
+
 def apply_async(policy: Any, rows: list[Request], c0: list[int], fin: np.ndarray, cum: np.ndarray,
                  ends: np.ndarray, k: int, cached_start: int) -> tuple[np.ndarray, np.ndarray, list[Request]]:
     """The end state of an async run: segments end where rows finish; in segment (a, b] every row still
@@ -133,7 +134,7 @@ def apply_async(policy: Any, rows: list[Request], c0: list[int], fin: np.ndarray
     return free_after, cached_after, finished
 
 
-def decode_plan(like: Any, scheduled: list, computed: list[int]) -> Any:
+def decode_plan(like: Any, scheduled: list[tuple[Request, int]], computed: list[int]) -> Any:
     """A step plan of one-token decodes of ``scheduled``, with their computed tokens after it."""
     plan = type(like)()
     plan.scheduled = scheduled
