@@ -18,7 +18,6 @@ library and reach each other's classes directly, so it is all of them or none.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import importlib.abc
 import importlib.machinery
@@ -26,7 +25,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import warnings
 from collections.abc import Sequence
@@ -70,6 +68,8 @@ def _built(module: str) -> Path:
 
 def dependencies() -> list[str]:
     """The compiled modules and the project modules they import: the sources a build depends on."""
+    import ast  # build time only (imported lazily: every process imports this module)
+
     deps = set(MODULES)
     for module in MODULES:
         for node in ast.walk(ast.parse(source(module).read_text())):
@@ -78,8 +78,14 @@ def dependencies() -> list[str]:
     return sorted(d for d in deps if source(d).exists())
 
 
-def _fingerprint() -> dict[str, str]:
-    out = {m: hashlib.sha256(source(m).read_bytes()).hexdigest() for m in dependencies()}
+def _fingerprint(modules: list[str] | None = None) -> dict[str, str]:
+    """sha256 of each source (``dependencies()`` by default) and the Python the build is for."""
+    out = {}
+    for m in dependencies() if modules is None else modules:
+        try:
+            out[m] = hashlib.sha256(source(m).read_bytes()).hexdigest()
+        except OSError:
+            out[m] = "missing"
     out["python"] = sys.implementation.cache_tag + " " + _suffix()
     return out
 
@@ -93,7 +99,14 @@ def state() -> str:
         manifest = json.loads(manifest_path.read_text())
     except (OSError, ValueError):
         return "stale"
-    if manifest.get("sources") != _fingerprint() or not all(_built(m).exists() for m in MODULES):
+    recorded = manifest.get("sources")
+    if not isinstance(recorded, dict) or not set(MODULES) <= set(recorded):
+        return "stale"
+    # the sources the build recorded (found by parsing imports at build time, not at every start: a
+    # compiled module that imports something new has changed itself, so it is stale either way)
+    if recorded != _fingerprint([m for m in recorded if m != "python"]):
+        return "stale"
+    if not all(_built(m).exists() for m in MODULES):
         return "stale"
     lib = manifest.get("library")
     return "compiled" if isinstance(lib, str) and (native_dir() / lib).exists() else "stale"
@@ -157,6 +170,8 @@ def build() -> int:
     """Compile MODULES with mypyc and move the result to ``native_dir()`` with its manifest. Returns 0
     on success; on any failure leaves no build behind (interpreted, same results), says so in one
     line and returns 1."""
+    import subprocess  # build time only
+
     shutil.rmtree(native_dir(), ignore_errors=True)
     mypyc = shutil.which("mypyc", path=str(Path(sys.executable).parent)) or shutil.which("mypyc")
     if mypyc is None:
