@@ -31,6 +31,10 @@ class AsyncFastForward(FastForward):
     whose blocks get hashed are stepped one by one. Past a finish only as the synchronous run goes.
     """
 
+    def __init__(self, engine: Any) -> None:
+        super().__init__(engine)
+        self._fastest: list[float] = []  # _steps_before: the quickest decode step of 1..n rows, by n
+
     def after_batch(self, queue: Any, now: float) -> Generator[Any, Any, Any] | None:
         """A process for the run, whose value is (queued batch, gpu_free), or None when there is none."""
         if len(queue) != 1:
@@ -40,6 +44,22 @@ class AsyncFastForward(FastForward):
         if start != now or (nxt is not None and nxt <= now + dt):
             return None  # a run needs its second schedule (at the end of the queued batch) in time
         return self._run_async(plan, dt, counters, now)
+
+    def _steps_before(self, span: float, rows: int) -> int:
+        """At least as many schedules as can start within ``span`` seconds after the queued batch: a
+        run is planned to its last row's finish (often hundreds of steps) but cut by the next arrival
+        (often after tens), so its arrays are sized by this bound instead. Every step of up to ``rows``
+        rows takes at least the quickest decode step of 1..rows rows at no context; a cap that came out
+        short (a cost model faster with more context) would only end the run early, which is exact too."""
+        fastest = self._fastest
+        if len(fastest) < rows:
+            n = max(rows, 2 * len(fastest), 64)
+            times = self.engine.cost.decode_step_times(np.arange(1, n + 1), np.zeros(n))
+            fastest = self._fastest = np.minimum.accumulate(times).tolist()
+        m = fastest[rows - 1]
+        if not m > 0 or span != span:
+            return 1 << 62
+        return int(span / m) + 3 if span > 0 else 2
 
     def _run_async(self, plan: Any, dt: float, counters: tuple, now: float) -> Generator[Any, Any, Any]:
         eng = self.engine
@@ -63,6 +83,9 @@ class AsyncFastForward(FastForward):
         k = max(left) - 1 if through else min(left) - 1
         if through and self.max_through is not None and k > self.max_through:
             k = self.max_through
+        limit = min(math.inf if (nxt := self._next_event(eng)) is None else nxt, eng.horizon)
+        if limit < math.inf:  # no more steps than can start before the next event (see _steps_before)
+            k = min(k, self._steps_before(limit - now - dt, n))
         if k < 2:
             return None
         c = np.array(c0, dtype=np.int64)
@@ -79,7 +102,6 @@ class AsyncFastForward(FastForward):
         sizes = np.bincount(last, minlength=k + 1)[::-1].cumsum()[::-1][1:]
         ctx0 = np.bincount(last, weights=c, minlength=k + 1)[::-1].cumsum()[::-1][1:]
         ctx_sums = ctx0 + sizes * np.arange(1, k + 1, dtype=np.int64)
-        limit = min(math.inf if (nxt := self._next_event(eng)) is None else nxt, eng.horizon)
         durations = self._price_until(sizes, ctx_sums, now + dt, limit)
         # Schedule j happens when batch i+j starts: at now, then at the end of each applied batch.
         applied = np.concatenate(([dt], durations))  # batches i+1.. in order
