@@ -67,13 +67,15 @@ class RunView:
     finish_specs: list[Any]
 
 
-def plan_run(policy: Any, finishes_ok: bool, max_through: int | None = None) -> DecodeRun | None:
+def plan_run(policy: Any, finishes_ok: bool, max_through: int | None = None,
+             max_steps: int | None = None) -> DecodeRun | None:
     """The decode run the policy's next steps are, if they are a quiet stretch (else None).
 
     Quiet: the policy says so, every running row is decoding, nothing can be admitted, and the free
     blocks cover every row's growth (finished rows' frees not counted). ``finishes_ok``: the engine's
     arrivals do not depend on finishes, or it cuts the run before the arrivals they cause, so the run
     may go on past them when the policy allows it, for at most ``max_through`` steps (None: to the last).
+    ``max_steps``: no more steps than that in any case (those that can start before the next event).
     """
     quiet = policy.quiet()
     if quiet is None:
@@ -98,6 +100,8 @@ def plan_run(policy: Any, finishes_ok: bool, max_through: int | None = None) -> 
     k = max(left) if through else min(left)
     if through and max_through is not None and k > max_through:
         k = max_through
+    if max_steps is not None and k > max_steps:
+        k = max_steps
     if k < 2:
         return None
     kv = policy.kv
@@ -223,6 +227,7 @@ class FastForward:
         # Such a run is planned PUSHED_RUN_STEPS at most: a push soon cuts it, and pricing the stretch to
         # the last row's finish costs more than starting another run now and then.
         self.max_through = PUSHED_RUN_STEPS if self.may_pass is not None else None
+        self._fastest: list[float] = []  # _steps_before: the quickest decode step of 1..n rows, by n
         self.runs = 0
         self.steps = 0
 
@@ -322,11 +327,32 @@ class FastForward:
             a, window = b, window * 2
         return np.concatenate(out) if len(out) > 1 else out[0]
 
+    def _steps_before(self, span: float, rows: int) -> int:
+        """At least as many steps as can start within ``span`` seconds (from the run's first step, or
+        after the async loop's queued batch): a run is planned to its last row's finish (often hundreds
+        of steps) but cut by the next arrival (often after tens), so its arrays are sized by this bound. Every step of up to ``rows``
+        rows takes at least the quickest decode step of 1..rows rows at no context; a cap that came out
+        short (a cost model faster with more context) would only end the run early, which is exact too."""
+        fastest = self._fastest
+        if len(fastest) < rows:
+            n = max(rows, 2 * len(fastest), 64)
+            times = self.engine.cost.decode_step_times(np.arange(1, n + 1), np.zeros(n))
+            fastest = self._fastest = np.minimum.accumulate(times).tolist()
+        m = fastest[rows - 1]
+        if not m > 0 or span != span:
+            return 1 << 62
+        return int(span / m) + 3 if span > 0 else 2
+
     def _run(self, start: float) -> Generator[Any, Any, None]:
         eng = self.engine
         policy, source = eng.policy, eng.source
         passes = self._passes_now()
-        run = plan_run(policy, passes, self.max_through)
+        # A step may start only before the next arrival (it would join at that boundary), the next client
+        # timeout (its abort happens at that boundary) and the horizon.
+        nxt = self._next_event(eng)
+        limit = min(math.inf if nxt is None else nxt, eng.horizon)
+        cap = self._steps_before(limit - start, len(policy.running)) if limit < math.inf and policy.running else None
+        run = plan_run(policy, passes, self.max_through, cap)
         if run is None:
             return
         fin = run.finish_step
@@ -338,10 +364,6 @@ class FastForward:
         rows = np.bincount(last, minlength=k + 1)[::-1].cumsum()[::-1][1:]
         ctx0 = np.bincount(last, weights=run.computed, minlength=k + 1)[::-1].cumsum()[::-1][1:]
         ctx_sums = ctx0 + rows * np.arange(1, k + 1, dtype=np.int64)
-        # A step may start only before the next arrival (it would join at that boundary), the next client
-        # timeout (its abort happens at that boundary) and the horizon.
-        nxt = self._next_event(eng)
-        limit = min(math.inf if nxt is None else nxt, eng.horizon)
         durations = self._price_until(rows, ctx_sums, start, limit)
         ends, starts = step_times(start, durations)
         if self.response_delay is not None and k > int(fin.min()):

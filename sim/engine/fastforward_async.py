@@ -31,10 +31,6 @@ class AsyncFastForward(FastForward):
     whose blocks get hashed are stepped one by one. Past a finish only as the synchronous run goes.
     """
 
-    def __init__(self, engine: Any) -> None:
-        super().__init__(engine)
-        self._fastest: list[float] = []  # _steps_before: the quickest decode step of 1..n rows, by n
-
     def after_batch(self, queue: Any, now: float) -> Generator[Any, Any, Any] | None:
         """A process for the run, whose value is (queued batch, gpu_free), or None when there is none."""
         if len(queue) != 1:
@@ -44,22 +40,6 @@ class AsyncFastForward(FastForward):
         if start != now or (nxt is not None and nxt <= now + dt):
             return None  # a run needs its second schedule (at the end of the queued batch) in time
         return self._run_async(plan, dt, counters, now)
-
-    def _steps_before(self, span: float, rows: int) -> int:
-        """At least as many schedules as can start within ``span`` seconds after the queued batch: a
-        run is planned to its last row's finish (often hundreds of steps) but cut by the next arrival
-        (often after tens), so its arrays are sized by this bound instead. Every step of up to ``rows``
-        rows takes at least the quickest decode step of 1..rows rows at no context; a cap that came out
-        short (a cost model faster with more context) would only end the run early, which is exact too."""
-        fastest = self._fastest
-        if len(fastest) < rows:
-            n = max(rows, 2 * len(fastest), 64)
-            times = self.engine.cost.decode_step_times(np.arange(1, n + 1), np.zeros(n))
-            fastest = self._fastest = np.minimum.accumulate(times).tolist()
-        m = fastest[rows - 1]
-        if not m > 0 or span != span:
-            return 1 << 62
-        return int(span / m) + 3 if span > 0 else 2
 
     def _run_async(self, plan: Any, dt: float, counters: tuple, now: float) -> Generator[Any, Any, Any]:
         eng = self.engine
