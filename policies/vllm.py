@@ -30,6 +30,8 @@ from policies.vllm_options import VllmOptions
 from sim.core.batch import BatchSummary
 from sim.core.request import Request, Status
 
+_ENDED = (Status.FINISHED, Status.TIMED_OUT, Status.REJECTED)  # a landed token of these is dropped
+
 
 class _PriorityRequestQueue:
     """Waiting queue for ``scheduling_policy = "priority"``: heap on (priority, arrival, seq)."""
@@ -251,8 +253,7 @@ class VllmPolicy(QueuedPolicy):
         else:  # rows that do not sample only give back their in-flight tokens
             rows = self._sampling_rows(plan)
         max_len = self.limits.max_model_len
-        running = Status.RUNNING
-        ended = (Status.FINISHED, Status.TIMED_OUT, Status.REJECTED)
+        running, ended = Status.RUNNING, _ENDED
         to_cache: list[tuple[Request, int]] = []
         add_cache = to_cache.append
         finished: list[Request] = []
@@ -298,12 +299,11 @@ class VllmPolicy(QueuedPolicy):
         sampled = plan.sampled
         out: list[tuple[Request, int]] = []
         si = 0
-        ended = (Status.FINISHED, Status.TIMED_OUT, Status.REJECTED)
         for req, n in plan.scheduled:
             if si < len(sampled) and sampled[si] is req:
                 si += 1
                 out.append((req, n))
-            elif req.status not in ended:
+            elif req.status not in _ENDED:
                 req.num_in_flight_tokens -= n
         return out
 

@@ -648,3 +648,35 @@ def test_a_stretch_of_decode_slots_equals_row_by_row(caching, lag):
                 r.num_tokens += 1
             states.append(_state(kv, reqs))  # after every step: a cached count may not lag even once
     assert states[:9] == states[9:]
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_runs_are_sized_by_the_steps_that_can_start_before_the_next_arrival(async_scheduling):
+    """A run is planned to its rows' finish but cut by the next arrival: the planned steps are bounded by
+    what can start before it (fastforward._steps_before), never below what does start."""
+    rng = random.Random(3)
+    specs = [RequestSpec(f"r{i}", 2.0 * i, 64, rng.randint(300, 600)) for i in range(12)]
+    cost = ConstantCostModel(step_s=0.05, per_token_s=2e-4)
+    env = simpy.Environment(initial_time=0.0)
+    eng = Engine(env, make_policy("vllm", limits(async_scheduling=async_scheduling)), cost, OpenSource(specs),
+                 Recorder(), async_scheduling=async_scheduling)
+    planned: list[tuple[int, float]] = []  # (steps planned, seconds to the next arrival) per run
+    price = type(eng.ff)._price_until
+
+    def spy(self, rows, ctx, start, limit):
+        planned.append((len(rows), limit - start))
+        return price(self, rows, ctx, start, limit)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(eng.ff), "_price_until", spy)
+        env.run()
+    # steps take >= 0.05 s, so at most span / 0.05 + 1 start before the next arrival; rows have hundreds
+    # of tokens left, so without the bound a run would be planned to hundreds of steps (as after the last)
+    bounded = [(k, span) for k, span in planned if span < float("inf")]
+    assert len(bounded) >= 5 and all(k <= span / 0.05 + 3 for k, span in bounded), bounded
+    assert max(k for k, span in planned if span == float("inf")) > 200
+    ff = eng.ff
+    span = 1.0
+    bound = ff._steps_before(span, 4)
+    fastest = float(cost.decode_step_times(1, np.zeros(1))[0])
+    assert span / fastest <= bound <= span / fastest + 3

@@ -241,7 +241,7 @@ class FastForward:
         nxt = self._next_event(eng)
         # Cheap pre-check: a run needs room for at least two steps before the next arrival.
         if nxt is None or nxt > end + 1.5 * dt:
-            return self._run(end)
+            return self._run(end, nxt)
         return None
 
     def _caused(self, reqs: list[Request], fin: np.ndarray, ends: np.ndarray) -> float:
@@ -327,31 +327,34 @@ class FastForward:
             a, window = b, window * 2
         return np.concatenate(out) if len(out) > 1 else out[0]
 
+    def _limit(self, nxt: float | None, first: float, rows: int) -> tuple[float, int | None]:
+        """When the run's steps must have started by (the next arrival or client timeout ``nxt``, which
+        it would join or abort at that boundary, or the horizon), and a bound on how many can start by
+        then counting from ``first`` (None: no bound)."""
+        limit = min(math.inf if nxt is None else nxt, self.engine.horizon)
+        return limit, (self._steps_before(limit - first, rows) if limit < math.inf and rows else None)
+
     def _steps_before(self, span: float, rows: int) -> int:
-        """At least as many steps as can start within ``span`` seconds (from the run's first step, or
-        after the async loop's queued batch): a run is planned to its last row's finish (often hundreds
-        of steps) but cut by the next arrival (often after tens), so its arrays are sized by this bound. Every step of up to ``rows``
-        rows takes at least the quickest decode step of 1..rows rows at no context; a cap that came out
-        short (a cost model faster with more context) would only end the run early, which is exact too."""
+        """At least as many steps as can start within ``span`` seconds: a run is planned to its last
+        row's finish (often hundreds of steps) but cut by the next arrival (often after tens), so its
+        arrays are sized by this bound. Every step of up to ``rows`` rows takes at least the quickest
+        decode step of 1..rows rows at no context; a bound that came out short (a cost model faster with
+        more context) would only end the run early, which is exact too."""
         fastest = self._fastest
         if len(fastest) < rows:
             n = max(rows, 2 * len(fastest), 64)
             times = self.engine.cost.decode_step_times(np.arange(1, n + 1), np.zeros(n))
             fastest = self._fastest = np.minimum.accumulate(times).tolist()
         m = fastest[rows - 1]
-        if not m > 0 or span != span:
+        if not m > 0:
             return 1 << 62
         return int(span / m) + 3 if span > 0 else 2
 
-    def _run(self, start: float) -> Generator[Any, Any, None]:
+    def _run(self, start: float, nxt: float | None) -> Generator[Any, Any, None]:
         eng = self.engine
         policy, source = eng.policy, eng.source
         passes = self._passes_now()
-        # A step may start only before the next arrival (it would join at that boundary), the next client
-        # timeout (its abort happens at that boundary) and the horizon.
-        nxt = self._next_event(eng)
-        limit = min(math.inf if nxt is None else nxt, eng.horizon)
-        cap = self._steps_before(limit - start, len(policy.running)) if limit < math.inf and policy.running else None
+        limit, cap = self._limit(nxt, start, len(policy.running))
         run = plan_run(policy, passes, self.max_through, cap)
         if run is None:
             return

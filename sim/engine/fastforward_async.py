@@ -39,9 +39,10 @@ class AsyncFastForward(FastForward):
         nxt = self._next_event(self.engine)
         if start != now or (nxt is not None and nxt <= now + dt):
             return None  # a run needs its second schedule (at the end of the queued batch) in time
-        return self._run_async(plan, dt, counters, now)
+        return self._run_async(plan, dt, counters, now, nxt)
 
-    def _run_async(self, plan: Any, dt: float, counters: tuple, now: float) -> Generator[Any, Any, Any]:
+    def _run_async(self, plan: Any, dt: float, counters: tuple, now: float,
+                   nxt: float | None) -> Generator[Any, Any, Any]:
         eng = self.engine
         policy = eng.policy
         quiet = policy.quiet()
@@ -63,9 +64,9 @@ class AsyncFastForward(FastForward):
         k = max(left) - 1 if through else min(left) - 1
         if through and self.max_through is not None and k > self.max_through:
             k = self.max_through
-        limit = min(math.inf if (nxt := self._next_event(eng)) is None else nxt, eng.horizon)
-        if limit < math.inf:  # no more steps than can start before the next event (see _steps_before)
-            k = min(k, self._steps_before(limit - now - dt, n))
+        limit, cap = self._limit(nxt, now + dt, n)  # schedules 1.. happen after the queued batch
+        if cap is not None and k > cap:
+            k = cap
         if k < 2:
             return None
         c = np.array(c0, dtype=np.int64)
