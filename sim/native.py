@@ -44,6 +44,8 @@ MODULES = (
     "policies.common",
     "policies.vllm",
     "sim.engine.rowpass",
+    "sim.engine.runcalc",
+    "sim.cost.decode_price",
 )
 PURE_ENV = "SERVESIM_PURE"
 PACKAGES = ("sim", "policies")  # where compiled modules live (and where an old in-place build may linger)
@@ -179,8 +181,12 @@ def build() -> int:
         return 1
     files = [str(source(m).relative_to(REPO)) for m in MODULES]
     had_build = (REPO / "build").exists()
+    # Every float multiply and add stays its own rounding, as in numpy and the interpreter: a C compiler
+    # may fuse a * b + c into one FMA (GCC does by default where the target has it, e.g. aarch64),
+    # which would change results from machine to machine.
+    env = {**os.environ, "CFLAGS": (os.environ.get("CFLAGS", "") + " -ffp-contract=off").strip()}
     proc = subprocess.run([mypyc, "--ignore-missing-imports", "--follow-imports=silent", *files],
-                          cwd=REPO, capture_output=True, text=True)
+                          cwd=REPO, capture_output=True, text=True, env=env)
     if not had_build:  # mypyc's C sources and objects (setuptools' build/): not needed once built
         shutil.rmtree(REPO / "build", ignore_errors=True)
     in_place = [(m, source(m).with_name(source(m).stem + _suffix())) for m in MODULES]

@@ -9,6 +9,7 @@ stops at the first finish, since the finish brings the next arrival).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import random
 
@@ -51,28 +52,26 @@ rows_st = st.lists(
 @given(rows=rows_st, bs=st.integers(1, 32), k=st.integers(1, 150))
 def test_decode_run_blocks_matches_brute_force(rows, bs, k):
     kv = KVCacheManager(num_gpu_blocks=2, block_size=bs, enable_caching=False, max_model_len=10**6)
-    c = np.array([r[0] for r in rows], dtype=np.int64)
-    held = np.array([-(-r[0] // bs) + r[1] for r in rows], dtype=np.int64)  # held >= ceil(c / bs)
-    fin = np.array([r[2] for r in rows], dtype=np.int64)
+    c = [r[0] for r in rows]
+    held = [-(-r[0] // bs) + r[1] for r in rows]  # held >= ceil(c / bs)
+    fin = [r[2] for r in rows]
     got = kv.decode_run_blocks(c, held, fin, k)
-    want = brute_force_run_blocks(c.tolist(), held.tolist(), fin.tolist(), k, bs)
-    assert got.shape == (k + 1,)
-    assert np.issubdtype(got.dtype, np.integer)
-    assert got.tolist() == want.tolist()
+    want = brute_force_run_blocks(c, held, fin, k, bs)
+    assert isinstance(got, list) and len(got) == k + 1
+    assert got == want.tolist()
 
 
 def test_decode_run_blocks_small_cases():
     kv = KVCacheManager(num_gpu_blocks=2, block_size=4, enable_caching=False, max_model_len=1024)
-    a = np.array
     # One row at 4 computed tokens holding 1 block: steps 1..4 need a second block at step 1, a third at 5.
-    assert kv.decode_run_blocks(a([4]), a([1]), a([10]), 6).tolist() == [0, 1, 1, 1, 1, 2, 2]
+    assert kv.decode_run_blocks([4], [1], [10], 6) == [0, 1, 1, 1, 1, 2, 2]
     # Mid-block row holding a spare block: nothing until slot 9 (step 6), and it finishes at step 5.
-    assert kv.decode_run_blocks(a([3]), a([2]), a([5]), 8).tolist() == [0] * 9
+    assert kv.decode_run_blocks([3], [2], [5], 8) == [0] * 9
     # No rows at all.
-    assert (
-        kv.decode_run_blocks(a([], dtype=np.int64), a([], dtype=np.int64), a([], dtype=np.int64), 3).tolist()
-        == [0] * 4
-    )
+    assert kv.decode_run_blocks([], [], [], 3) == [0] * 4
+    # A row holding fewer blocks than its tokens need is refused (its slots would be wrong).
+    with pytest.raises(ValueError, match="holds 0 blocks for 40 tokens"):
+        kv.decode_run_blocks([40], [0], [5], 5)
 
 
 # ---- b. grow_decodes / allocate_slots' O(1) path against the general path -----------------------------
@@ -178,11 +177,11 @@ def drive(
         elif op == "run" and running:
             k = rng.randint(1, 3 * bs + 2)
             k = min(k, *(max_len - r.num_tokens for r in running))
-            c = np.array([r.num_computed_tokens for r in running], dtype=np.int64)
-            held = kv.num_blocks_held_array(running)
-            cum = kv.decode_run_blocks(c, held, np.full(len(running), k, dtype=np.int64), k)
+            c = [r.num_computed_tokens for r in running]
+            held = kv.num_blocks_held_rows(running)
+            cum = kv.decode_run_blocks(c, held, [k] * len(running), k)
             if cum[k] > kv.num_free_blocks:
-                k = int(np.searchsorted(cum, kv.num_free_blocks, side="right")) - 1
+                k = bisect.bisect_right(cum, kv.num_free_blocks) - 1
             if k >= 1:
                 free0 = kv.num_free_blocks
                 for req in running:  # as fastforward.apply_run: tokens first, then the slots
@@ -334,7 +333,7 @@ class _Counting:
 
         def recorded_apply(policy, run, end_times):
             if policy is self.policy:
-                self.runs.append((len(end_times), int(run.finish_step.min())))
+                self.runs.append((len(end_times), min(run.finish_step)))
                 self.waiting.append(policy.num_waiting)
             return orig(policy, run, end_times)
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from sim.cost.decode_price import price_decode_steps
+
 
 class DeviceGroup:
     """One shared card: its members (replica indices) and which of them are busy."""
@@ -38,6 +40,10 @@ class SharedDeviceCost:
         self, num_decode: int | np.ndarray, ctx_sums: np.ndarray, num_logits: int | None = None
     ):
         return self.base.decode_step_times(num_decode, ctx_sums, num_logits) * self.group.factor(self.index)
+
+    def decode_step_list(self, rows: list[int], ctx_sums: list[int]) -> list[float]:
+        f = self.group.factor(self.index)
+        return [t * f for t in price_decode_steps(self.base, rows, ctx_sums)]
 
     def breakdown(self, batch) -> dict[str, float]:
         f = self.group.factor(self.index)

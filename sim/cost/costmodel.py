@@ -18,6 +18,7 @@ from sim.core.batch import BatchSummary
 from sim.core.errors import ConfigError
 from sim.core.plugins import registrar, resolve
 from sim.cost.collectives import allreduce_seconds
+from sim.cost.decode_price import decode_times
 from sim.cost.hardware import GpuSpec
 from sim.cost.models import ModelSpec, activation_dtype_bytes, kv_dtype_bytes, normalize_dtype
 from sim.cost.profiles import CalibrationProfile, get_profile
@@ -371,6 +372,14 @@ class RooflineCostModel:
         const = self._tok[mg] + self._head[s] + self._step_oh + self._seq_oh * n
         return const + self._layers * (self._attn_t0 + (self._kv_coef * ctx + n * self._dec_seq))
 
+    def decode_step_list(self, rows: list[int], ctx_sums: list[int]) -> list[float]:
+        """``decode_step_times`` over lists, every row sampling (the fast-forward's runs); the same values."""
+        top = max(rows, default=0)  # a padded count is at most max(top, the largest graph size)
+        if top >= len(self._head) or max(top, len(self._pad) - 1) >= len(self._tok):
+            self.decode_step_times(np.asarray(rows), np.zeros(len(rows)))  # grows the tables
+        return decode_times(self._tok, self._head, self._pad, self._step_oh, self._seq_oh, float(self._layers),
+                            self._attn_t0, self._kv_coef, self._dec_seq, rows, ctx_sums)
+
     def breakdown(self, batch: BatchSummary) -> dict[str, float]:
         """Per-operator seconds of one step; the values sum to step_time(batch)."""
         d, pc = batch.decode_ctx, batch.prefill_chunk
@@ -434,6 +443,10 @@ class ConstantCostModel:
         shape = np.shape(ctx_sums)
         n = np.broadcast_to(np.asarray(num_decode, dtype=np.int64), shape)
         return np.where(n > 0, self.step_s + self.per_token_s * n, 0.0).astype(np.float64)
+
+    def decode_step_list(self, rows: list[int], ctx_sums: list[int]) -> list[float]:
+        step, per = self.step_s, self.per_token_s
+        return [step + per * n if n > 0 else 0.0 for n in rows]
 
     def breakdown(self, batch: BatchSummary) -> dict[str, float]:
         if batch.is_empty:

@@ -13,6 +13,7 @@ running rows and the KV manager, so a run ends in exactly the state k schedule+u
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sim.core.request import Request
-from sim.engine.rowpass import advance
+from sim.cost.decode_price import price_decode_steps
+from sim.engine.rowpass import advance, last_token_times
+from sim.engine.runcalc import advance_clock, clock, free_after, run_rows
 
 if TYPE_CHECKING:
     from sim.engine.loop import Engine
@@ -41,16 +44,16 @@ class DecodeRun:
 
     requests: list[Request]
     max_steps: int
-    computed: np.ndarray  # each row's computed tokens before the run
-    finish_step: np.ndarray  # step whose token finishes each row
-    new_blocks: np.ndarray  # new_blocks[s]: blocks allocated by steps 1..s (new_blocks[0] == 0)
+    computed: list[int]  # each row's computed tokens before the run
+    finish_step: list[int]  # step whose token finishes each row
+    new_blocks: list[int]  # new_blocks[s]: blocks allocated by steps 1..s (new_blocks[0] == 0)
     # Cached-free blocks when the run was planned: a disaggregated decode replica's pool can gain
     # cached blocks mid-run (a KV transfer lands), which must not show in the steps before it.
     cached_free_start: int = 0
     # Set when the run is applied, for the recorder: free and cached-free blocks after each step's
     # allocation.
-    free_blocks: np.ndarray | None = None
-    cached_free: np.ndarray | None = None
+    free_blocks: list[int] | None = None
+    cached_free: list[int] | None = None
 
 
 @dataclass(slots=True)
@@ -105,20 +108,17 @@ def plan_run(policy: Any, finishes_ok: bool, max_through: int | None = None,
     if k < 2:
         return None
     kv = policy.kv
-    c = np.array(computed, dtype=np.int64)
-    fin = np.array(left, dtype=np.int64)
-    held = kv.num_blocks_held_array(running)
-    cum = kv.decode_run_blocks(c, held, fin, k)
+    cum = kv.decode_run_blocks(computed, kv.num_blocks_held_rows(running), left, k)
     free = kv.num_free_blocks - quiet.keep_free
     if cum[k] > free:
-        k = int(np.searchsorted(cum, free, side="right")) - 1  # cum is non-decreasing
+        k = bisect_right(cum, free) - 1  # cum is non-decreasing
         if k < 2:
             return None
-    return DecodeRun(requests=list(running), max_steps=k, computed=c, finish_step=fin,
+    return DecodeRun(requests=list(running), max_steps=k, computed=computed, finish_step=left,
                      new_blocks=cum[:k + 1], cached_free_start=kv.num_cached_free_blocks)
 
 
-def apply_run(policy: Any, run: DecodeRun, end_times: np.ndarray) -> list[Request]:
+def apply_run(policy: Any, run: DecodeRun, end_times: list[float]) -> list[Request]:
     """Apply k decode steps at once: the same end state as k calls to schedule+update.
 
     Rows that finish inside the run split it into segments: each segment grows the rows still
@@ -127,18 +127,17 @@ def apply_run(policy: Any, run: DecodeRun, end_times: np.ndarray) -> list[Reques
     """
     k = len(end_times)
     kv = policy.kv
-    fin = run.finish_step
+    fin_l = run.finish_step
     cum = run.new_blocks
-    free_out = np.empty(k, dtype=np.int64)
-    cached_out = np.empty(k, dtype=np.int64)
-    bounds = sorted({f for f in fin.tolist() if f < k})  # steps after which rows finish, then the last
+    free_out = [0] * k
+    cached_out = [0] * k
+    bounds = sorted({f for f in fin_l if f < k})  # steps after which rows finish, then the last
     bounds.append(k)
     # Rows whose blocks get hashed need their token counts current at every allocation; the others
     # are advanced once, when they finish or when the run ends (the manager is given their counts).
     reqs = run.requests
     lazy = not kv.enable_caching or not any(r.spec.shares_content for r in reqs)
-    fin_l = fin.tolist()
-    base = run.computed.tolist()
+    base = run.computed
     max_len = policy.limits.max_model_len
     finished: list[Request] = []
     alive = list(range(len(reqs)))
@@ -147,9 +146,8 @@ def apply_run(policy: Any, run: DecodeRun, end_times: np.ndarray) -> list[Reques
         m = b - a
         rows = [reqs[i] for i in alive]
         free0 = kv.num_free_blocks
-        free_out[a:b] = free0 - (cum[a + 1:b + 1] - cum[a])
         cached0 = run.cached_free_start if a == 0 else kv.num_cached_free_blocks
-        np.minimum(free_out[a:b], cached0, out=cached_out[a:b])  # uncached free blocks go first
+        free_after(free0, cum, a, b, cached0, free_out, cached_out)  # uncached free blocks go first
         if lazy:
             kv.grow_decodes(rows, m, computed=[base[i] + a for i in alive])
         else:
@@ -174,7 +172,7 @@ def apply_run(policy: Any, run: DecodeRun, end_times: np.ndarray) -> list[Reques
                     req.num_tokens += b
                 if req.num_output_tokens < req.output_len and req.num_tokens < max_len:
                     raise RuntimeError(f"decode run: request {req.request_id} was to finish at step {b}")
-            policy.finish(done, float(end_times[b - 1]))
+            policy.finish(done, end_times[b - 1])
             finished.extend(done)
             alive = [i for i in alive if fin_l[i] != b]
         a = b
@@ -183,14 +181,6 @@ def apply_run(policy: Any, run: DecodeRun, end_times: np.ndarray) -> list[Reques
     run.free_blocks, run.cached_free = free_out, cached_out
     policy.on_skipped_steps(k)
     return finished
-
-
-def step_times(start: float, durations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(ends, starts) of consecutive steps from ``start``, with the additions the engine's clock makes
-    one step at a time (((start + d0) + d1) + ...): a run's boundaries are those of stepping, to the bit,
-    so an arrival at a boundary joins at the same step either way."""
-    ends = np.cumsum(np.concatenate(([start], durations)))
-    return ends[1:], ends[:-1]
 
 
 def delay_to(now: float, t: float) -> float:
@@ -244,7 +234,7 @@ class FastForward:
             return self._run(end, nxt)
         return None
 
-    def _caused(self, reqs: list[Request], fin: np.ndarray, ends: np.ndarray) -> float:
+    def _caused(self, reqs: list[Request], fin: list[int], ends: list[float]) -> float:
         """The earliest arrival the finishes within ``ends`` cause (inf: none). Row i ends with step
         ``fin[i]`` (1-based), at ``ends[fin[i] - 1]``."""
         delay = self.response_delay
@@ -252,10 +242,12 @@ class FastForward:
             return math.inf
         first = math.inf
         m = len(ends)
-        for i in np.flatnonzero(fin <= m).tolist():
+        for i, f in enumerate(fin):
+            if f > m:
+                continue
             d = delay(reqs[i].spec)
             if d is not None:
-                t = float(ends[fin[i] - 1]) + d
+                t = ends[f - 1] + d
                 if t < first:
                     first = t
         return first
@@ -274,9 +266,9 @@ class FastForward:
         """May this run go on past finishes (the source's standing answer, or a pushed source's now)?"""
         return self.passes or (self.may_pass is not None and self.may_pass())
 
-    def _sleep_through(self, start: float, starts: np.ndarray, ends: np.ndarray,
-                       free_after: Callable[[], np.ndarray],
-                       finishing: tuple[list[Request], np.ndarray] | None = None) -> Generator[Any, Any, int]:
+    def _sleep_through(self, start: float, starts: list[float], ends: list[float],
+                       free_after: Callable[[], list[int]],
+                       finishing: tuple[list[Request], list[int]] | None = None) -> Generator[Any, Any, int]:
         """Wait out a run of ``len(starts)`` steps begun at ``start``; returns how many of them happened.
 
         A pushed source (a cluster replica's inbox, sim/app/replica.py) cannot say when the next request
@@ -291,41 +283,45 @@ class FastForward:
         k = len(starts)
         wake = getattr(eng.source, "wake_event", None)
         if wake is None:
-            yield env.timeout(delay_to(start, float(ends[-1])))
+            yield env.timeout(delay_to(start, ends[-1]))
             return k
+        st = np.array(starts, dtype=np.float64)
         if finishing is None:
-            eng.run_view = RunView(starts, free_after(), ends[:0], [])
+            eng.run_view = RunView(st, np.array(free_after(), dtype=np.int64), np.zeros(0), [])
         else:
             reqs, fin = finishing
-            rows = np.flatnonzero(fin <= k)
-            rows = rows[np.argsort(fin[rows], kind="stable")]  # by step, then row: the order they are applied
-            eng.run_view = RunView(starts, None, ends[fin[rows] - 1], [reqs[i].spec for i in rows.tolist()])
+            # by step, then row: the order they are applied
+            rows = sorted((i for i, f in enumerate(fin) if f <= k), key=fin.__getitem__)
+            eng.run_view = RunView(st, None, np.array([ends[fin[i] - 1] for i in rows], dtype=np.float64),
+                                   [reqs[i].spec for i in rows])
             eng.source.on_run(eng.run_view)
-        timeout = env.timeout(delay_to(start, float(ends[-1])))
+        timeout = env.timeout(delay_to(start, ends[-1]))
         fired = yield wake() | timeout
         if timeout not in fired:
             t = env.now
-            k = max(int(np.searchsorted(starts, t, side="right")), 1)
-            yield env.timeout(delay_to(t, float(ends[k - 1])) if ends[k - 1] > t else 0.0)
+            k = max(bisect_right(starts, t), 1)
+            yield env.timeout(delay_to(t, ends[k - 1]) if ends[k - 1] > t else 0.0)
         eng.run_view = None
         return k
 
-    def _price_until(self, rows: np.ndarray, ctx_sums: np.ndarray, start: float, limit: float) -> np.ndarray:
+    def _price_until(self, rows: list[int], ctx_sums: list[int], start: float, limit: float) -> list[float]:
         """Durations of the run's first steps, enough of them to pass ``limit`` (or all): priced in
         growing windows, since a run is usually cut by an arrival long before its last finish."""
         k = len(rows)
-        out: list[np.ndarray] = []
+        cost = self.engine.cost
+        if k <= 32:
+            return price_decode_steps(cost, rows, ctx_sums)
+        out: list[float] = []
         a, t, window = 0, start, 32
-        price = self.engine.cost.decode_step_times
         while a < k:
             b = min(k, a + window)
-            d = price(rows[a:b], ctx_sums[a:b])
-            out.append(d)
-            t += float(d.sum())
+            d = price_decode_steps(cost, rows[a:b], ctx_sums[a:b])
+            out += d
+            t = advance_clock(t, d)
             if t >= limit:
                 break
             a, window = b, window * 2
-        return np.concatenate(out) if len(out) > 1 else out[0]
+        return out
 
     def _limit(self, nxt: float | None, first: float, rows: int) -> tuple[float, int | None]:
         """When the run's steps must have started by (the next arrival or client timeout ``nxt``, which
@@ -360,26 +356,29 @@ class FastForward:
             return
         fin = run.finish_step
         k = run.max_steps
-        if not passes and k > int(fin.min()):
+        first_fin = min(fin)
+        if not passes and k > first_fin:
             raise RuntimeError(f"policy {policy.name}: decode run past a finish that may bring an arrival")
         # Rows running in each step 1..k, and their total context (each row adds a token per step).
-        last = np.minimum(fin, k)
-        rows = np.bincount(last, minlength=k + 1)[::-1].cumsum()[::-1][1:]
-        ctx0 = np.bincount(last, weights=run.computed, minlength=k + 1)[::-1].cumsum()[::-1][1:]
-        ctx_sums = ctx0 + rows * np.arange(1, k + 1, dtype=np.int64)
+        rows, ctx_sums = run_rows(fin, run.computed, k)
         durations = self._price_until(rows, ctx_sums, start, limit)
-        ends, starts = step_times(start, durations)
-        if self.response_delay is not None and k > int(fin.min()):
-            limit = min(limit, self._caused(run.requests, fin, ends))
-        k = int(np.searchsorted(starts, limit, side="left"))
+        starts, ends = clock(start, durations, limit, k)
+        if self.response_delay is not None and len(ends) > first_fin:
+            cut = self._caused(run.requests, fin, ends)
+            if cut < limit:
+                limit = cut
+                k = bisect_left(starts, limit)
+                starts, ends = starts[:k], ends[:k]
+        k = len(starts)
         if k < 2:
             return
-        starts, durations, ends, rows = starts[:k], durations[:k], ends[:k], rows[:k]
+        durations, rows = durations[:k], rows[:k]
         kv = policy.kv
-        last_tok = np.fromiter((r.last_token_time for r in run.requests), np.float64, len(run.requests))
+        last_tok = last_token_times(run.requests)
         num_waiting = policy.num_waiting
-        k = yield from self._sleep_through(start, starts, ends, lambda: kv.num_free_blocks - run.new_blocks[1:k + 1],
-                                           (run.requests, fin) if k > int(fin.min()) else None)
+        free = kv.num_free_blocks
+        k = yield from self._sleep_through(start, starts, ends, lambda: [free - x for x in run.new_blocks[1:k + 1]],
+                                           (run.requests, fin) if k > first_fin else None)
         starts, durations, ends, rows = starts[:k], durations[:k], ends[:k], rows[:k]
         finished = apply_run(policy, run, ends)
         self.runs += 1

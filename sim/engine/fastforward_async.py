@@ -7,17 +7,16 @@ in flight and of those, and leaves the last one it scheduled in flight.
 
 from __future__ import annotations
 
-import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Generator
 from typing import Any
 
-import numpy as np
-
 from sim.core.request import Request
-from sim.engine.fastforward import DecodeRun, FastForward, step_times
+from sim.engine.fastforward import DecodeRun, FastForward
 from sim.engine.rowpass import apply_async as _apply_async
 from sim.engine.rowpass import decode_plan as _decode_plan
-from sim.engine.rowpass import queued_rows
+from sim.engine.rowpass import last_token_times, queued_rows
+from sim.engine.runcalc import at_least, clock, run_rows
 
 
 class AsyncFastForward(FastForward):
@@ -69,49 +68,44 @@ class AsyncFastForward(FastForward):
             k = cap
         if k < 2:
             return None
-        c = np.array(c0, dtype=np.int64)
-        fin = np.array(left, dtype=np.int64)  # the applied batch (1-based) with each row's last token
-        last_sched = fin - 1  # the last schedule that gives the row a token
-        cum = kv.decode_run_blocks(c, kv.num_blocks_held_array(running), last_sched, k)
+        last_sched = [f - 1 for f in left]  # the last schedule that gives each row a token
+        cum = kv.decode_run_blocks(c0, kv.num_blocks_held_rows(running), last_sched, k)
         free0 = kv.num_free_blocks
         if cum[k] > free0 - quiet.keep_free:  # frees are not counted: a conservative cut
-            k = int(np.searchsorted(cum, free0 - quiet.keep_free, side="right")) - 1
+            k = bisect_right(cum, free0 - quiet.keep_free) - 1
             if k < 2:
                 return None
         # Batch i+1+j (schedule j) holds the rows with last_sched >= j, at contexts c0 + j.
-        last = np.minimum(last_sched, k)
-        sizes = np.bincount(last, minlength=k + 1)[::-1].cumsum()[::-1][1:]
-        ctx0 = np.bincount(last, weights=c, minlength=k + 1)[::-1].cumsum()[::-1][1:]
-        ctx_sums = ctx0 + sizes * np.arange(1, k + 1, dtype=np.int64)
+        sizes, ctx_sums = run_rows(last_sched, c0, k)
         durations = self._price_until(sizes, ctx_sums, now + dt, limit)
         # Schedule j happens when batch i+j starts: at now, then at the end of each applied batch.
-        applied = np.concatenate(([dt], durations))  # batches i+1.. in order
-        ends, starts = step_times(now, applied)
+        applied = [dt, *durations]  # batches i+1.. in order
+        starts, ends = clock(now, applied, limit, len(durations))
         if self.response_delay is not None and through:
-            limit = min(limit, self._caused(running, fin, ends))
-        k = min(k, int(np.searchsorted(starts, limit, side="left")), len(durations))
+            cut = self._caused(running, left, ends)
+            if cut < limit:
+                starts = starts[:bisect_left(starts, cut)]
+        k = len(starts)
         if k < 2:
             return None
-        starts, applied, ends = starts[:k], applied[:k], ends[:k]
-        nan = math.nan
-        last_tok = np.fromiter((nan if (t := r.last_token_time) is None else t for r in running), np.float64, n)
+        applied, ends = applied[:k], ends[:k]
+        last_tok = last_token_times(running)
         cached0 = kv.num_cached_free_blocks
         # Schedules happen at ``starts``: a push ends the run after the schedules made by then, and the
         # loop goes on from there (_sleep_through).
-        k = yield from self._sleep_through(now, starts, ends, lambda: free0 - cum[1:k + 1],
-                                           (running, fin) if through and k >= int(fin.min()) else None)
+        k = yield from self._sleep_through(now, starts, ends, lambda: [free0 - x for x in cum[1:k + 1]],
+                                           (running, left) if through and k >= min(left) else None)
         starts, applied, ends = starts[:k], applied[:k], ends[:k]
-        free_after, cached_after, finished = _apply_async(policy, running, c0, fin, cum, ends, k, cached0)
+        free_after, cached_after, finished = _apply_async(policy, running, c0, left, cum, ends, k, cached0)
         policy.on_skipped_steps(k)
-        run = DecodeRun(requests=running, max_steps=k, computed=c, finish_step=fin, new_blocks=cum[:k + 1],
+        run = DecodeRun(requests=running, max_steps=k, computed=c0, finish_step=left, new_blocks=cum[:k + 1],
                         cached_free_start=cached0)
         # The applied batch i+1 keeps the counters of its own schedule; batch i+1+j those of schedule j.
-        run.free_blocks = np.concatenate(([counters[3]], free_after[:k - 1])).astype(np.int64)
-        run.cached_free = np.concatenate(([counters[4]], cached_after[:k - 1])).astype(np.int64)
-        batch_rows = np.concatenate(([n], sizes[:k - 1])).astype(np.int64)
-        # rows with fin >= j, j = 1..k-1 (a row runs, scheduled or not, until its last batch lands)
-        at_least = np.bincount(np.minimum(fin, k), minlength=k + 1)[::-1].cumsum()[::-1]
-        num_running = np.concatenate(([n], at_least[1:k])).astype(np.int64)
+        run.free_blocks = [counters[3], *free_after[:k - 1]]
+        run.cached_free = [counters[4], *cached_after[:k - 1]]
+        batch_rows = [n, *sizes[:k - 1]]
+        # rows with fin >= j, j = 0..k-1 (a row runs, scheduled or not, until its last batch lands)
+        num_running = at_least(left, k)
         self.runs += 1
         self.steps += k
         eng.rec.on_decode_run(run, starts, applied, batch_rows, num_waiting, kv.usable_blocks, finished, last_tok,
@@ -119,10 +113,9 @@ class AsyncFastForward(FastForward):
         for req in finished:
             eng.source.on_done(req.spec, req.finish_time)
         # Batch i+k+1: scheduled by the run's last schedule, on the GPU from the last applied end.
-        alive = [(req, 1) for req, f in zip(running, left, strict=True) if f > k]
-        queued = _decode_plan(plan, alive, [x + k for x, f in zip(c0, left, strict=True) if f > k])
-        end = float(ends[-1])
-        free_k, cached_k = int(free_after[k - 1]), int(cached_after[k - 1])
-        cnt = (int((fin >= k).sum()), num_waiting, 1.0 - free_k / kv.usable_blocks, free_k, cached_k)
-        d_last = float(durations[k - 1])
+        queued = _decode_plan(plan, running, left, c0, k)
+        end = ends[-1]
+        free_k, cached_k = free_after[k - 1], cached_after[k - 1]
+        cnt = (sum(1 for f in left if f >= k), num_waiting, 1.0 - free_k / kv.usable_blocks, free_k, cached_k)
+        d_last = durations[k - 1]
         return (queued, end, d_last, cnt), end + d_last

@@ -30,8 +30,8 @@ class GapStore:
         self.run_step = array("q")  # per run: its first step's row in the step store
         self.run_len = array("q")  # per run: its steps
 
-    def add_run(self, first_gaps: np.ndarray, step: int, k: int) -> None:
-        self.first.frombytes(np.ascontiguousarray(first_gaps, dtype=np.float64).tobytes())
+    def add_run(self, first_gaps: list[float], step: int, k: int) -> None:
+        self.first.extend(first_gaps)
         self.run_first.append(len(first_gaps))
         self.run_step.append(step)
         self.run_len.append(k)

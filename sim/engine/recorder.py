@@ -15,7 +15,8 @@ from sim.core.policy import StepPlan
 from sim.core.request import Request
 from sim.engine.fastforward import DecodeRun
 from sim.engine.gaps import GapStore, GapTable
-from sim.engine.rowpass import stamp_tokens
+from sim.engine.rowpass import stamp_run, stamp_tokens
+from sim.engine.runcalc import finishes_per_step
 from sim.engine.step_store import COUNT_COLUMNS, StepStore
 
 STEP_COLUMNS = ("start", "duration", *COUNT_COLUMNS[:COUNT_COLUMNS.index("num_finished") + 1], "kv_usage",
@@ -84,17 +85,17 @@ class Recorder:
     def on_decode_run(
         self,
         run: DecodeRun,
-        starts: np.ndarray,
-        durations: np.ndarray,
-        rows: np.ndarray,
+        starts: list[float],
+        durations: list[float],
+        rows: list[int],
         num_waiting: int,
         usable_blocks: int,
         finished: list[Request],
-        last_token_before: np.ndarray,
-        num_running: np.ndarray | None = None,
+        last_token_before: list[float],
+        num_running: list[int] | None = None,
         first: StepPlan | None = None,
     ) -> None:
-        """k decode steps with ``rows[j]`` rows in step j: step rows from arrays, gaps as (value, weight).
+        """k decode steps with ``rows[j]`` rows in step j: step rows from lists, gaps as (value, weight).
 
         The free-block columns come from ``run`` (set when the run was applied). ``num_running``: the
         running count each step was scheduled with, when it is not the rows it computes (async
@@ -103,42 +104,27 @@ class Recorder:
         prompts; those rows' first tokens land with it, ``last_token_before`` NaN for them)."""
         if run.free_blocks is None or run.cached_free is None:
             raise RuntimeError("on_decode_run: the run was not applied (run.free_blocks/cached_free unset)")
-        # float64 as the step store keeps them: a run's later gaps are rebuilt from its stored steps
-        starts, durations = np.asarray(starts, dtype=np.float64), np.asarray(durations, dtype=np.float64)
         k, first_step = len(starts), len(self.steps)
         free_blocks = run.free_blocks[:k]
-        fin = np.minimum(run.finish_step, k)  # step of each row's last token in this run
-        per_step_finished = np.bincount(fin[run.finish_step <= k], minlength=k + 1)[1:]
         running = rows if num_running is None else num_running
-        prefill: np.ndarray | int = 0
+        prefill: list[int] | int = 0
         decode = rows
         if first is not None:
-            prefill = np.zeros(k, dtype=np.int64)
+            prefill = [0] * k
             prefill[0] = first.batch.num_prefill_tokens
-            decode = rows.copy()
-            decode[0] = first.batch.num_decode
+            decode = [first.batch.num_decode, *rows[1:k]]
         self.steps.extend(starts, durations, (
-            prefill, decode, running, num_waiting, 0, per_step_finished, free_blocks, run.cached_free[:k], 0, 0,
-            self.num_swapped_blocks), usable_blocks)  # fmt: skip
-        ends = starts + durations
-        # Each row's first gap runs from its previous token; later gaps are the step times, one per row
-        # still running in that step.
-        gap0 = ends[0] - last_token_before
-        if first is not None:
-            new = np.isnan(last_token_before)
-            t0 = float(ends[0])
-            for req, is_new in zip(run.requests, new.tolist(), strict=True):
-                if is_new:
-                    req.first_token_time = t0
-            gap0 = gap0[~new]
-        # later gaps: np.diff(ends) weighted by rows[1:], the run's stored ends and num_decode_tokens
-        self.gaps.add_run(gap0, first_step, k)
-        for req, t in zip(run.requests, ends[fin - 1].tolist(), strict=True):
-            req.last_token_time = t
+            prefill, decode, running, num_waiting, 0, finishes_per_step(run.finish_step, k), free_blocks,
+            run.cached_free[:k], 0, 0, self.num_swapped_blocks), usable_blocks)  # fmt: skip
+        # Each row's first gap runs from its previous token (a row new in step 0 gets its first token
+        # instead); later gaps are the step times, one per row still running in that step: np.diff of the
+        # run's stored ends weighted by num_decode_tokens, rebuilt from the step store (gaps.py).
+        self.gaps.add_run(stamp_run(run.requests, run.finish_step, starts, durations, last_token_before,
+                                    first is not None), first_step, k)
         if self.trace is not None:
             ids = [r.request_id for r in run.requests]
-            fin_list = fin.tolist()
-            running_list = running.tolist()
+            fin_list = [f if f < k else k for f in run.finish_step]
+            running_list = running
             row_of = {id(r): i for i, r in enumerate(run.requests)}
             done_at: dict[int, list[str]] = {}
             for r in finished:
@@ -148,7 +134,7 @@ class Recorder:
             leaves = set(fin_list)
             scheduled = [[rid, 1] for rid in ids]
             first_scheduled = None if first is None else [[r.request_id, m] for r, m in first.scheduled]
-            starts_l, durations_l, free_l = starts.tolist(), durations.tolist(), free_blocks.tolist()
+            starts_l, durations_l, free_l = starts, durations, free_blocks
             for j in range(k):
                 if j and j in leaves:
                     scheduled = [[rid, 1] for rid, f in zip(ids, fin_list, strict=True) if f > j]

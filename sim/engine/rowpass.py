@@ -1,18 +1,19 @@
 """The engine's per-row passes, compiled by mypyc (sim/native.py): a token's timestamps for every row
-that sampled, and the async fast-forward's check of the batch in flight and the end state of its runs.
+that sampled or ran in a decode run, and the async fast-forward's check of the batch in flight and the
+end state of its runs.
 
 Plain functions over requests and lists, so that the compiled code reads and writes the requests'
-native fields; the fast-forward's planning (numpy, SimPy) stays in sim/engine/fastforward*.py.
+native fields; a run's arithmetic is in sim/engine/runcalc.py, its planning in sim/engine/fastforward*.py.
 """
 
 from __future__ import annotations
 
+import math
 from array import array
 from typing import Any
 
-import numpy as np
-
 from sim.core.request import Request
+from sim.engine.runcalc import free_after as segment_free
 
 
 def stamp_tokens(sampled: list[Request], now: float, gaps: array) -> None:
@@ -25,6 +26,29 @@ def stamp_tokens(sampled: list[Request], now: float, gaps: array) -> None:
         else:
             gaps.append(now - last)
         req.last_token_time = now
+
+
+def stamp_run(reqs: list[Request], fin: list[int], starts: list[float], durations: list[float],
+              last_before: list[float], first: bool) -> list[float]:
+    """A decode run's token times: each row's last token lands at the end of its last step in the run
+    (``fin``, 1-based, capped at the run's k steps); its first gap runs from its previous token
+    (``last_before``) to the first step's end. With ``first``, a row without a token before (NaN) gets
+    its first token there instead. Returns the first gaps, in row order."""
+    k = len(starts)
+    e0 = starts[0] + durations[0]
+    gaps: list[float] = []
+    for i in range(len(reqs)):
+        req = reqs[i]
+        lt = last_before[i]
+        if first and lt != lt:  # NaN: the row's prompt finished with the first step
+            req.first_token_time = e0
+        else:
+            gaps.append(e0 - lt)
+        f = fin[i]
+        if f > k:
+            f = k
+        req.last_token_time = starts[f - 1] + durations[f - 1]
+    return gaps
 
 
 def advance(reqs: list[Request], k: int) -> None:
@@ -62,8 +86,8 @@ def queued_rows(scheduled: list[tuple[Request, Any]], running: list[Request],
     return c0, left, prefills
 
 
-def apply_async(policy: Any, rows: list[Request], c0: list[int], fin: np.ndarray, cum: np.ndarray,
-                 ends: np.ndarray, k: int, cached_start: int) -> tuple[np.ndarray, np.ndarray, list[Request]]:
+def apply_async(policy: Any, rows: list[Request], c0: list[int], fin: list[int], cum: list[int],
+                ends: list[float], k: int, cached_start: int) -> tuple[list[int], list[int], list[Request]]:
     """The end state of an async run: segments end where rows finish; in segment (a, b] every row still
     running takes schedules a+1..b-1 and the rows that go on take schedule b too (a row finishing at b
     has its last token in flight then); the finished ones land and free their blocks after schedule b.
@@ -76,9 +100,9 @@ def apply_async(policy: Any, rows: list[Request], c0: list[int], fin: np.ndarray
     flight); the others grow once per segment and their counters move once."""
     kv = policy.kv
     lazy = not kv.enable_caching or not any(r.spec.shares_content for r in rows)
-    free_after = np.empty(k, dtype=np.int64)
-    cached_after = np.empty(k, dtype=np.int64)
-    fin_l = fin.tolist()
+    free_after = [0] * k
+    cached_after = [0] * k
+    fin_l = fin
     bounds = sorted({f for f in fin_l if f <= k})  # a set of ~100 ints: cheaper than np.unique
     if not bounds or bounds[-1] != k:
         bounds.append(k)
@@ -88,9 +112,8 @@ def apply_async(policy: Any, rows: list[Request], c0: list[int], fin: np.ndarray
     for b in bounds:
         m = b - a
         free0 = kv.num_free_blocks
-        free_after[a:b] = free0 - (cum[a + 1:b + 1] - cum[a])
         cached0 = cached_start if a == 0 else kv.num_cached_free_blocks
-        np.minimum(free_after[a:b], cached0, out=cached_after[a:b])
+        segment_free(free0, cum, a, b, cached0, free_after, cached_after)
         done = [i for i in alive if fin_l[i] == b]
         go_on = [i for i in alive if fin_l[i] > b]
         # Schedules a+1..b-1 take everyone, schedule b the rows that go on (their newest token in flight:
@@ -125,7 +148,7 @@ def apply_async(policy: Any, rows: list[Request], c0: list[int], fin: np.ndarray
             kv.cache_blocks(req, req.num_computed_tokens)
         if done:
             reqs = [rows[i] for i in done]
-            policy.finish(reqs, float(ends[b - 1]))
+            policy.finish(reqs, ends[b - 1])
             finished.extend(reqs)
         alive = go_on
         a = b
@@ -134,10 +157,29 @@ def apply_async(policy: Any, rows: list[Request], c0: list[int], fin: np.ndarray
     return free_after, cached_after, finished
 
 
-def decode_plan(like: Any, scheduled: list[tuple[Request, int]], computed: list[int]) -> Any:
-    """A step plan of one-token decodes of ``scheduled``, with their computed tokens after it."""
+def decode_plan(like: Any, running: list[Request], left: list[int], c0: list[int], k: int) -> Any:
+    """The step plan an async run leaves in flight: one-token decodes of the rows with more than ``k``
+    tokens left, at their computed tokens ``c0 + k``."""
+    scheduled: list[tuple[Request, int]] = []
+    sampled: list[Request] = []
+    computed: list[int] = []
+    for i in range(len(running)):
+        if left[i] > k:
+            req = running[i]
+            scheduled.append((req, 1))
+            sampled.append(req)
+            computed.append(c0[i] + k)
     plan = type(like)()
     plan.scheduled = scheduled
-    plan.sampled = [r for r, _ in scheduled]
-    plan.batch = type(like.batch).of(computed, [], [], len(plan.sampled))
+    plan.sampled = sampled
+    plan.batch = type(like.batch).of(computed, [], [], len(sampled))
     return plan
+
+
+def last_token_times(reqs: list[Request]) -> list[float]:
+    """Each request's last token time, NaN for one without a token yet."""
+    out = [0.0] * len(reqs)
+    for i in range(len(reqs)):
+        t = reqs[i].last_token_time
+        out[i] = math.nan if t is None else t
+    return out

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sim.core.errors import ResultsIntegrityError
+from sim.engine.runcalc import start_breaks
 
 COUNT_COLUMNS = (
     "num_prefill_tokens",
@@ -133,70 +134,80 @@ class StepStore:
         free = np.frombuffer(col, dtype=_DTYPE[col.typecode])[:n]
         self.kv_usage = array("d", (1.0 - free / self.usable_blocks).tobytes())
 
-    def extend(self, starts: np.ndarray, durations: np.ndarray, counts: Sequence[np.ndarray | int],
+    def extend(self, starts: Sequence[float], durations: Sequence[float], counts: Sequence[Sequence[int] | int],
                usable_blocks: int) -> None:  # fmt: skip
-        """k steps at once: ``counts`` in COUNT_COLUMNS order, each an integer array of k values or one
-        int for all k; their ``kv_usage`` is ``1 - num_free_blocks / usable_blocks``, computed only when
-        the store keeps that column (it is derived otherwise)."""
+        """k steps at once: ``counts`` in COUNT_COLUMNS order, each k integers (a list, or an integer
+        array) or one int for all k; their ``kv_usage`` is ``1 - num_free_blocks / usable_blocks``,
+        computed only when the store keeps that column (it is derived otherwise). Lists go into the typed
+        arrays in C (a decode run is ~10-100 steps: per-call numpy work would dominate)."""
         n, k = len(self.duration), len(starts)
-        arrays = [i for i, v in enumerate(counts) if isinstance(v, np.ndarray)]
-        for i in arrays:
-            kind = counts[i].dtype  # type: ignore[union-attr]
-            if kind.kind not in "iu":
-                raise TypeError(f"step column {COUNT_COLUMNS[i]}: integer values expected, got {kind}")
-        st = np.ascontiguousarray(starts, dtype=np.float64)
-        du = np.ascontiguousarray(durations, dtype=np.float64)
+        st = np.asarray(starts, dtype=np.float64).tolist() if isinstance(starts, np.ndarray) else starts
+        du = np.asarray(durations, dtype=np.float64).tolist() if isinstance(durations, np.ndarray) else durations
         if not k:
             return
-        self._extend_starts(n, st, du)
-        self.duration.frombytes(du.tobytes())
-        # every array column's range in two calls (a run is ~10-100 steps: numpy's per-call cost dominates)
-        lows: dict[int, int] = {}
-        highs: dict[int, int] = {}
-        if arrays:
-            both = np.vstack([counts[i] for i in arrays])
-            lows = dict(zip(arrays, both.min(axis=1).tolist(), strict=True))
-            highs = dict(zip(arrays, both.max(axis=1).tolist(), strict=True))
-        for i, v in enumerate(counts):
-            if i in lows:
-                lo, hi = lows[i], highs[i]
-            else:
-                lo = hi = int(v)  # type: ignore[arg-type]
-            a = self.counts[i]
-            if a is None:
-                if lo == hi == 0:
-                    continue
-                a = self.counts[i] = array("b", bytes(n))
-            low, high = _RANGE[a.typecode]
-            if lo < low or hi > high:
-                self._fit(i, lo, hi)
-                a = self.counts[i]
-                assert a is not None
+        cols = self.counts
+        for i, v in enumerate(counts):  # the counts first: a bad one leaves the store as it was
             if isinstance(v, np.ndarray):
-                a.frombytes(v.astype(_DTYPE[a.typecode]).tobytes())
-            else:
-                a.extend(array(a.typecode, (lo,)) * k)
+                if v.dtype.kind not in "iu":
+                    raise TypeError(f"step column {COUNT_COLUMNS[i]}: integer values expected, got {v.dtype}")
+                v = v.tolist()
+            elif isinstance(v, np.integer):
+                v = int(v)
+            a = cols[i]
+            if isinstance(v, int):
+                if a is None:
+                    if not v:
+                        continue
+                    a = cols[i] = array("b", bytes(n))
+                low, high = _RANGE[a.typecode]
+                if not low <= v <= high:
+                    self._fit(i, v, v)
+                    a = cols[i]
+                    assert a is not None
+                a.extend(array(a.typecode, (v,)) * k)
+                continue
+            if a is None:
+                if not any(v):
+                    continue
+                a = cols[i] = array("b", bytes(n))
+            try:
+                a.extend(v)
+            except OverflowError:  # a value beyond the column's type: widen it, then append
+                del a[n:]
+                self._fit(i, min(v), max(v))
+                a = cols[i]
+                assert a is not None
+                a.extend(v)
+            except TypeError:
+                for b in cols[:i + 1]:
+                    if b is not None:
+                        del b[n:]
+                raise TypeError(f"step column {COUNT_COLUMNS[i]}: integer values expected, got "
+                                f"{next(x for x in v if not isinstance(x, int))!r}") from None
+        self._extend_starts(n, st, du)
+        self.duration.extend(du)
         if self.kv_usage is None and usable_blocks != self.usable_blocks:
             self._store_kv_usage(n)
         if self.kv_usage is not None:
-            kv = 1.0 - np.asarray(counts[FREE], dtype=np.float64) / usable_blocks
-            self.kv_usage.frombytes(np.broadcast_to(kv, (k,)).astype(np.float64).tobytes())
+            free = counts[FREE]
+            if isinstance(free, np.ndarray):
+                free = free.tolist()
+            if isinstance(free, (int, np.integer)):
+                self.kv_usage.extend(array("d", (1.0 - free / usable_blocks,)) * k)
+            else:
+                self.kv_usage.extend([1.0 - f / usable_blocks for f in free])
 
-    def _extend_starts(self, n: int, st: np.ndarray, du: np.ndarray) -> None:
+    def _extend_starts(self, n: int, st: Sequence[float], du: Sequence[float]) -> None:
         if self.start is not None:
-            self.start.frombytes(st.tobytes())
+            self.start.extend(st)
         else:
-            kept = np.empty(len(st), dtype=bool)
-            kept[0] = st[0] != self.end
-            np.not_equal(st[1:], st[:-1] + du[:-1], out=kept[1:])
-            kept[(-n) & CHECKPOINT_MASK :: CHECKPOINT_MASK + 1] = True
-            at = np.flatnonzero(kept)
-            if len(at):
-                self.start_at.frombytes((at + n).tobytes())
-                self.start_value.frombytes(st[at].tobytes())
+            at = start_breaks(self.end, st, du, n, CHECKPOINT_MASK)
+            if at:
+                self.start_at.extend([j + n for j in at])
+                self.start_value.extend([st[j] for j in at])
                 if len(self.start_at) * DENSE > n + len(st) + CHECKPOINT_MASK:
                     self.start = array("d", self.starts(0, n).tobytes())
-                    self.start.frombytes(st.tobytes())
+                    self.start.extend(st)
                     self.start_at, self.start_value = array("q"), array("d")
         self.end = float(st[-1] + du[-1])
 

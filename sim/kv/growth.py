@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from mypy_extensions import trait
 
 from sim.core.request import Request
@@ -101,30 +100,39 @@ class DecodeGrowth:
                     pool.cache_full_blocks(blocks, req.block_hashes(bs, full * bs), st.num_cached, full)
                 st.num_cached = full
 
-    def decode_run_blocks(
-        self, computed: np.ndarray, held: np.ndarray, finish_step: np.ndarray, k: int
-    ) -> np.ndarray:
+    def decode_run_blocks(self, computed: list[int], held: list[int], finish_step: list[int], k: int) -> list[int]:
         """Blocks that decode rows allocate over ``k`` steps, cumulative: ``out[s]`` for steps 1..s.
 
         Row i holds ``held[i]`` blocks, has ``computed[i]`` tokens and decodes one token per step up to
         step ``finish_step[i]``. Step s needs slot ``computed + s``, so a row first needs a new block at
         step ``held * block_size - computed + 1`` and then every ``block_size`` steps: the allocations
-        are counted as events (about rows x k / block_size of them) rather than a k x rows matrix.
+        are counted as events (about rows x k / block_size of them), in plain lists (a run is tens of
+        steps and rows: numpy's per-call cost would dominate).
         """
         bs = self.block_size
-        first = held * bs - computed + 1
-        last = np.minimum(finish_step, k)
-        count = np.maximum((last - first) // bs + 1, 0)
-        total = int(count.sum())
-        if not total:
-            return np.zeros(k + 1, dtype=np.int64)
-        offset = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-        steps = np.repeat(first, count) + bs * offset
-        return np.cumsum(np.bincount(steps, minlength=k + 1))
+        out = [0] * (k + 1)
+        for i in range(len(computed)):
+            s = held[i] * bs - computed[i] + 1
+            last = finish_step[i]
+            if last > k:
+                last = k
+            if s < 0 and s <= last:
+                raise ValueError(f"decode_run_blocks: row {i} holds {held[i]} blocks for {computed[i]} tokens")
+            while s <= last:
+                out[s] += 1
+                s += bs
+        total = 0
+        for j in range(k + 1):
+            total += out[j]
+            out[j] = total
+        return out
 
-    def num_blocks_held_array(self, reqs: list[Request]) -> np.ndarray:
-        reqs_kv = self._reqs
-        return np.fromiter(
-            (len(reqs_kv[r.request_id].blocks) if r.request_id in reqs_kv else 0 for r in reqs),
-            np.int64, len(reqs),
-        )
+    def num_blocks_held_rows(self, reqs: list[Request]) -> list[int]:
+        """The blocks each request holds (0 for one without a block table), in order."""
+        table = self._reqs
+        out = [0] * len(reqs)
+        for i in range(len(reqs)):
+            st = table.get(reqs[i].request_id)
+            if st is not None:
+                out[i] = len(st.blocks)
+        return out

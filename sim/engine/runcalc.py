@@ -1,0 +1,107 @@
+"""A decode run's arithmetic in plain lists, compiled by mypyc (sim/native.py): the rows and context of
+each step, the clock over the steps, and the per-step counts the recorder keeps.
+
+A run is typically tens of steps over tens of rows, where numpy's fixed cost per call (a microsecond
+or more, ~85 calls per run) was most of the run's price; these loops cost a fraction of that. Every
+float is summed in the order the engine's clock adds step by step (((start + d0) + d1) + ...), so a
+run's boundaries are those of stepping, to the bit.
+"""
+
+from __future__ import annotations
+
+
+def run_rows(last: list[int], computed: list[int], k: int) -> tuple[list[int], list[int]]:
+    """Rows and their total context in steps 1..k: row i takes a token in steps 1..last[i] (capped at
+    k) at context ``computed[i] + j`` in step j. Returns (rows per step, Σ context per step)."""
+    count = [0] * (k + 1)
+    ctx = [0] * (k + 1)
+    for i in range(len(last)):
+        f = last[i]
+        if f > k:
+            f = k
+        if f < 0:
+            raise ValueError(f"run_rows: row {i} ends at step {f}")
+        count[f] += 1
+        ctx[f] += computed[i]
+    rows = [0] * k
+    sums = [0] * k
+    n = 0
+    s = 0
+    for j in range(k, 0, -1):
+        n += count[j]
+        s += ctx[j]
+        rows[j - 1] = n
+        sums[j - 1] = s + n * j
+    return rows, sums
+
+
+def clock(start: float, durations: list[float], limit: float, k: int) -> tuple[list[float], list[float]]:
+    """(starts, ends) of consecutive steps from ``start``, with the engine's additions one step at a
+    time, of the first steps (at most ``k``) that start before ``limit``."""
+    starts: list[float] = []
+    ends: list[float] = []
+    t = start
+    m = len(durations) if len(durations) < k else k
+    for j in range(m):
+        if t >= limit:
+            break
+        starts.append(t)
+        t = t + durations[j]
+        ends.append(t)
+    return starts, ends
+
+
+def advance_clock(t: float, durations: list[float]) -> float:
+    """``t`` plus each duration in turn (the clock at the end of these steps)."""
+    for d in durations:
+        t = t + d
+    return t
+
+
+def at_least(fin: list[int], k: int) -> list[int]:
+    """out[j] for j = 0..k-1: the rows whose last step ``fin`` (1-based) is j or later."""
+    count = [0] * (k + 1)
+    for f in fin:
+        count[f if f < k else k] += 1
+    out = [0] * k
+    n = 0
+    for j in range(k, 0, -1):
+        n += count[j]
+        if j < k:
+            out[j] = n
+    out[0] = n + count[0]
+    return out
+
+
+def finishes_per_step(fin: list[int], k: int) -> list[int]:
+    """out[j]: the rows whose last step (1-based ``fin``) is step j + 1 of a run of k steps."""
+    out = [0] * k
+    for f in fin:
+        if 1 <= f <= k:
+            out[f - 1] += 1
+    return out
+
+
+def start_breaks(end: float, starts: list[float], durations: list[float], n: int, mask: int) -> list[int]:
+    """The steps (0-based in the run) whose start must be stored: where a step does not begin at the
+    previous step's end (``end`` before the first), and every checkpoint ((n + j) & mask == 0) of a
+    store that already holds n steps."""
+    out: list[int] = []
+    prev = end
+    for j in range(len(starts)):
+        s = starts[j]
+        if s != prev or not (n + j) & mask:
+            out.append(j)
+        prev = s + durations[j]
+    return out
+
+
+def free_after(free0: int, cum: list[int], a: int, b: int, cached0: int,
+               free_out: list[int], cached_out: list[int]) -> None:
+    """Free blocks after each step a+1..b of a segment that began with ``free0`` free (``cum``: the run's
+    cumulative allocations), and the cached-free ones (uncached free blocks are taken first)."""
+    base = cum[a]
+    for j in range(a, b):
+        f = free0 - (cum[j + 1] - base)
+        free_out[j] = f
+        cached_out[j] = f if f < cached0 else cached0
