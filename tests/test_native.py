@@ -142,6 +142,14 @@ def test_a_spec_holds_plain_numbers_whatever_it_is_given():
         kw = {"request_id": "b", "arrival_time": 0.0, "prompt_len": 5, "output_len": 3, **bad}
         with pytest.raises(ConfigError, match=f"request b: {field} must be"):
             RequestSpec(**kw)
+    # a front end's shifted copy: the fields dataclasses.replace gives, the time a plain float, checked
+    import dataclasses
+
+    shifted = s.arriving_at(np.float64(2.25))
+    assert shifted == dataclasses.replace(s, arrival_time=2.25) and type(shifted.arrival_time) is float
+    assert shifted.shares_content == s.shares_content and shifted.prefix_hashes is s.prefix_hashes
+    with pytest.raises(ConfigError, match="request a: arrival_time must be >= 0, got -1.0"):
+        s.arriving_at(-1.0)
 
 
 def test_plug_in_inputs_work_compiled_or_not():

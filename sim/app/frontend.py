@@ -201,7 +201,7 @@ def with_frontend(source: Any, fe: FrontendConfig | None) -> tuple[Any, dict[str
 def _arrived(spec: RequestSpec, fe: FrontendConfig, send_time: dict[str, float]) -> RequestSpec:
     """``spec`` as the engine core receives it (after the input path); its client send time is noted."""
     send_time[spec.request_id] = spec.arrival_time
-    return dataclasses.replace(spec, arrival_time=spec.arrival_time + fe.input_latency(spec.prompt_len))
+    return spec.arriving_at(spec.arrival_time + fe.input_latency(spec.prompt_len))
 
 
 # ---- the output path: client-side times -----------------------------------------------------------------

@@ -16,7 +16,7 @@ from sim.engine.fastforward import DecodeRun, FastForward
 from sim.engine.rowpass import apply_async as _apply_async
 from sim.engine.rowpass import decode_plan as _decode_plan
 from sim.engine.rowpass import last_token_times, queued_rows
-from sim.engine.runcalc import at_least, clock, run_rows
+from sim.engine.runcalc import at_least, clock, count_at_least, run_rows
 
 
 class AsyncFastForward(FastForward):
@@ -116,6 +116,6 @@ class AsyncFastForward(FastForward):
         queued = _decode_plan(plan, running, left, c0, k)
         end = ends[-1]
         free_k, cached_k = free_after[k - 1], cached_after[k - 1]
-        cnt = (sum(1 for f in left if f >= k), num_waiting, 1.0 - free_k / kv.usable_blocks, free_k, cached_k)
+        cnt = (count_at_least(left, k), num_waiting, 1.0 - free_k / kv.usable_blocks, free_k, cached_k)
         d_last = durations[k - 1]
         return (queued, end, d_last, cnt), end + d_last

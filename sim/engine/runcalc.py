@@ -73,6 +73,15 @@ def at_least(fin: list[int], k: int) -> list[int]:
     return out
 
 
+def count_at_least(fin: list[int], k: int) -> int:
+    """The rows whose last step is k or later."""
+    n = 0
+    for f in fin:
+        if f >= k:
+            n += 1
+    return n
+
+
 def finishes_per_step(fin: list[int], k: int) -> list[int]:
     """out[j]: the rows whose last step (1-based ``fin``) is step j + 1 of a run of k steps."""
     out = [0] * k
