@@ -105,7 +105,8 @@ class FrontendConfig:
 
     def output_latency(self, batch: int | np.ndarray) -> Any:
         """A token the engine emitted in a step with ``batch`` output rows → parsed by the client."""
-        return (self.engine_hop_s + self.output_s_per_request * (np.asarray(batch, float) + 1) / 2
+        b = float(batch) if isinstance(batch, int) else np.asarray(batch, float)  # one request: no array
+        return (self.engine_hop_s + self.output_s_per_request * (b + 1) / 2
                 + self.stream_chunk_s + self.network_rtt_s / 2)  # fmt: skip
 
 

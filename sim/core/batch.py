@@ -33,6 +33,7 @@ class BatchSummary:
     # Sums asked for several times a step (pricing, recording, emptiness): computed once, on first use.
     _prefill_tokens: int = field(default=-1, repr=False, compare=False)
     _decode_ctx_sum: int = field(default=-1, repr=False, compare=False)
+    _decode_ctx_max: int = field(default=-1, repr=False, compare=False)
 
     @classmethod
     def of(cls, decode_ctx: Sequence[int] | np.ndarray, prefill_chunk: Sequence[int] | np.ndarray,
@@ -46,6 +47,8 @@ class BatchSummary:
             num_logits=int(num_logits),
             _prefill_tokens=int(sum(prefill_chunk)),
             _decode_ctx_sum=int(sum(decode_ctx)),
+            # a scheduler's list: its max in C now beats numpy's reduction later (mixed steps ask for it)
+            _decode_ctx_max=(max(decode_ctx) if decode_ctx else 0) if type(decode_ctx) is list else -1,
         )
 
     @property
@@ -64,6 +67,13 @@ class BatchSummary:
         if self._decode_ctx_sum < 0:
             self._decode_ctx_sum = int(self.decode_ctx.sum()) if len(self.decode_ctx) else 0
         return self._decode_ctx_sum
+
+    @property
+    def decode_ctx_max(self) -> int:
+        """The longest decode row's context (0 without decode rows)."""
+        if self._decode_ctx_max < 0:
+            self._decode_ctx_max = int(self.decode_ctx.max()) if len(self.decode_ctx) else 0
+        return self._decode_ctx_max
 
     @property
     def num_tokens(self) -> int:

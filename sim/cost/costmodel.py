@@ -288,14 +288,14 @@ class RooflineCostModel:
             total += tf if tf > tb else tb
         return total
 
-    def _mixed_decode(self, d: np.ndarray, total: int) -> float:
-        """Per-layer seconds of the decode rows (contexts ``d``, summing to ``total``) of a step that
-        also runs a prefill chunk."""
-        t = (self._kv_coef * total + len(d) * self._dec_seq) * self._mixed_factor
+    def _mixed_decode(self, batch: BatchSummary) -> float:
+        """Per-layer seconds of the decode rows of a step that also runs a prefill chunk."""
+        total = batch.decode_ctx_sum
+        t = (self._kv_coef * total + batch.num_decode * self._dec_seq) * self._mixed_factor
         if self._mix_head:
             t = max(t, self._mix_head * total)
         if self._mix_seq * total > t:  # max ctx <= Σctx: only look for the max when it can matter
-            t = max(t, self._mix_seq * int(d.max()))
+            t = max(t, self._mix_seq * batch.decode_ctx_max)
         return t
 
     # ------------------------------------------------------------------ public API
@@ -320,7 +320,7 @@ class RooflineCostModel:
             self._grow_head(s)
         t = self._tok[mg] + self._head[s] + self._step_oh + self._seq_oh * (n + npf)
         if npf:
-            dec = self._mixed_decode(d, batch.decode_ctx_sum) if n else 0.0
+            dec = self._mixed_decode(batch) if n else 0.0
             attn = self._attn_t0 + dec + self._prefill_attn(chunks, batch.prefill_ctx.tolist())
             t += self._layers * attn
         elif n:
@@ -415,7 +415,7 @@ class RooflineCostModel:
             out["attention_fixed"] = L * self._attn_t0
             if n:
                 dec = self._kv_coef * int(d.sum()) + n * self._dec_seq
-                out["attention_decode"] = L * (self._mixed_decode(d, int(d.sum())) if npf else dec)
+                out["attention_decode"] = L * (self._mixed_decode(batch) if npf else dec)
             if npf:
                 out["attention_prefill"] = L * self._prefill_attn(pc.tolist(), batch.prefill_ctx.tolist())
         out["swap"] = swaps * self._swap_block_s if swaps else 0.0
