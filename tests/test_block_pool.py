@@ -26,24 +26,6 @@ def test_null_block_is_reserved_and_never_handed_out():
     pool.check_invariants()
 
 
-def test_blocks_are_created_as_the_queue_hands_them_out():
-    """A replica's pool of 10^6 blocks costs what it hands out, with the queue of one built whole."""
-    lazy, eager = BlockPool(1_000_000, enable_caching=True), BlockPool(1_000_000, enable_caching=True)
-    assert len(eager.blocks) == 1_000_000  # every block created up front
-
-    def ops(pool: BlockPool) -> list[list[int]]:
-        a = pool.get_new_blocks(3)
-        pool.free_blocks(a[:1])  # unhashed: to the front
-        b = pool.get_new_blocks(2)
-        pool.free_blocks(b)
-        return [[x.block_id for x in a + b], pool.free_block_ids()[:5], [x.block_id for x in pool.get_new_blocks(4)]]
-
-    assert ops(lazy) == ops(eager) and len(lazy._blocks) == 7
-    assert lazy.free_block_ids() == eager.free_block_ids() and len(lazy.free_block_ids()) == lazy.num_free_blocks
-    assert len(lazy.blocks) == 1_000_000 and lazy.free_block_ids() == eager.free_block_ids()
-    lazy.check_invariants()
-
-
 def test_too_small_pool_rejected():
     with pytest.raises(ValueError, match="num_blocks"):
         BlockPool(1, enable_caching=True)

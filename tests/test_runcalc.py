@@ -55,8 +55,8 @@ def test_clock_adds_in_order_and_cuts_at_the_limit(start, durations, span, kmax)
 def test_per_step_counts(fin, k):
     f = np.array(fin, dtype=np.int64)
     capped = np.minimum(f, k)
-    at = np.bincount(capped, minlength=k + 1)[::-1].cumsum()[::-1]
-    assert at_least(fin, k) == [len(fin), *at[1:k].tolist()]
+    at = np.bincount(capped, minlength=k + 1)[::-1].cumsum()[::-1]  # rows with min(fin, k) >= j
+    assert at_least(fin, k) == [len(fin), *at[1:].tolist()] and at_least(fin, k)[k] == int((f >= k).sum())
     assert finishes_per_step(fin, k) == np.bincount(capped[f <= k], minlength=k + 1)[1:].tolist()
 
 

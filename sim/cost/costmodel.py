@@ -374,9 +374,13 @@ class RooflineCostModel:
 
     def decode_step_list(self, rows: list[int], ctx_sums: list[int]) -> list[float]:
         """``decode_step_times`` over lists, every row sampling (the fast-forward's runs); the same values."""
-        top = max(rows, default=0)  # a padded count is at most max(top, the largest graph size)
-        if top >= len(self._head) or max(top, len(self._pad) - 1) >= len(self._tok):
-            self.decode_step_times(np.asarray(rows), np.zeros(len(rows)))  # grows the tables
+        top = max(rows, default=0)
+        if top >= len(self._head):
+            self._grow_head(top)
+        if max(top, len(self._pad) - 1) >= len(self._tok):  # a padded count is at most this
+            mg = max(map(self._padded, rows))
+            if mg >= len(self._tok):
+                self._grow_tok(mg)
         return decode_times(self._tok, self._head, self._pad, self._step_oh, self._seq_oh, float(self._layers),
                             self._attn_t0, self._kv_coef, self._dec_seq, rows, ctx_sums)
 

@@ -23,7 +23,7 @@ import numpy as np
 from sim.core.request import Request
 from sim.cost.decode_price import price_decode_steps
 from sim.engine.rowpass import advance, last_token_times
-from sim.engine.runcalc import advance_clock, clock, free_after, run_rows
+from sim.engine.runcalc import advance_clock, clock, run_rows, segment_free
 
 if TYPE_CHECKING:
     from sim.engine.loop import Engine
@@ -147,7 +147,7 @@ def apply_run(policy: Any, run: DecodeRun, end_times: list[float]) -> list[Reque
         rows = [reqs[i] for i in alive]
         free0 = kv.num_free_blocks
         cached0 = run.cached_free_start if a == 0 else kv.num_cached_free_blocks
-        free_after(free0, cum, a, b, cached0, free_out, cached_out)  # uncached free blocks go first
+        segment_free(free0, cum, a, b, cached0, free_out, cached_out)  # uncached free blocks go first
         if lazy:
             kv.grow_decodes(rows, m, computed=[base[i] + a for i in alive])
         else:
@@ -309,8 +309,6 @@ class FastForward:
         growing windows, since a run is usually cut by an arrival long before its last finish."""
         k = len(rows)
         cost = self.engine.cost
-        if k <= 32:
-            return price_decode_steps(cost, rows, ctx_sums)
         out: list[float] = []
         a, t, window = 0, start, 32
         while a < k:
@@ -364,15 +362,11 @@ class FastForward:
         durations = self._price_until(rows, ctx_sums, start, limit)
         starts, ends = clock(start, durations, limit, k)
         if self.response_delay is not None and len(ends) > first_fin:
-            cut = self._caused(run.requests, fin, ends)
-            if cut < limit:
-                limit = cut
-                k = bisect_left(starts, limit)
-                starts, ends = starts[:k], ends[:k]
+            starts = starts[:bisect_left(starts, self._caused(run.requests, fin, ends))]
         k = len(starts)
         if k < 2:
             return
-        durations, rows = durations[:k], rows[:k]
+        ends, durations, rows = ends[:k], durations[:k], rows[:k]
         kv = policy.kv
         last_tok = last_token_times(run.requests)
         num_waiting = policy.num_waiting

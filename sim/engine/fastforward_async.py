@@ -16,7 +16,7 @@ from sim.engine.fastforward import DecodeRun, FastForward
 from sim.engine.rowpass import apply_async as _apply_async
 from sim.engine.rowpass import decode_plan as _decode_plan
 from sim.engine.rowpass import last_token_times, queued_rows
-from sim.engine.runcalc import at_least, clock, count_at_least, run_rows
+from sim.engine.runcalc import at_least, clock, run_rows
 
 
 class AsyncFastForward(FastForward):
@@ -82,9 +82,7 @@ class AsyncFastForward(FastForward):
         applied = [dt, *durations]  # batches i+1.. in order
         starts, ends = clock(now, applied, limit, len(durations))
         if self.response_delay is not None and through:
-            cut = self._caused(running, left, ends)
-            if cut < limit:
-                starts = starts[:bisect_left(starts, cut)]
+            starts = starts[:bisect_left(starts, self._caused(running, left, ends))]
         k = len(starts)
         if k < 2:
             return None
@@ -104,18 +102,18 @@ class AsyncFastForward(FastForward):
         run.free_blocks = [counters[3], *free_after[:k - 1]]
         run.cached_free = [counters[4], *cached_after[:k - 1]]
         batch_rows = [n, *sizes[:k - 1]]
-        # rows with fin >= j, j = 0..k-1 (a row runs, scheduled or not, until its last batch lands)
-        num_running = at_least(left, k)
+        # rows with fin >= j, j = 0..k (a row runs, scheduled or not, until its last batch lands)
+        still = at_least(left, k)
         self.runs += 1
         self.steps += k
         eng.rec.on_decode_run(run, starts, applied, batch_rows, num_waiting, kv.usable_blocks, finished, last_tok,
-                              num_running=num_running, first=plan if prefills else None)
+                              num_running=still[:k], first=plan if prefills else None)
         for req in finished:
             eng.source.on_done(req.spec, req.finish_time)
         # Batch i+k+1: scheduled by the run's last schedule, on the GPU from the last applied end.
         queued = _decode_plan(plan, running, left, c0, k)
         end = ends[-1]
         free_k, cached_k = free_after[k - 1], cached_after[k - 1]
-        cnt = (count_at_least(left, k), num_waiting, 1.0 - free_k / kv.usable_blocks, free_k, cached_k)
+        cnt = (still[k], num_waiting, 1.0 - free_k / kv.usable_blocks, free_k, cached_k)
         d_last = durations[k - 1]
         return (queued, end, d_last, cnt), end + d_last

@@ -13,7 +13,7 @@ from array import array
 from typing import Any
 
 from sim.core.request import Request
-from sim.engine.runcalc import free_after as segment_free
+from sim.engine.runcalc import segment_free
 
 
 def stamp_tokens(sampled: list[Request], now: float, gaps: array) -> None:
@@ -102,8 +102,7 @@ def apply_async(policy: Any, rows: list[Request], c0: list[int], fin: list[int],
     lazy = not kv.enable_caching or not any(r.spec.shares_content for r in rows)
     free_after = [0] * k
     cached_after = [0] * k
-    fin_l = fin
-    bounds = sorted({f for f in fin_l if f <= k})  # a set of ~100 ints: cheaper than np.unique
+    bounds = sorted({f for f in fin if f <= k})
     if not bounds or bounds[-1] != k:
         bounds.append(k)
     alive = list(range(len(rows)))
@@ -114,8 +113,8 @@ def apply_async(policy: Any, rows: list[Request], c0: list[int], fin: list[int],
         free0 = kv.num_free_blocks
         cached0 = cached_start if a == 0 else kv.num_cached_free_blocks
         segment_free(free0, cum, a, b, cached0, free_after, cached_after)
-        done = [i for i in alive if fin_l[i] == b]
-        go_on = [i for i in alive if fin_l[i] > b]
+        done = [i for i in alive if fin[i] == b]
+        go_on = [i for i in alive if fin[i] > b]
         # Schedules a+1..b-1 take everyone, schedule b the rows that go on (their newest token in flight:
         # lag 1); a finishing row's last landing caches all it computed (no lag). For unhashed rows one
         # growth per group leaves the state step-by-step growth would (grow_decodes' docstring).

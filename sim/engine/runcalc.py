@@ -59,27 +59,13 @@ def advance_clock(t: float, durations: list[float]) -> float:
 
 
 def at_least(fin: list[int], k: int) -> list[int]:
-    """out[j] for j = 0..k-1: the rows whose last step ``fin`` (1-based) is j or later."""
-    count = [0] * (k + 1)
+    """out[j] for j = 0..k: the rows whose last step ``fin`` (1-based) is j or later."""
+    out = [0] * (k + 1)
     for f in fin:
-        count[f if f < k else k] += 1
-    out = [0] * k
-    n = 0
-    for j in range(k, 0, -1):
-        n += count[j]
-        if j < k:
-            out[j] = n
-    out[0] = n + count[0]
+        out[f if f < k else k] += 1
+    for j in range(k - 1, -1, -1):
+        out[j] += out[j + 1]
     return out
-
-
-def count_at_least(fin: list[int], k: int) -> int:
-    """The rows whose last step is k or later."""
-    n = 0
-    for f in fin:
-        if f >= k:
-            n += 1
-    return n
 
 
 def finishes_per_step(fin: list[int], k: int) -> list[int]:
@@ -105,7 +91,7 @@ def start_breaks(end: float, starts: list[float], durations: list[float], n: int
     return out
 
 
-def free_after(free0: int, cum: list[int], a: int, b: int, cached0: int,
+def segment_free(free0: int, cum: list[int], a: int, b: int, cached0: int,
                free_out: list[int], cached_out: list[int]) -> None:
     """Free blocks after each step a+1..b of a segment that began with ``free0`` free (``cum``: the run's
     cumulative allocations), and the cached-free ones (uncached free blocks are taken first)."""

@@ -60,43 +60,21 @@ class BlockPool:
             raise ValueError(f"num_blocks must be >= 2 (block 0 is the null block), got {num_blocks}")
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
-        # Blocks are created as the queue first hands them out: a big card has ~10^5 blocks per replica,
-        # most of a short run never touches, and a cluster builds one pool per replica. The queue starts
-        # as blocks 1..N-1 in order at its back; ids ``_fresh``..N-1 are that part not handed out yet (it
-        # leads the back FIFO, so _back is empty until then), ``_blocks`` the ones created, by id.
-        self._blocks: list[KVBlock] = [KVBlock(0)]
-        self._fresh = 1
+        self.blocks: list[KVBlock] = [KVBlock(i) for i in range(num_blocks)]
         # KV-2: the null block never enters the free queue.
-        self.null_block = self._blocks[0]
+        self.null_block = self.blocks[0]
         self.null_block.is_null = True
         self._front: list[KVBlock] = []
-        self._back: list[KVBlock | None] = []
+        self._back: list[KVBlock | None] = list(self.blocks[1:])
         self._compact_at = compact_at
         self._head = 0  # index of the first unread entry of _back
-        # absolute position of _back[0] (positions are absolute: compaction renumbers nothing); the fresh
-        # blocks held positions 0..N-2
-        self._base = num_blocks - 1
+        self._base = 0  # absolute position of _back[0] (positions are absolute: compaction renumbers nothing)
         self._holes = 0  # None entries in _back[_head:]
         self._cf_start = num_blocks - 1  # back entries from here on are cached-free
         self._num_free = num_blocks - 1
         self._cached: dict[int, _Entry] = {}
         self._num_cached = 0  # blocks carrying a hash (>= number of distinct hashes)
         self._num_cached_free = 0  # free blocks that hold reusable content (released to the LRU end)
-
-    @property
-    def blocks(self) -> list[KVBlock]:
-        """Every block, by id (tests and invariant checks): creates those not handed out yet, in place
-        in the queue."""
-        n = self.num_blocks
-        if self._fresh < n:
-            blocks = self._blocks
-            for i in range(self._fresh, n):
-                blocks.append(KVBlock(i))
-            fresh = blocks[self._fresh:]
-            self._back[self._head:self._head] = fresh  # they lead the back FIFO (nothing of it read yet)
-            self._base -= len(fresh)
-            self._fresh = n
-        return self._blocks
 
     # ---- counters ---------------------------------------------------------------------------------
     @property
@@ -132,7 +110,6 @@ class BlockPool:
     def free_block_ids(self) -> list[int]:
         """Free queue from front (next to be allocated) to back; for tests and traces."""
         ids = [b.block_id for b in reversed(self._front)]
-        ids.extend(range(self._fresh, self.num_blocks))
         ids.extend(b.block_id for b in self._back[self._head:] if b is not None)
         return ids
 
@@ -165,17 +142,6 @@ class BlockPool:
 
     def _pop_back(self, m: int, out: list[KVBlock]) -> None:
         """Move the first ``m`` live entries of the back FIFO to ``out``, skipping holes."""
-        fresh = self._fresh
-        if fresh < self.num_blocks:  # blocks never handed out lead the FIFO: create them now
-            end = fresh + m if fresh + m < self.num_blocks else self.num_blocks
-            blocks = self._blocks
-            for i in range(fresh, end):
-                blocks.append(KVBlock(i))
-            out.extend(blocks[fresh:end])
-            self._fresh = end
-            m -= end - fresh
-            if not m:
-                return
         back, h, base = self._back, self._head, self._base
         if not self._holes:
             out.extend(back[h:h + m])  # type: ignore[arg-type]
@@ -394,7 +360,7 @@ class BlockPool:
         """Forget every hash; refused (False) while any block is in use, as vLLM does."""
         if self._num_free != self.num_blocks - 1:
             return False
-        for b in self._blocks:  # those not handed out yet hold nothing
+        for b in self.blocks:
             b.block_hash = None
         self._cf_start = self._base + len(self._back)  # nothing queued so far holds reusable content
         self._cached.clear()
