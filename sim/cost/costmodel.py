@@ -377,10 +377,8 @@ class RooflineCostModel:
         top = max(rows, default=0)
         if top >= len(self._head):
             self._grow_head(top)
-        if max(top, len(self._pad) - 1) >= len(self._tok):  # a padded count is at most this
-            mg = max(map(self._padded, rows))
-            if mg >= len(self._tok):
-                self._grow_tok(mg)
+        if max(top, len(self._pad) - 1) >= len(self._tok) and (mg := max(map(self._padded, rows))) >= len(self._tok):
+            self._grow_tok(mg)  # max(top, the largest graph size) bounds every padded count
         return decode_times(self._tok, self._head, self._pad, self._step_oh, self._seq_oh, float(self._layers),
                             self._attn_t0, self._kv_coef, self._dec_seq, rows, ctx_sums)
 
