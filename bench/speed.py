@@ -20,6 +20,7 @@ import simpy
 
 from policies.base import make_policy
 from sim.app.config import config_from_dict
+from sim.app.progress import run_env
 from sim.app.simulate import resolve
 from sim.core.request import RequestSpec
 from sim.engine.loop import Engine
@@ -87,7 +88,7 @@ def run_once(setup, specs: list[RequestSpec], profile: bool = False) -> tuple[fl
     policy = make_policy("vllm", setup.limits)
     rec = Recorder()
     Engine(env, policy, setup.cost_model, OpenSource(specs), rec, async_scheduling=setup.limits.async_scheduling)
-    env.run()
+    run_env(env)  # servesim's run loop (sim/app/progress.py): env.run() with the heap frozen
     steps = rec.steps_frame()
     wall = time.perf_counter() - t0
     if prof:
@@ -103,19 +104,22 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--async-scheduling", choices=("true", "false"), default=None,
                     help="vLLM's async scheduling on or off (default: the vllm preset's)")
+    ap.add_argument("--no-probe", action="store_true",
+                    help="skip the machine probes (bench/vs_vidur.py probes between the processes it times)")
     args = ap.parse_args()
     specs = azure_specs(args.trace) if args.trace.exists() else synthetic_specs()
     source_name = str(args.trace) if args.trace.exists() else "generated (Azure conv statistics)"
     setup = bench_setup(None if args.async_scheduling is None else args.async_scheduling == "true")
-    walls, probes = [], [machine_probe()]
+    walls, probes = [], [] if args.no_probe else [machine_probe()]
     for _ in range(1 if args.profile else max(args.repeat, 1)):
         wall, sim_s, steps = run_once(setup, specs, args.profile)
         walls.append(wall)
-    probes.append(machine_probe())
+    if not args.no_probe:
+        probes.append(machine_probe())
     best, median = min(walls), float(np.median(walls))
     print(f"trace: {source_name}: {len(specs)} requests, simulated {sim_s:.0f} s, {steps:,} steps")
-    print("runs: " + ", ".join(f"{w:.2f}" for w in walls) + " s; machine probe (10 M additions) "
-          + " / ".join(f"{p:.2f}" for p in probes) + " s before / after")
+    print("runs: " + ", ".join(f"{w:.2f}" for w in walls) + " s" + ("; machine probe (10 M additions) "
+          + " / ".join(f"{p:.2f}" for p in probes) + " s before / after" if probes else ""))
     print(f"wall {best:.2f} s best, {median:.2f} s median; {len(specs) / best:,.0f} requests/s, "
           f"{steps / best:,.0f} steps/s")
 

@@ -87,9 +87,17 @@ class Rotor:
         self.next = 0
 
     def pick(self, cands: Sequence[ReplicaView], key: Callable[[ReplicaView], Any]) -> ReplicaView:
-        best = min(key(c) for c in cands)
-        tied = [c for c in cands if key(c) == best]
-        chosen = min(tied, key=lambda c: (c.index - self.next) % (1 << 30))
+        """The candidate with the smallest key; among equals, the first at or after ``next`` in index
+        order (wrapping). One pass, each key read once: the gateway asks this for every request."""
+        nxt = self.next
+        chosen = cands[0]
+        best, rot = key(chosen), (chosen.index - nxt) % (1 << 30)
+        for c in cands[1:]:
+            k = key(c)
+            if k < best:
+                chosen, best, rot = c, k, (c.index - nxt) % (1 << 30)
+            elif k == best and (r := (c.index - nxt) % (1 << 30)) < rot:
+                chosen, rot = c, r
         self.next = chosen.index + 1
         return chosen
 

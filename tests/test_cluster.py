@@ -303,6 +303,13 @@ def test_gateway_routes_only_to_replicas_whose_policy_accepts_the_request():
     alone = simulate_cluster({**r, "replica": [{"name": "tgi", "engine": tgi}]}).requests
     assert (alone["status"] == "rejected").all() and (alone["replica"] == -1).all()
     assert alone["finish_reason"].str.startswith("no replica can hold it: input (2000 tokens) exceeds").all()
+    # Replicas of equal configs share one fit check; the TGI ones and the vLLM ones are asked apart.
+    four = {**r, "replica": [{"name": "tgi", "engine": tgi}, {"name": "vllm"},
+                             {"name": "tgi2", "engine": tgi}, {"name": "vllm2"}]}  # fmt: skip
+    c4 = Cluster(cluster_from_dict(four))
+    assert c4.gateway._fit_group == [0, 1, 0, 1]
+    df4 = c4.run().requests
+    assert (df4["status"] == "finished").all() and set(df4["replica_name"]) == {"vllm", "vllm2"}
 
 
 # ---- shared card, heterogeneous replicas -------------------------------------------------------------------

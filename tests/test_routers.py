@@ -233,3 +233,34 @@ def test_session_affinity_keeps_each_client_on_one_replica():
 def _modal_share_of(df, c: Cluster) -> float:
     sess = df["request_id"].map(lambda rid: c.spec_of[rid].session_id)
     return float(df.groupby(sess)["replica"].agg(lambda s: s.value_counts().iloc[0]).sum() / len(df))
+
+
+def _pick_reference(rotor_next: int, cands: list, key) -> object:
+    """Rotor.pick as first written: the least key, then the first index at or after ``next``."""
+    best = min(key(c) for c in cands)
+    tied = [c for c in cands if key(c) == best]
+    return min(tied, key=lambda c: (c.index - rotor_next) % (1 << 30))
+
+
+def test_rotor_pick_matches_the_two_pass_rule() -> None:
+    """The one-pass pick chooses what the min-then-rotate rule chooses, ties and wrap-around included."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from routers.base import Rotor
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.integers(0, 3), min_size=1, max_size=12), st.integers(0, 15), st.randoms())
+    def check(keys: list[int], nxt: int, rnd) -> None:
+        views = [ReplicaView(index=i, name=f"r{i}") for i in range(len(keys))]
+        for v, k in zip(views, keys, strict=True):
+            v.outstanding = k
+        rnd.shuffle(views)  # candidates need not come in index order
+        rotor = Rotor()
+        rotor.next = nxt
+        want = _pick_reference(nxt, views, lambda c: c.outstanding)
+        got = rotor.pick(views, lambda c: c.outstanding)
+        assert got is want
+        assert rotor.next == want.index + 1
+
+    check()

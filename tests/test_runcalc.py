@@ -13,7 +13,15 @@ from sim.cost.costmodel import ConstantCostModel, RooflineCostModel
 from sim.cost.decode_price import price_decode_steps
 from sim.cost.hardware import get_gpu
 from sim.cost.models import get_model
-from sim.engine.runcalc import advance_clock, at_least, clock, finishes_per_step, run_rows, start_breaks
+from sim.engine.runcalc import (
+    advance_clock,
+    at_least,
+    clock,
+    finish_order,
+    finishes_per_step,
+    run_rows,
+    start_breaks,
+)
 from sim.engine.step_store import CHECKPOINT_MASK, COUNT_COLUMNS, StepStore
 
 rows_st = st.lists(st.tuples(st.integers(0, 200), st.integers(0, 5000)), min_size=0, max_size=30)
@@ -58,6 +66,15 @@ def test_per_step_counts(fin, k):
     at = np.bincount(capped, minlength=k + 1)[::-1].cumsum()[::-1]  # rows with min(fin, k) >= j
     assert at_least(fin, k) == [len(fin), *at[1:].tolist()] and at_least(fin, k)[k] == int((f >= k).sum())
     assert finishes_per_step(fin, k) == np.bincount(capped[f <= k], minlength=k + 1)[1:].tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-1, 40), max_size=60), st.integers(0, 45))
+def test_finish_order_is_the_stable_sort_by_step(fin, k):
+    """The rows finishing in steps 1..k, by step then by row: what sorting their indices by step gives."""
+    want = sorted((i for i, f in enumerate(fin) if 1 <= f <= k), key=fin.__getitem__)
+    assert finish_order(fin, k) == want
+
 
 
 @settings(max_examples=200, deadline=None)

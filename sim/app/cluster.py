@@ -27,6 +27,7 @@ from sim.app.cluster_results import collect_cluster
 from sim.app.devices import Devices
 from sim.app.frontend import with_frontend
 from sim.app.gateway import Gateway
+from sim.app.heap import paused
 from sim.app.replica import Replica, build_replica
 from sim.app.results import SimResult
 from sim.app.streams import check_listable, cluster_source
@@ -43,19 +44,20 @@ class Cluster:
         sim = cfg.base.simulation
         self.horizon = sim.horizon
         self.devices = Devices(cfg.device_overlap)
-        self.replicas: list[Replica] = [
-            build_replica(
-                env,
-                i,
-                rs,
-                self.devices.cost_for,
-                self._done_callback(i),
-                record_step_trace=sim.record_step_trace,
-                horizon=sim.horizon,
-                fast_forward=fast_forward,
-            )
-            for i, rs in enumerate(cfg.replicas)
-        ]
+        with paused():  # each replica's KV pool: tens of thousands of blocks that live for the run
+            self.replicas: list[Replica] = [
+                build_replica(
+                    env,
+                    i,
+                    rs,
+                    self.devices.cost_for,
+                    self._done_callback(i),
+                    record_step_trace=sim.record_step_trace,
+                    horizon=sim.horizon,
+                    fast_forward=fast_forward,
+                )
+                for i, rs in enumerate(cfg.replicas)
+            ]
         self.max_model_len = max(r.setup.limits.max_model_len for r in self.replicas)
         self.workload, source = cluster_source(cfg, self.max_model_len)
         # [frontend]: the gateway, like a single engine, sees a request after the client -> server input path

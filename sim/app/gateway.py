@@ -53,6 +53,9 @@ class Gateway:
         self.source = source
         self.replicas = replicas
         self.front = [r for r in replicas if r.spec.role in ("mixed", "prefill")]
+        # Front replicas built from equal configs answer the fit check alike (a policy's
+        # rejection_reason reads its limits, never its load): one question per group, not per replica.
+        self._fit_group = _fit_groups(self.front)
         self.router = router
         self.devices = devices
         self.disagg: PDCoordinator | None = None  # the P/D hooks, when the cluster has them
@@ -170,8 +173,13 @@ class Gateway:
             spec = self.disagg.prefill_spec(spec)
         cands: list[ReplicaView] = []
         reasons: list[str] = []
-        for r in self.front:
-            why = r.rejection_reason(spec)
+        answers: list[str | None] = []  # by fit group
+        for r, g in zip(self.front, self._fit_group, strict=True):
+            if g < len(answers):
+                why = answers[g]
+            else:
+                why = r.rejection_reason(spec)
+                answers.append(why)
             if why is None:
                 cands.append(r.view)
             else:
@@ -287,3 +295,20 @@ class Gateway:
                 router = self.disagg.router
         router.on_done(orig, v, now)
         self.source.on_done(orig, now)
+
+
+def _fit_groups(front: Sequence[Replica]) -> list[int]:
+    """Each front replica's fit group: replicas with the same policy class built from equal configs
+    share one, numbered in order of first appearance (so a group's first member comes first)."""
+    keys: list[tuple[type, Any]] = []
+    out: list[int] = []
+    for r in front:
+        key = (type(r.policy), r.spec.run)
+        for g, k in enumerate(keys):
+            if k[0] is key[0] and k[1] == key[1]:
+                out.append(g)
+                break
+        else:
+            out.append(len(keys))
+            keys.append(key)
+    return out

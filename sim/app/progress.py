@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 import simpy
 from simpy.core import EmptySchedule
 
+from sim.app.heap import frozen
+
 if TYPE_CHECKING:
     from tqdm import tqdm
 
@@ -57,7 +59,14 @@ def bar(total: int | None, desc: str, *, enabled: bool, stream: TextIO | None = 
 
 def run_env(env: simpy.Environment, progress: tqdm | _NoBar | None = None, count: Callable[[], int] | None = None,
             every: int = EVERY) -> None:  # fmt: skip
-    """``env.run()`` (no ``until``), updating ``progress`` to ``count()`` every ``every`` events."""
+    """``env.run()`` (no ``until``), updating ``progress`` to ``count()`` every ``every`` events; what
+    exists when the run starts is kept out of the garbage collector's scans (sim/app/heap.py)."""
+    with frozen():
+        _run(env, progress, count, every)
+
+
+def _run(env: simpy.Environment, progress: tqdm | _NoBar | None, count: Callable[[], int] | None,
+         every: int) -> None:  # fmt: skip
     if progress is None or progress.disable or count is None:
         env.run()
         return

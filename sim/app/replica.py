@@ -3,6 +3,7 @@ pushes to, and the view of it the routers read."""
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -101,8 +102,8 @@ class Replica:
         starts, free = rv.starts, rv.free_blocks
         if free is None:  # rows finish inside the run: the gateway lets that happen only if it never polls
             raise RuntimeError(f"replica {self.index}: KV usage read inside a decode run past finishes")
-        j = int(starts.searchsorted(now, "right")) - 1  # the method: no dispatch through np.searchsorted
-        return 1.0 - float(free[j if j > 0 else 0]) / self.policy.kv.usable_blocks
+        j = bisect_right(starts, now) - 1
+        return 1.0 - free[j if j > 0 else 0] / self.policy.kv.usable_blocks
 
     def poll(self, now: float) -> None:
         v = self.view

@@ -26,6 +26,7 @@ from sim.app.collect import assemble, engine_counters, engine_rows, spec_rows
 from sim.app.config import RunConfig, shared_engine_keys
 from sim.app.engine_memory import engine_overheads, fraction_of
 from sim.app.frontend import apply_frontend, with_frontend
+from sim.app.heap import paused
 from sim.app.memory import plan_memory
 from sim.app.progress import run_bar, run_env
 from sim.app.results import SimResult
@@ -224,7 +225,8 @@ def simulate(cfg: RunConfig, *, fast_forward: bool = True, progress: bool = Fals
     listed = check_listable(workload, cfg.simulation.horizon)
     source, send_time = with_frontend(source_for(workload), cfg.frontend)  # arrivals after the input path
     env = simpy.Environment(initial_time=0.0)
-    policy = setup.make_policy()
+    with paused():  # the KV pool's blocks live for the run (sim/app/heap.py)
+        policy = setup.make_policy()
     recorder = Recorder(trace=cfg.simulation.record_step_trace)
     engine = Engine(env, policy, setup.cost_model, source, recorder, cfg.simulation.horizon, fast_forward,
                     async_scheduling=setup.limits.async_scheduling, client_timeout_s=timeout,

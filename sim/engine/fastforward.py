@@ -23,13 +23,13 @@ import numpy as np
 from sim.core.request import Request
 from sim.cost.decode_price import price_decode_steps
 from sim.engine.rowpass import advance, last_token_times
-from sim.engine.runcalc import advance_clock, clock, run_rows, segment_free
+from sim.engine.runcalc import advance_clock, clock, finish_order, run_rows, segment_free
 
 if TYPE_CHECKING:
     from sim.engine.loop import Engine
 
 
-PUSHED_RUN_STEPS = 64  # the most steps a pushed source's run past finishes is planned (FastForward)
+PUSHED_RUN_STEPS = 32  # the most steps a pushed source's run past finishes is planned: one pricing window (FastForward)
 
 
 @dataclass(slots=True)
@@ -64,9 +64,9 @@ class RunView:
     when, in the order the engine reports them. A push that cuts the run keeps the steps started by
     then, so a finish at or before any later instant of the run is certain."""
 
-    starts: np.ndarray
-    free_blocks: np.ndarray | None
-    finish_times: np.ndarray
+    starts: list[float]
+    free_blocks: list[int] | None
+    finish_times: list[float]
     finish_specs: list[Any]
 
 
@@ -285,19 +285,20 @@ class FastForward:
         if wake is None:
             yield env.timeout(delay_to(start, ends[-1]))
             return k
-        st = np.array(starts, dtype=np.float64)
         if finishing is None:
-            eng.run_view = RunView(st, np.array(free_after(), dtype=np.int64), np.zeros(0), [])
+            eng.run_view = RunView(starts, free_after(), [], [])
         else:
             reqs, fin = finishing
-            # by step, then row: the order they are applied
-            rows = sorted((i for i, f in enumerate(fin) if f <= k), key=fin.__getitem__)
-            eng.run_view = RunView(st, None, np.array([ends[fin[i] - 1] for i in rows], dtype=np.float64),
-                                   [reqs[i].spec for i in rows])
+            rows = finish_order(fin, k)  # by step, then row: the order they are applied
+            eng.run_view = RunView(starts, None, [ends[fin[i] - 1] for i in rows], [reqs[i].spec for i in rows])
             eng.source.on_run(eng.run_view)
+        # The first of a push and the run's end wakes the engine: the end through the source's own
+        # wake-up event (no SimPy condition: a run costs two events, not four).
+        ev, nudge = wake(), eng.source.nudge
         timeout = env.timeout(delay_to(start, ends[-1]))
-        fired = yield wake() | timeout
-        if timeout not in fired:
+        timeout.callbacks.append(lambda _t: ev.triggered or nudge())
+        yield ev
+        if not timeout.processed:  # a push came first
             t = env.now
             k = max(bisect_right(starts, t), 1)
             yield env.timeout(delay_to(t, ends[k - 1]) if ends[k - 1] > t else 0.0)

@@ -100,3 +100,24 @@ def segment_free(free0: int, cum: list[int], a: int, b: int, cached0: int,
         f = free0 - (cum[j + 1] - base)
         free_out[j] = f
         cached_out[j] = f if f < cached0 else cached0
+
+
+def finish_order(fin: list[int], k: int) -> list[int]:
+    """The rows that finish within steps 1..k (row i with its last token in step ``fin[i]``), by step
+    and then by row: the order the engine applies them (a counting sort, O(rows + k))."""
+    count = [0] * (k + 2)
+    for f in fin:
+        if 1 <= f <= k:
+            count[f] += 1
+    pos = 0
+    for j in range(1, k + 1):
+        c = count[j]
+        count[j] = pos
+        pos += c
+    out = [0] * pos
+    for i in range(len(fin)):
+        f = fin[i]
+        if 1 <= f <= k:
+            out[count[f]] = i
+            count[f] += 1
+    return out
