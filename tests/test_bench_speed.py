@@ -66,3 +66,26 @@ def test_paths_bench_runs_every_path(tmp_path):
     for name, cfg in cfgs.items():
         n, wall = mod.run(name, cfg)
         assert n >= 1 and wall > 0, name
+
+
+def test_vs_vidur_says_what_is_missing_and_exits_0(tmp_path, capsys, monkeypatch):
+    """Without Vidur's runner (no ../shared) the side-by-side script says so in one line and exits 0."""
+    spec = importlib.util.spec_from_file_location("bench_vs_vidur", SPEED.parent / "vs_vidur.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "PEER", tmp_path / "no-such" / "run.sh")
+    assert mod.main(["--pairs", "1"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "not found" in out[0] and "nothing to compare" in out[0]
+
+
+def test_speed_main_without_probes(capsys, monkeypatch):
+    """``--no-probe`` (how vs_vidur.py times a process) runs the simulation and prints no probe."""
+    mod = _load()
+    small = mod.synthetic_specs(n=300, duration=60.0)
+    monkeypatch.setattr(mod, "azure_specs", lambda _p: small)  # the trace, or without ../shared its stand-in
+    monkeypatch.setattr(mod, "synthetic_specs", lambda: small)
+    monkeypatch.setattr("sys.argv", ["speed.py", "--repeat", "1", "--no-probe"])
+    mod.main()
+    out = capsys.readouterr().out
+    assert "runs: " in out and "machine probe" not in out and "wall " in out
