@@ -244,10 +244,13 @@ def test_run_json_into_head_prints_no_broken_pipe():
 
 
 def test_out_checked_before_simulating(tmp_path, capsys, no_simulation):
-    """A writable --out passes the check (the engine stub then stops the run)."""
+    """A writable --out passes the check (the engine stub then stops the run) and the check makes nothing:
+    the writers make the directory once there is something to write, so a refused input leaves no trace."""
     with pytest.raises(AssertionError, match="engine ran"):
         main(["run", _small(tmp_path), "--out", str(tmp_path / "new" / "dir")])
-    assert (tmp_path / "new" / "dir").is_dir()
+    assert not (tmp_path / "new").exists()
+    assert main(["run", _small(tmp_path), "--out", str(tmp_path / "bad"), "--set", "workload.rate=-1"]) == 2
+    assert "workload.rate" in capsys.readouterr().err and not (tmp_path / "bad").exists()
 
 
 def test_trtllm_defaults_fit_llama_8b_on_a_4090():

@@ -312,7 +312,60 @@ CASES = [
     ("hf-quant-bits", lambda t: ["plan", "--model", _hf_with(t, quantization_config={"quant_method": "awq",
                                                                                      "bits": 3}),
                                  "--gpu", "H100"], ["bits", "3"]),
+    # ---- found by the 2026-12-02 sweep (549 inputs; tracebacks, a hang and silent acceptances) ----
+    ("rate-beyond-the-clock", lambda t: q("workload.rate=1e-300", "workload.num_requests=20"),
+     ["workload.rate", "1e-300", "1e+09"]),
+    ("closed-think-beyond-the-clock", lambda t: ["run", _toml(t, BASE.split("[workload]")[0] + (
+        '[workload]\nkind = "closed"\nnum_clients = 2\nnum_requests = 10\nthink_time = 1e300\n'
+        "prompt = 100\noutput = 10\n"))], ["think_time", "1e+300"]),
+    ("trace-arrival-beyond-the-clock", lambda t: ["run", _toml(t, _trace_cfg(_jsonl(t, {**ROW, "arrival_time": 1e300})))],
+     ["arrival_time", "1e+300"]),
+    ("burstgpt-negative-timestamp", lambda t: ["trace", "stats", _write(t, "b.csv", "Timestamp,Model,Request tokens,"
+                                               "Response tokens,Total tokens,Log Type\n-5,ChatGPT,100,20,120,Conv\n"),
+                                               "--format", "burstgpt"], ["Timestamp", "'-5'", ">= 0"]),
+    ("trace-window-empty", lambda t: ["trace", "stats", SAMPLE, "--start", "1000000"], ["no requests left"]),
+    ("normal-mean-negative", lambda t: q('workload.prompt={dist="normal",mean=-100,std=10}'), ["mean", "-100"]),
+    ("empirical-value-0", lambda t: q('workload.prompt={dist="empirical",values=[0,100]}'), ["values[0]", "0"]),
+    ("demo-out-is-a-file", lambda t: ["demo", "--quick", "--out", _write(t, "f.txt", "x")], ["--out", "f.txt"]),
+    ("cluster-out-is-a-file", lambda t: ["cluster", CLUSTER, "--out", _write(t, "f.txt", "x")], ["--out", "f.txt"]),
+    ("cluster-replica-count-huge", lambda t: ["run", _toml(t, BASE + '[cluster]\nrouter = "round-robin"\n'
+                                                          '[[replica]]\nname = "a"\ncount = 1000000\n')],
+     ["count", "1000000", "4096"]),
+    ("compare-no-requests", lambda t: ["compare", _bench(t, empty=True)], ["input_lens", "no requests"]),
+    ("compare-ttft-nan", lambda t: ["compare", _bench(t, ttft0=float("nan"))], ["ttfts[0]", "nan"]),
+    ("compare-input-len-string", lambda t: ["compare", _bench(t, input0="855")], ["input_lens", "'855'"]),
+    ("fit-out-is-a-directory", lambda t: ["fit", "--recipe", "rtx-4090", "--out", str(t)], ["--out", "directory"]),
+    ("fit-recipe-with-gpu", lambda t: ["fit", "--recipe", "rtx-4090", "--gpu", "nosuch"], ["--gpu", "recipe"]),
+    ("fit-freeze-unknown", lambda t: ["fit", "--recipe", "rtx-4090", "--freeze", "nosuchfield"],
+     ["--freeze", "nosuchfield"]),
+    ("run-replications-without-intervals", lambda t: ["run", QUICK, "--replications", "3"],
+     ["--replications", "--intervals"]),
+    ("run-step-trace-without-out", lambda t: ["run", QUICK, "--step-trace"], ["--step-trace", "--out"]),
+    ("trace-path-empty", lambda t: q('workload.trace=""'), ["workload.trace", "''"]),
+    ("trace-path-number", lambda t: q("workload.trace=5"), ["workload.trace", "5"]),
+    ("config-not-a-regular-file", lambda t: ["run", "/dev/null"], ["/dev/null", "not a regular file"]),
+    ("cluster-variant-none", lambda t: ["cluster", _toml(t, BASE + "[cluster]\nreplicas = 2\n"), "--variant", "a"],
+     ["--variant", "'a'", "no [variants]"]),
+    ("plan-blocks-override-0", lambda t: [*P, "--num-gpu-blocks-override", "0"],
+     ["--num-gpu-blocks-override", "0", "1 <= value"]),
+    ("size-seqs-per-deployment-0", lambda t: ["size", SIZING, "--gpus", "RTX 4090", "--target-rate", "1",
+                                              "--seqs-per-deployment", "0"], ["--seqs-per-deployment", "0"]),
 ]
+
+
+def _bench(tmp: Path, empty: bool = False, ttft0: float | None = None, input0: object = None) -> str:
+    """The vllm bench result fixture with one change."""
+    res = json.loads((ROOT / "tests" / "data" / "runs" / "vllm_bench_result.json").read_text())
+    if empty:
+        for k in ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "generated_texts",
+                  "errors"):
+            if k in res:
+                res[k] = []
+    if ttft0 is not None:
+        res["ttfts"][0] = ttft0
+    if input0 is not None:
+        res["input_lens"][0] = input0
+    return _write(tmp, "bench.json", json.dumps(res))
 
 
 def _sessions(extra: str, turns: bool = True, engine: str = "") -> str:

@@ -124,3 +124,23 @@ def test_a_listed_run_with_a_horizon_is_unchanged_by_laziness():
                            max_model_len=int(res.meta["limits"]["max_model_len"])).specs  # fmt: skip
     got = res.requests.set_index("request_id")["send_time"]  # vllm's [frontend]: the client's send
     assert all(got[s.request_id] == s.arrival_time for s in specs)
+
+
+def test_a_run_reports_the_requests_its_workload_cut_to_fit():
+    """Lengths drawn past max_model_len are cut (the prompt first): the run says how many, in the summary
+    (``num_clipped``) and its printed digest, instead of silently simulating 1-token outputs."""
+    from sim.app.config import config_from_dict
+    from sim.app.results import summarize
+    from sim.app.simulate import format_summary, simulate
+
+    raw = {"model": {"name": "Mistral-7B"}, "hardware": {"gpu": "RTX 4090"},
+           "engine": {"policy": "vllm", "max_model_len": 2048},
+           "workload": {"rate": 2.0, "num_requests": 12, "prompt": {"dist": "uniform", "low": 100, "high": 4000},
+                        "output": 20}}  # fmt: skip
+    res = simulate(config_from_dict(raw))
+    s = summarize(res)
+    cut = res.requests["output_len"] < 20  # every cut request loses output tokens (a prompt keeps 2047)
+    assert s["num_clipped"] == int(cut.sum()) > 0 and res.requests.loc[cut, "prompt_len"].max() == 2047
+    assert "cut to fit max_model_len 2048" in format_summary(s, res)
+    raw["workload"]["prompt"] = {"dist": "uniform", "low": 100, "high": 1000}
+    assert "num_clipped" not in summarize(simulate(config_from_dict(raw)))

@@ -91,6 +91,8 @@ def result_digests(res: Any) -> dict[str, str]:
 
     s = summarize(res)
     s["meta"].pop("wall_time_s", None)
+    s["meta"].pop("num_clipped", None)  # reported since 2026-12-02 (the pins predate it)
+    s.pop("num_clipped", None)
     if s.get("config", {}).get("frontend") == {"enabled": False}:  # a cluster echoes the override (pins predate it)
         del s["config"]["frontend"]
     return {"requests": frame_digest(res.requests), "steps": frame_digest(res.steps), "itl": itl_digest(res),

@@ -43,8 +43,9 @@ import numpy as np
 from sim.core.errors import ConfigError, TraceFormatError
 from sim.core.fields import MAX_GENERATED, MAX_REQUESTS
 from sim.core.request import RequestSpec
+from sim.core.spec import MAX_ARRIVAL_S
 from sim.engine.sources import OpenSource
-from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig, ArrivalStream
+from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig, ArrivalStream, check_span
 from workloads.gen.draws import Drawer, Draws
 from workloads.gen.lengths import check_keys, read_float, read_int
 from workloads.plugins import build_named, register_workload
@@ -223,6 +224,7 @@ def _build_open(cfg, seed, max_model_len, base_dir) -> SyntheticOpenWorkload:
     if kind not in ARRIVAL_KINDS:
         raise ConfigError(f"{where}.arrival: expected one of {', '.join(ARRIVAL_KINDS)}, got {kind!r}")
     rate = read_float(cfg, "rate", where, lo=0.0, lo_open=True, allow_inf=True)
+    check_span(n, rate, where)
     burstiness = read_float(cfg, "burstiness", where, default=1.0, lo=0.0, lo_open=True, allow_inf=True)
     rescale = cfg.get("rescale", True)
     if not isinstance(rescale, bool):
@@ -238,7 +240,8 @@ def _build_closed(cfg, seed, max_model_len, base_dir) -> ClosedWorkload:
     where = "workload"
     n = read_int(cfg, "num_requests", where, lo=1, hi=MAX_GENERATED)
     clients = read_int(cfg, "num_clients", where, lo=1)
-    mean = read_float(cfg, "think_time", where, default=0.0, lo=0.0)
+    # each client's requests follow one another: their thinks must stay within the clock's range
+    mean = read_float(cfg, "think_time", where, default=0.0, lo=0.0, hi=MAX_ARRIVAL_S / -(-n // clients))
     dist = cfg.get("think_dist", "fixed")
     if dist == "fixed":
         def think(k: int, rng: np.random.Generator) -> np.ndarray:
@@ -265,7 +268,10 @@ def _build_trace(cfg, max_model_len, base_dir) -> OpenWorkload:
 
     where = "workload"
     opts = {k: v for k, v in cfg.items() if k not in ("kind", "trace", "format", "num_requests", "too_long")}
-    path = Path(str(cfg["trace"]))
+    raw = cfg["trace"]
+    if not isinstance(raw, str | Path) or not str(raw).strip():
+        raise ConfigError(f"{where}.trace: {raw!r}; expected the path of a trace file")
+    path = Path(raw)
     if base_dir is not None and not path.is_absolute():
         path = Path(base_dir) / path
     too_long = cfg.get("too_long", "error")

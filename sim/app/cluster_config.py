@@ -51,6 +51,9 @@ from sim.core.fields import missing_file, read_utf8
 
 RUN_SECTIONS = ("model", "hardware", "engine", "workload", "simulation", "slo", "frontend", "cost")
 TOP_KEYS = (*RUN_SECTIONS, "cluster", "replica", "stream", "variants")
+# Each replica is a whole engine with its own KV pool (tens of thousands of blocks, milliseconds to build):
+# a few thousand is already hours of set-up, so a larger count is refused before anything is built.
+MAX_REPLICAS = 4096
 CLUSTER_KEYS = ("replicas", "router", "gateway", "disagg", "device_overlap")
 REPLICA_KEYS = ("name", "count", "pool", "role", "device", "model", "hardware", "engine")
 GATEWAY_KEYS = ("max_queue", "queue_timeout_s", "max_outstanding", "poll_interval_s")
@@ -235,8 +238,8 @@ def cluster_from_dict(raw: dict[str, Any], base_dir: str | Path | None = None) -
         raise ConfigError("give [cluster] replicas = N or a [[replica]] list, not both")
     if reps_raw is None:
         n = 1 if n is None else n
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError(f"[cluster] replicas: expected an integer >= 1, got {n!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_REPLICAS:
+            raise ConfigError(f"[cluster] replicas: expected an integer from 1 to {MAX_REPLICAS}, got {n!r}")
         reps_raw = [{"name": f"r{k}"} for k in range(n)]
     if not isinstance(reps_raw, list) or not reps_raw:
         raise ConfigError("[[replica]] must be a non-empty list of tables")
@@ -246,8 +249,9 @@ def cluster_from_dict(raw: dict[str, Any], base_dir: str | Path | None = None) -
         rep = _table(rep, where)
         _check(rep, REPLICA_KEYS, where)
         count = rep.get("count", 1)
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ConfigError(f"{where}.count: expected an integer >= 1, got {count!r}")
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_REPLICAS - len(replicas):
+            raise ConfigError(f"{where}.count: expected an integer from 1 to {MAX_REPLICAS - len(replicas)} "
+                              f"(at most {MAX_REPLICAS} replicas in all), got {count!r}")
         role = rep.get("role", "mixed")
         if role not in ROLES:
             raise ConfigError(f"{where}.role: expected one of {', '.join(ROLES)}, got {role!r}")

@@ -339,6 +339,8 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     rej = df.loc[df["status"] == "rejected", "finish_reason"].fillna("unknown").astype(str)
     s["rejection_reasons"] = {str(k): int(v) for k, v in rej.value_counts().items()}
     s["num_preemptions"] = int(df["num_preemptions"].fillna(0).sum())
+    if result.meta.get("num_clipped"):  # a workload's requests cut to fit max_model_len (sim/app/simulate.py)
+        s["num_clipped"] = int(result.meta["num_clipped"])
     swap = result.meta.get("swap") or {}  # swap preemption (vLLM V0): requests copied out / back in
     s["num_swap_outs"] = int(swap.get("num_swap_outs", 0))
     s["num_swap_ins"] = int(swap.get("num_swap_ins", 0))

@@ -40,7 +40,7 @@ from sim.cost.quantconfig import weight_dtype
 from sim.engine.loop import Engine
 from sim.engine.recorder import Recorder
 from workloads.gen.lengths import read_float
-from workloads.synthetic import build_workload
+from workloads.synthetic import MAX_LISTED, build_workload
 
 GIB = 1024**3
 
@@ -232,8 +232,23 @@ def simulate(cfg: RunConfig, *, fast_forward: bool = True, progress: bool = Fals
                     async_scheduling=setup.limits.async_scheduling, client_timeout_s=timeout,
                     keep_requests=False)  # finished requests leave as rows (sim/engine/request_log.py)
     run_env(env, run_bar(workload, "run", progress), lambda: engine.num_submitted)
-    return apply_frontend(collect(cfg, setup, engine, source, recorder, time.perf_counter() - t0, listed),
-                          cfg.frontend, send_time)
+    res = collect(cfg, setup, engine, source, recorder, time.perf_counter() - t0, listed)
+    # requests the workload cut to fit max_model_len (a prompt to max_model_len - 1, then the output)
+    res.meta["num_clipped"] = _num_clipped(workload)
+    return apply_frontend(res, cfg.frontend, send_time)
+
+
+def _num_clipped(workload: Any) -> int:
+    """How many of the workload's requests were cut to fit max_model_len: counted when the workload can
+    say so in a pass over its lengths (at most MAX_LISTED of them; a larger one cut by the horizon is
+    not drawn out just for the count, and reports 0)."""
+    n = len(workload) if hasattr(workload, "__len__") else None
+    if n is None or n > MAX_LISTED:
+        return 0
+    try:
+        return int(getattr(workload, "num_clipped", 0) or 0)
+    except ConfigError:
+        return 0
 
 
 def collect(
@@ -281,6 +296,9 @@ def format_summary(summary: dict[str, Any], result: SimResult) -> str:
         f"throughput: {_fmt(summary.get('request_throughput'), 1, 2)} req/s, "
         f"{_fmt(summary.get('output_throughput'), 1, 0)} output tok/s",
     ]
+    if summary.get("num_clipped"):
+        lines.append(f"note: {summary['num_clipped']} requests were cut to fit max_model_len "
+                     f"{m.get('limits', {}).get('max_model_len')} (num_clipped; the prompt first, then the output)")
     if summary.get("latency_basis") == "client":  # [frontend] on: the headline is what a client measures
         lines.append("latencies client-side (send to parsed chunk, [frontend]); engine-side TTFT ms: mean "
                      f"{_fmt(summary.get('mean_ttft_engine_ms'))}  p99 {_fmt(summary.get('p99_ttft_engine_ms'))}")

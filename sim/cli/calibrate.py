@@ -155,9 +155,26 @@ def run_fit(args: argparse.Namespace) -> int:
         return run_fit_from_runs(args)
     args.holdout = _holdout_fraction(args.holdout)
     freeze = frozenset(x.strip() for x in args.freeze.split(",") if x.strip())
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(CalibrationProfile)}
+    unknown = sorted(freeze - known)
+    if unknown:
+        raise ConfigError(f"--freeze: unknown profile field(s) {unknown}; allowed: {', '.join(sorted(known))}")
+    from sim.cli.outpath import check_out_file
+
+    check_out_file(args.out, "--out")  # before the fit, not after it
+    check_out_file(args.report, "--report")
     if args.recipe:
         if args.inputs:
             raise ConfigError("give --recipe or input paths, not both")
+        # a recipe names its own GPU, base and frozen fields: a flag that would be ignored is refused
+        given = [f for f, v in (("--gpu", args.gpu), ("--model", args.model), ("--freeze", args.freeze.strip()),
+                                ("--base", args.base != "prior")) if v]  # fmt: skip
+        if given:
+            raise ConfigError(f"--recipe {args.recipe}: {', '.join(given)} not allowed with a recipe "
+                              "(it fixes its GPU, model, base and frozen fields); allowed: --data, --out, --report, "
+                              "--holdout")
         recipe = get_recipe(args.recipe)
         profile, res, bench = fit_recipe(args.recipe, args.data)
         gpu = get_gpu(recipe.gpu)

@@ -59,8 +59,10 @@ def run(args: argparse.Namespace) -> int:
         write_cluster_outputs,
         write_comparison,
     )
+    from sim.cli.outpath import check_out_dir
     from sim.cli.prices import price_overrides
 
+    check_out_dir(getattr(args, "out", None))
     cfgs = load_cluster(args.config, [*(getattr(args, "overrides", []) or []), *price_overrides(args)])
     wanted = list(getattr(args, "variant", []) or [])
     if wanted:
@@ -68,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
         if missing:
             from sim.core.errors import ConfigError
 
-            raise ConfigError(f"no variant(s) {missing} in {args.config}; it has {list(cfgs)}")
+            have = [k for k in cfgs if k]
+            raise ConfigError(f"--variant: no variant(s) {missing} in {args.config}; "
+                              + (f"allowed: {', '.join(have)}" if have else "it has no [variants]: drop --variant"))
         cfgs = {k: cfgs[k] for k in wanted}
     runs = {}
     for name, cfg in cfgs.items():

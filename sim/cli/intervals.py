@@ -14,7 +14,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--intervals", action="store_true",
                    help="replicate over seeds and print each figure's prediction interval of the real value "
                         "(replication spread + the profile's calibration residuals; docs/intervals.md)")
-    p.add_argument("--replications", type=int, default=5, help="with --intervals: number of seeds (default 5)")
+    p.add_argument("--replications", type=int, default=None, help="with --intervals: number of seeds (default 5)")
     p.add_argument("--level", type=float, default=0.90, help="with --intervals: interval level (default 0.90)")
 
 
@@ -30,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
     from sim.cost.hardware import get_gpu
     from sim.cost.profiles import get_profile
 
+    if args.replications is None:
+        args.replications = 5
     if args.replications < 1:
         raise ConfigError(f"--replications must be >= 1, got {args.replications}")
     if not 0 < args.level < 1:

@@ -55,6 +55,12 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.intervals:  # replications + calibration residuals -> prediction intervals (sim/cli/intervals.py)
         return cli_intervals.run(args)
+    from sim.core.errors import ConfigError
+
+    if args.replications is not None:  # a flag that would do nothing is refused, not ignored
+        raise ConfigError(f"--replications {args.replications}: only with --intervals")
+    if args.step_trace and not args.out:
+        raise ConfigError("--step-trace: only with --out (it is how steps.jsonl is written)")
     check_out_dir(args.out)  # before any simulation, so a bad --out does not waste the run
     goodput = [f"slo.{k}={v!r}" for k, v in slo_from_goodput_args(args.goodput).items()]
     # vLLM flags first, so --set and the [cost] / [slo] options win over them
@@ -93,7 +99,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     from sim.app.demo import run_demo
+    from sim.cli.outpath import check_out_dir
 
+    check_out_dir(args.out)
     run_demo(Path(args.out), quick=args.quick, plotlyjs=args.plotlyjs)
     return 0
 

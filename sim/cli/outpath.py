@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 from pathlib import Path
 
 from sim.core.errors import ConfigError
@@ -12,19 +11,22 @@ from sim.core.errors import ConfigError
 
 def check_out_dir(path: str | Path | None, flag: str = "--out") -> None:
     """Raise a ConfigError naming ``flag`` and the path when ``path`` cannot hold the outputs: an existing
-    file, a path under a file, or a directory that cannot be made or written. Makes the directory."""
+    file, a path under a file, or a directory that cannot be made or written. Creates nothing (the
+    writers make the directory once there is something to write), so a refused input leaves no trace."""
     if path is None:
         return
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise ConfigError(f"{flag}: {p} is an existing file, not a directory; allowed: a directory (new or existing)")
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=p, prefix=".servesim-write-check-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise ConfigError(f"{flag}: cannot write to {p} ({exc.strerror or exc}); allowed: a writable directory") from None
+    probe = p
+    while not probe.exists():  # the nearest folder that exists must be a writable directory
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise ConfigError(f"{flag}: cannot make {p}: {probe} is a file; allowed: a writable directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag}: cannot write to {p} ({probe} is not writable); allowed: a writable directory")
 
 
 def check_out_file(path: str | Path | None, flag: str = "--out") -> None:

@@ -46,6 +46,8 @@ def run(args: argparse.Namespace, cfg: Any, slo: dict[str, float] | None) -> int
         raise ConfigError("--goal knee applies to one card (without --gpus): the knee of its max_num_seqs curve")
     if args.vary:
         raise ConfigError("--vary applies without --gpus; the card search varies --dtypes, --kv-dtypes, --tp itself")
+    if args.seqs_per_deployment < 1:
+        raise ConfigError(f"--seqs-per-deployment: {args.seqs_per_deployment}; allowed: an integer >= 1")
     res = search_cards(
         cfg, slo, gpus=args.gpus, dtypes=args.dtypes, kv_dtypes=args.kv_dtypes, tps=args.tp,
         instances=args.instances_per_gpu, target_rate=args.target_rate, target_concurrency=args.target_concurrency,

@@ -61,6 +61,8 @@ def missing_file(path: Any, what: str) -> str | None:
         return None
     if p.is_dir():
         return f"{p}: is a directory; expected a {what}"
+    if p.exists():  # a device, a pipe, a socket
+        return f"{p}: not a regular file; expected a {what}"
     return f"{what} not found: {p}"
 
 

@@ -14,6 +14,11 @@ from numbers import Integral, Real
 from sim.core.errors import ConfigError
 from sim.core.prefix import PrefixHashes, Segment
 
+# The latest arrival a run can take: at 1e9 s (~32 years) a float64 clock still resolves 0.1 us, so a
+# step of a few microseconds still moves it; far beyond, adding a step changes nothing and every latency
+# reads 0 (an arrival at 1e300 s, or a rate of 1e-300 req/s).
+MAX_ARRIVAL_S = 1e9
+
 
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
@@ -69,9 +74,10 @@ class RequestSpec:
             raise ConfigError(f"request {self.request_id}: prompt_len must be >= 1, got {self.prompt_len}")
         if self.output_len < 1:
             raise ConfigError(f"request {self.request_id}: output_len must be >= 1, got {self.output_len}")
-        if not self.arrival_time >= 0:
+        if not 0 <= self.arrival_time <= MAX_ARRIVAL_S:
             raise ConfigError(
-                f"request {self.request_id}: arrival_time must be >= 0, got {self.arrival_time}"
+                f"request {self.request_id}: arrival_time must be >= 0 and <= {MAX_ARRIVAL_S:g} s "
+                f"(the clock's range at sub-microsecond resolution), got {self.arrival_time}"
             )
         if self.token_ids is not None and len(self.token_ids) != self.prompt_len:
             raise ConfigError(
@@ -83,8 +89,9 @@ class RequestSpec:
     def arriving_at(self, t: float) -> RequestSpec:
         """This request arriving at ``t`` instead (a front end's input path, once per request): a copy of
         the checked fields, cheaper than ``dataclasses.replace``, which checks them all again."""
-        if not t >= 0:
-            raise ConfigError(f"request {self.request_id}: arrival_time must be >= 0, got {t}")
+        if not 0 <= t <= MAX_ARRIVAL_S:
+            raise ConfigError(f"request {self.request_id}: arrival_time must be >= 0 and <= "
+                              f"{MAX_ARRIVAL_S:g} s, got {t}")
         new = object.__new__(RequestSpec)
         for name in _SLOTS:
             object.__setattr__(new, name, getattr(self, name))

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.core.errors import ConfigError
+from sim.core.spec import MAX_ARRIVAL_S
 
 ARRIVAL_KINDS = ("poisson", "gamma", "constant")
 
@@ -88,6 +89,14 @@ def gamma(
 def poisson(rate: float, n: int, rng: np.random.Generator, *, rescale: bool = True) -> np.ndarray:
     """Exponential gaps (gamma with burstiness 1), including vLLM's rescale of the last arrival to n/rate."""
     return gamma(rate, n, rng, 1.0, rescale=rescale)
+
+
+def check_span(n: int, rate: float, where: str) -> None:
+    """Refuse a rate that spreads ``n`` arrivals beyond the simulated clock's range (MAX_ARRIVAL_S):
+    said before anything is generated, not as a failure mid-run or as latencies that all read 0."""
+    if n / rate > MAX_ARRIVAL_S:
+        raise ConfigError(f"{where}.rate: {rate:g} req/s spreads {n} arrivals over ~{n / rate:.3g} s, beyond the "
+                          f"simulated clock's {MAX_ARRIVAL_S:g} s; allowed: rate >= {n / MAX_ARRIVAL_S:.3g}")
 
 
 @dataclass(frozen=True, slots=True)

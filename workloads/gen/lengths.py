@@ -177,6 +177,7 @@ class LengthDist:
                 )
             # Freeze a private copy so a caller's later edit cannot change a "frozen" config.
             arr = np.array(np.rint(arr), dtype=np.int64)
+
             arr.setflags(write=False)
             object.__setattr__(self, "values", arr)
 
@@ -227,7 +228,7 @@ class LengthDist:
             kw["low"] = read_int(cfg, "low", where, lo=1, hi=MAX_LEN)
             kw["high"] = read_int(cfg, "high", where, lo=kw["low"], hi=MAX_LEN)
         elif dist == "normal":
-            kw["mean"] = read_float(cfg, "mean", where, lo=-MAX_LEN, hi=MAX_LEN)
+            kw["mean"] = read_float(cfg, "mean", where, lo=1.0, hi=MAX_LEN)  # below 1 every draw clips to min
             kw["std"] = read_float(cfg, "std", where, lo=0.0, hi=MAX_LEN)
         elif dist == "lognormal":
             if "mean" in cfg or "std" in cfg:
@@ -265,6 +266,8 @@ def _empirical_values(
                 or not math.isfinite(v)
             ):
                 raise ConfigError(f"{where}.values[{i}]: expected a finite number, got {v!r}")
+            if np.rint(v) < 1:  # a listed length is meant as given (a CSV column's 0s are clipped to min)
+                raise ConfigError(f"{where}.values[{i}]: expected a length >= 1 token, got {v!r}")
         return np.asarray(vals, dtype=float), "values"
     if "column" not in cfg:
         raise ConfigError(f"{where}.column: required with 'csv'")

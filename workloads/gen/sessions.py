@@ -52,7 +52,8 @@ import numpy as np
 from sim.core.errors import ConfigError
 from sim.core.fields import MAX_REQUESTS
 from sim.core.request import PrefixHashes, RequestSpec, Segment
-from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig
+from sim.core.spec import MAX_ARRIVAL_S
+from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig, check_span
 from workloads.gen.lengths import LengthDist, check_keys, clip_to_context, read_float, read_int
 
 SESSION_STREAMS = ("starts", "turns", "message", "first_message", "output", "system", "think")
@@ -250,7 +251,7 @@ def _system_prompts(cfg: Any, where: str) -> tuple[int, int]:
 
 
 def _think_times(cfg: Mapping[str, Any], n: int, rng: np.random.Generator, where: str) -> np.ndarray:
-    mean = read_float(cfg, "think_time", where, default=0.0, lo=0.0)
+    mean = read_float(cfg, "think_time", where, default=0.0, lo=0.0, hi=MAX_ARRIVAL_S / n)  # n: every turn
     dist = cfg.get("think_dist", "exponential")
     if dist == "fixed":
         return np.full(n, mean)
@@ -327,6 +328,7 @@ def build_session_workload(
         if kind not in ARRIVAL_KINDS:
             raise ConfigError(f"{where}.arrival: expected one of {', '.join(ARRIVAL_KINDS)}, got {kind!r}")
         rate = read_float(cfg, "rate", where, lo=0.0, lo_open=True, allow_inf=True)
+        check_span(n, rate, where)
         burst = read_float(cfg, "burstiness", where, default=1.0, lo=0.0, lo_open=True, allow_inf=True)
         try:
             starts = ArrivalConfig(kind, rate, burst).sample(n, rng["starts"])

@@ -90,11 +90,17 @@ def bench_requests(res: dict[str, Any], path: Path) -> BenchRequests:
     if missing:
         raise TraceFormatError(f"{path}: no per-request arrays ({', '.join(missing)} missing): run vllm bench "
                                "serve with --save-result --save-detailed")
-    n = len(res["input_lens"])
+    n = len(res["input_lens"]) if isinstance(res["input_lens"], list) else -1
+    if n == 0:
+        raise TraceFormatError(f"{path}: input_lens: the result lists no requests; expected at least one")
     for k in (*DETAIL_KEYS, *(k for k in ("start_times", "latencies") if k in res)):
         if not isinstance(res[k], list) or len(res[k]) != n:
             got = len(res[k]) if isinstance(res[k], list) else type(res[k]).__name__
             raise TraceFormatError(f"{path}: {k}: expected a list of {n} entries (one per input_lens), got {got}")
+    for k in ("input_lens", "output_lens"):
+        bad = next((x for x in res[k] if isinstance(x, bool) or not isinstance(x, int)), None)
+        if bad is not None:
+            raise TraceFormatError(f"{path}: {k}: expected integer token counts, got {bad!r}")
     try:
         prompt = np.asarray(res["input_lens"], dtype=np.int64)
         output = np.asarray(res["output_lens"], dtype=np.int64)
@@ -108,8 +114,16 @@ def bench_requests(res: dict[str, Any], path: Path) -> BenchRequests:
         e2el = np.array([_float(x) for x in res["latencies"]])
     else:  # the last chunk arrives TTFT + the sum of its gaps after the send
         e2el = ttft + np.array([sum(x) for x in itl])
+    for name, v in (("ttfts", ttft), ("latencies" if "latencies" in res else "ttfts + itls", e2el)):
+        wrong = np.flatnonzero(ok & ~(v >= 0))  # NaN or negative for a request that succeeded
+        if len(wrong):
+            i = int(wrong[0])
+            raise TraceFormatError(f"{path}: {name}[{i}]: {float(v[i])} for a successful request; expected seconds >= 0")
     ttft, e2el = np.where(ok, ttft, np.nan), np.where(ok, e2el, np.nan)
     start = np.array([_float(x) for x in res["start_times"]]) if "start_times" in res else None
+    if start is not None and not (np.isfinite(start) & (start >= 0)).all():
+        i = int(np.flatnonzero(~(np.isfinite(start) & (start >= 0)))[0])
+        raise TraceFormatError(f"{path}: start_times[{i}]: {float(start[i])}; expected finite seconds >= 0")
     if (prompt[ok] < 1).any():
         raise TraceFormatError(f"{path}: input_lens: a successful request has {int(prompt[ok].min())} tokens")
     return BenchRequests(prompt, output, ok, ttft, e2el, itl, start)

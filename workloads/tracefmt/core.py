@@ -195,6 +195,9 @@ def finish(cols: Columns, opts: TraceOptions) -> LoadedTrace:
     t: np.ndarray | None = None
     if cols.times is not None:
         order = np.argsort(cols.times, kind="stable")
+        late = int((np.diff(cols.times) < 0).sum())
+        if late:  # said, not silently reordered: the file may be a concatenation or mislabelled
+            notes.append(f"{late} rows come before the row above them in time: requests sorted by arrival")
         order, t = window(order, cols.times[order])
     sel = np.arange(len(order))
     if opts.sample is not None:
@@ -234,6 +237,10 @@ def finish(cols: Columns, opts: TraceOptions) -> LoadedTrace:
     specs = [
         _spec(cols, int(i), float(ti), int(pi), int(oi)) for i, ti, pi, oi in zip(order, t, p, o, strict=True)
     ]
+    if not specs:  # an empty file is refused when read; this is a window, a sample or skipped rows
+        why = "; ".join([*notes, f"{cols.num_skipped} bad rows skipped" if cols.num_skipped else ""]).strip("; ")
+        raise TraceFormatError(f"{cols.source}: no requests left of {cols.num_rows} rows"
+                               + (f" ({why})" if why else "") + "; expected at least one")
     specs = share_hash_id_prefixes(specs)  # each distinct KV block of the trace hashed once (no result changes)
     return LoadedTrace(
         specs=specs,

@@ -87,7 +87,7 @@ def load_burstgpt(
         ("Model", "Session ID"),
         skip=skip_bad_rows,
     )
-    stamp = tab.floats("Timestamp")
+    stamp = tab.floats("Timestamp", lo=0.0)  # seconds from 0:00 of the first day: never negative
     prompt = tab.ints("Request tokens")
     output = tab.ints("Response tokens")
     tab.errors.raise_first()

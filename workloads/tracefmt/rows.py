@@ -159,14 +159,17 @@ class CsvTable:
         self.errors.flag(big, self.lines, lambda i: f"{col}: {raw.iat[i]!r} is too large (at most 2**53)")
         return np.where(ok & ~neg & ~big, num, 0).astype(np.int64)
 
-    def floats(self, col: str) -> np.ndarray:
+    def floats(self, col: str, lo: float | None = None) -> np.ndarray:
+        """A column of finite numbers (``lo``: and at least that); a bad row is flagged, naming it."""
         raw = self.raw(col)
         num = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-        ok = np.isfinite(num)
+        ok = np.isfinite(num) if lo is None else np.isfinite(num) & (num >= lo)
 
         def not_num(i: int) -> str:
             v = raw.iat[i]
-            return f"{col}: missing value" if v == "" else f"{col}: {v!r} is not a number"
+            if v == "":
+                return f"{col}: missing value"
+            return f"{col}: {v!r} is not a number" + ("" if lo is None else f" >= {lo:g}")
 
         self.errors.flag(~ok, self.lines, not_num)
         return np.where(ok, num, 0.0)
