@@ -83,7 +83,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="slo: most load meeting the SLOs; throughput: most offline throughput; knee: the smallest "
         "max_num_seqs past which throughput gains less than --knee-gain per doubling",
     )
-    p.add_argument("--knee-gain", type=float, default=0.1, metavar="FRACTION",
+    p.add_argument("--knee-gain", type=float, default=None, metavar="FRACTION",
                    help="--goal knee: throughput gain per doubling of max_num_seqs below which the curve is flat "
                         "(default 0.1)")
     p.add_argument("--replications", type=int, default=3, help="seeds per load level (default 3)")
@@ -133,6 +133,14 @@ def run(args: argparse.Namespace) -> int:
     check_range("", "--level", args.level, 0, 1, lo_open=True, hi_open=True)
     check_range("", "--tol", args.tol, 0, 1, lo_open=True, hi_open=True)
     check_range("", "--replications", args.replications, 1, 1000)
+    if args.knee_gain is not None and args.goal != "knee":  # a flag that would do nothing is refused
+        raise ConfigError(f"--knee-gain {args.knee_gain:g}: only with --goal knee")
+    if args.knee_gain is None:
+        args.knee_gain = 0.1
+    card_only = [f for f, v in (("--dtypes", args.dtypes), ("--kv-dtypes", args.kv_dtypes), ("--tp", args.tp),
+                                ("--instances-per-gpu", args.instances_per_gpu)) if v]  # fmt: skip
+    if card_only and not args.gpus:
+        raise ConfigError(f"{', '.join(card_only)}: only with --gpus (options of the card search)")
     check_out_dir(args.out)
     from sim.cli.catalog import vllm_overrides
     from sim.cli.prices import price_overrides

@@ -157,6 +157,9 @@ def _parse_row(row: Any, extra: str) -> RequestSpec:
         toks = _int_list(row, "token_ids")
         if not toks:
             raise _RowError("token_ids", "empty")
+        if min(toks) < 0:  # a tokenizer's ids count from 0
+            i = next(j for j, x in enumerate(toks) if x < 0)
+            raise _RowError("token_ids", f"element {i}: {toks[i]} is not a token id (allowed: integers >= 0)")
         if "prompt_len" in kw and kw["prompt_len"] != len(toks):
             raise _RowError("prompt_len", f"{kw['prompt_len']} does not match {len(toks)} token_ids")
         kw["token_ids"], kw["prompt_len"] = toks, len(toks)
