@@ -340,6 +340,7 @@ CASES = [
      ["--freeze", "nosuchfield"]),
     ("run-replications-without-intervals", lambda t: ["run", QUICK, "--replications", "3"],
      ["--replications", "--intervals"]),
+    ("run-steps-jsonl-without-out", lambda t: ["run", QUICK, "--steps-jsonl"], ["--steps-jsonl", "--out"]),
     ("run-step-trace-without-out", lambda t: ["run", QUICK, "--step-trace"], ["--step-trace", "--out"]),
     ("trace-path-empty", lambda t: q('workload.trace=""'), ["workload.trace", "''"]),
     ("trace-path-number", lambda t: q("workload.trace=5"), ["workload.trace", "5"]),

@@ -49,9 +49,14 @@ def test_run_writes_every_output(cfg: Path, tmp_path: Path, capsys):
     assert total == steps["num_scheduled_tokens"].sum()
 
 
-def test_without_step_trace_steps_jsonl_has_counts(cfg: Path, tmp_path: Path):
-    out = tmp_path / "out"
+def test_steps_jsonl_only_when_asked_and_then_with_counts(cfg: Path, tmp_path: Path):
+    """steps.parquet holds every step's counts; steps.jsonl repeats them as text only with --steps-jsonl
+    (a million requests would write ~4.5 GB of it), or lists each step's rows with --step-trace."""
+    out = tmp_path / "plain"
     assert main(["run", str(cfg), "--out", str(out)]) == 0
+    assert (out / "steps.parquet").is_file() and not (out / "steps.jsonl").exists()
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out), "--steps-jsonl"]) == 0
     lines = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines()]
     steps = pd.read_parquet(out / "steps.parquet")
     assert len(lines) == len(steps) and sum(rec["scheduled"] for rec in lines) == steps["num_scheduled_tokens"].sum()

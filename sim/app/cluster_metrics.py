@@ -333,13 +333,13 @@ def compare_table(
 
 def write_cluster_outputs(
     result: SimResult, out_dir: str | Path, summary: Mapping[str, Any], title: str = "servesim cluster run",
-    plotlyjs: PlotlyJS | str | None = None,
+    plotlyjs: PlotlyJS | str | None = None, step_trace: bool = True,
 ) -> dict[str, Path]:
     """write_outputs' files plus replicas.csv, timeseries_by_replica.csv and load_balance.html; the pages
     share one plotly.min.js in ``out_dir`` (or the folder ``plotlyjs`` names)."""
     out = Path(out_dir)
     js = as_plotlyjs(plotlyjs).rooted(out)
-    paths = write_outputs(result, out, summary=dict(summary), title=title, plotlyjs=js)
+    paths = write_outputs(result, out, summary=dict(summary), title=title, plotlyjs=js, step_trace=step_trace)
     paths["replicas"] = out / "replicas.csv"
     replica_rows(result).to_csv(paths["replicas"], index=False)
     paths["timeseries_by_replica"] = out / "timeseries_by_replica.csv"
@@ -351,7 +351,7 @@ def write_cluster_outputs(
 
 def write_comparison(
     runs: Mapping[str, tuple[SimResult, Mapping[str, Any]]], out_dir: str | Path, title: str,
-    plotlyjs: PlotlyJS | str | None = None,
+    plotlyjs: PlotlyJS | str | None = None, step_trace: bool = True,
 ) -> dict[str, Path]:
     """Each variant's files in its own folder, plus comparison.html and comparison.json at the top; one
     plotly.min.js at the top serves every page."""
@@ -362,7 +362,7 @@ def write_comparison(
     js = as_plotlyjs(plotlyjs).rooted(out)
     paths: dict[str, Path] = {}
     for name, (res, summ) in runs.items():
-        write_cluster_outputs(res, out / name, summ, title=f"{title}: {name}", plotlyjs=js)
+        write_cluster_outputs(res, out / name, summ, title=f"{title}: {name}", plotlyjs=js, step_trace=step_trace)
     paths["comparison"] = write_comparison_report(
         runs,
         out / "comparison.html",

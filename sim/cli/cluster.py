@@ -35,6 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--out", help="directory for tables, reports and (with variants) comparison.html")
     p.add_argument("--step-trace", action="store_true",
                    help="with --out: steps.jsonl lists each step's scheduled requests (slower, larger)")
+    p.add_argument("--steps-jsonl", action="store_true",
+                   help="with --out: also steps.jsonl, one line of counts per step (steps.parquet holds the same)")
     p.add_argument("--json", action="store_true", help="print the summary (or summaries) as JSON")
     from sim.cli.outpath import add_plotlyjs_option
     from sim.cli.prices import add_price_options
@@ -59,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         write_cluster_outputs,
         write_comparison,
     )
-    from sim.cli.outpath import check_out_dir
+    from sim.cli.outpath import check_out_dir, steps_jsonl_wanted
     from sim.cli.prices import price_overrides
 
     check_out_dir(getattr(args, "out", None))
@@ -87,11 +89,12 @@ def run(args: argparse.Namespace) -> int:
     title = f"servesim cluster: {Path(args.config).name}"
     if args.out:
         js = getattr(args, "plotlyjs", None)
+        jsonl = steps_jsonl_wanted(args, any(c.base.simulation.record_step_trace for c in cfgs.values()))
         if list(runs) == [""]:
             res, summ = runs[""]
-            files = write_cluster_outputs(res, Path(args.out), summ, title=title, plotlyjs=js)
+            files = write_cluster_outputs(res, Path(args.out), summ, title=title, plotlyjs=js, step_trace=jsonl)
         else:
-            files = write_comparison(runs, Path(args.out), title, plotlyjs=js)
+            files = write_comparison(runs, Path(args.out), title, plotlyjs=js, step_trace=jsonl)
         if not args.json:
             print(f"wrote {', '.join(str(f) for f in files.values())}")
     if args.json:

@@ -20,9 +20,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("config", help="path to a TOML config")
     add_override_option(p, "override a config value (repeatable), e.g. --set engine.max_num_seqs=64")
     p.add_argument(
-        "--out", help="directory for requests.parquet, steps.parquet, steps.jsonl, summary.json, report.html"
+        "--out", help="directory for requests.parquet, steps.parquet, summary.json, timeseries.csv, report.html"
     )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--steps-jsonl", action="store_true",
+                   help="with --out: also steps.jsonl, one line of counts per step (steps.parquet holds the same "
+                        "counts; off by default, as it is ~4.5 KB of text per request)")
     p.add_argument("--step-trace", action="store_true",
                    help="with --out: steps.jsonl lists each step's scheduled requests ([id, tokens]) instead of "
                         "its counts (records every step's rows: slower and larger)")
@@ -50,7 +53,7 @@ def _run(args: argparse.Namespace) -> int:
     from sim.app.simulate import simulate
     from sim.cli import cluster as cli_cluster
     from sim.cli.catalog import vllm_overrides
-    from sim.cli.outpath import check_out_dir
+    from sim.cli.outpath import check_out_dir, steps_jsonl_wanted
     from sim.cli.prices import price_overrides
 
     if args.intervals:  # replications + calibration residuals -> prediction intervals (sim/cli/intervals.py)
@@ -59,8 +62,9 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.replications is not None:  # a flag that would do nothing is refused, not ignored
         raise ConfigError(f"--replications {args.replications}: only with --intervals")
-    if args.step_trace and not args.out:
-        raise ConfigError("--step-trace: only with --out (it is how steps.jsonl is written)")
+    for flag, on in (("--step-trace", args.step_trace), ("--steps-jsonl", args.steps_jsonl)):
+        if on and not args.out:
+            raise ConfigError(f"{flag}: only with --out (it is how steps.jsonl is written)")
     check_out_dir(args.out)  # before any simulation, so a bad --out does not waste the run
     goodput = [f"slo.{k}={v!r}" for k, v in slo_from_goodput_args(args.goodput).items()]
     # vLLM flags first, so --set and the [cost] / [slo] options win over them
@@ -75,7 +79,8 @@ def _run(args: argparse.Namespace) -> int:
     result = simulate(cfg, progress=show_progress(args))
     summary = summarize(result, slo=cfg.slo or None)
     if args.out:
-        files = write_outputs(result, Path(args.out), summary=summary, plotlyjs=args.plotlyjs)
+        files = write_outputs(result, Path(args.out), summary=summary, plotlyjs=args.plotlyjs,
+                              step_trace=steps_jsonl_wanted(args, cfg.simulation.record_step_trace))
         if not args.json:
             print(f"wrote {', '.join(str(f) for f in files.values())}")
     if args.json:

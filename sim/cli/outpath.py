@@ -46,3 +46,10 @@ def add_plotlyjs_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plotlyjs", choices=PLOTLYJS_MODES, default="directory",
                    help="HTML reports: directory (default) writes one plotly.min.js into the output directory for "
                         "every page there (offline, one copy); cdn loads it from the CDN; inline embeds it per file")  # fmt: skip
+
+
+def steps_jsonl_wanted(args: argparse.Namespace, recorded: bool) -> bool:
+    """Whether ``--out`` writes steps.jsonl: asked for (``--steps-jsonl``: counts per step), or a step trace
+    recorded (``--step-trace`` or ``simulation.record_step_trace``: each step's rows). Not by default:
+    steps.parquet holds the same counts, and as JSON text they are ~4.5 GB for a million requests."""
+    return bool(getattr(args, "steps_jsonl", False) or getattr(args, "step_trace", False) or recorded)
