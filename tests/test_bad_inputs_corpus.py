@@ -331,7 +331,7 @@ CASES = [
     ("cluster-replica-count-huge", lambda t: ["run", _toml(t, BASE + '[cluster]\nrouter = "round-robin"\n'
                                                           '[[replica]]\nname = "a"\ncount = 1000000\n')],
      ["count", "1000000", "4096"]),
-    ("compare-no-requests", lambda t: ["compare", _bench(t, empty=True)], ["input_lens", "no requests"]),
+    ("compare-no-requests", lambda t: ["compare", _bench(t, empty=True)], ["input_lens", "no requests", "one entry per request"]),
     ("compare-ttft-nan", lambda t: ["compare", _bench(t, ttft0=float("nan"))], ["ttfts[0]", "nan"]),
     ("compare-input-len-string", lambda t: ["compare", _bench(t, input0="855")], ["input_lens", "'855'"]),
     ("fit-out-is-a-directory", lambda t: ["fit", "--recipe", "rtx-4090", "--out", str(t)], ["--out", "directory"]),

@@ -301,14 +301,7 @@ def _fit_groups(front: Sequence[Replica]) -> list[int]:
     """Each front replica's fit group: replicas with the same policy class built from equal configs
     share one, numbered in order of first appearance (so a group's first member comes first)."""
     keys: list[tuple[type, Any]] = []
-    out: list[int] = []
     for r in front:
-        key = (type(r.policy), r.spec.run)
-        for g, k in enumerate(keys):
-            if k[0] is key[0] and k[1] == key[1]:
-                out.append(g)
-                break
-        else:
-            out.append(len(keys))
+        if (key := (type(r.policy), r.spec.run)) not in keys:
             keys.append(key)
-    return out
+    return [keys.index((type(r.policy), r.spec.run)) for r in front]

@@ -242,13 +242,9 @@ def _num_clipped(workload: Any) -> int:
     """How many of the workload's requests were cut to fit max_model_len: counted when the workload can
     say so in a pass over its lengths (at most MAX_LISTED of them; a larger one cut by the horizon is
     not drawn out just for the count, and reports 0)."""
-    n = len(workload) if hasattr(workload, "__len__") else None
-    if n is None or n > MAX_LISTED:
+    if not hasattr(workload, "__len__") or len(workload) > MAX_LISTED:
         return 0
-    try:
-        return int(getattr(workload, "num_clipped", 0) or 0)
-    except ConfigError:
-        return 0
+    return int(getattr(workload, "num_clipped", 0) or 0)
 
 
 def collect(

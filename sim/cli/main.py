@@ -25,7 +25,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--steps-jsonl", action="store_true",
                    help="with --out: also steps.jsonl, one line of counts per step (steps.parquet holds the same "
-                        "counts; off by default, as it is ~4.5 KB of text per request)")
+                        "counts; off by default: ~4.6 KB of text per request on the quickstart)")
     p.add_argument("--step-trace", action="store_true",
                    help="with --out: steps.jsonl lists each step's scheduled requests ([id, tokens]) instead of "
                         "its counts (records every step's rows: slower and larger)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 from pathlib import Path
 
 from sim.core.errors import ConfigError
@@ -19,14 +20,16 @@ def check_out_dir(path: str | Path | None, flag: str = "--out") -> None:
     if p.exists() and not p.is_dir():
         raise ConfigError(f"{flag}: {p} is an existing file, not a directory; allowed: a directory (new or existing)")
     probe = p
-    while not probe.exists():  # the nearest folder that exists must be a writable directory
-        if probe.parent == probe:
-            break
+    while not probe.exists() and probe.parent != probe:  # the nearest folder that exists
         probe = probe.parent
-    if probe.exists() and not probe.is_dir():
+    if not probe.is_dir():
         raise ConfigError(f"{flag}: cannot make {p}: {probe} is a file; allowed: a writable directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag}: cannot write to {p} ({probe} is not writable); allowed: a writable directory")
+    try:  # a file made and removed there: what a write needs, which os.access does not tell root
+        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".servesim-write-check-")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise ConfigError(f"{flag}: cannot write to {p} ({exc.strerror or exc}); allowed: a writable directory") from None
 
 
 def check_out_file(path: str | Path | None, flag: str = "--out") -> None:

@@ -20,6 +20,12 @@ from sim.core.prefix import PrefixHashes, Segment
 MAX_ARRIVAL_S = 1e9
 
 
+def _check_arrival(request_id: str, t: float) -> None:
+    if not 0 <= t <= MAX_ARRIVAL_S:
+        raise ConfigError(f"request {request_id}: arrival_time must be >= 0 and <= {MAX_ARRIVAL_S:g} s "
+                          f"(the clock's range at sub-microsecond resolution), got {t}")
+
+
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
     """What the workload says about a request; never mutated, so one list can drive many policies."""
@@ -74,11 +80,7 @@ class RequestSpec:
             raise ConfigError(f"request {self.request_id}: prompt_len must be >= 1, got {self.prompt_len}")
         if self.output_len < 1:
             raise ConfigError(f"request {self.request_id}: output_len must be >= 1, got {self.output_len}")
-        if not 0 <= self.arrival_time <= MAX_ARRIVAL_S:
-            raise ConfigError(
-                f"request {self.request_id}: arrival_time must be >= 0 and <= {MAX_ARRIVAL_S:g} s "
-                f"(the clock's range at sub-microsecond resolution), got {self.arrival_time}"
-            )
+        _check_arrival(self.request_id, self.arrival_time)
         if self.token_ids is not None and len(self.token_ids) != self.prompt_len:
             raise ConfigError(
                 f"request {self.request_id}: {len(self.token_ids)} token_ids for prompt_len {self.prompt_len}"
@@ -89,9 +91,7 @@ class RequestSpec:
     def arriving_at(self, t: float) -> RequestSpec:
         """This request arriving at ``t`` instead (a front end's input path, once per request): a copy of
         the checked fields, cheaper than ``dataclasses.replace``, which checks them all again."""
-        if not 0 <= t <= MAX_ARRIVAL_S:
-            raise ConfigError(f"request {self.request_id}: arrival_time must be >= 0 and <= "
-                              f"{MAX_ARRIVAL_S:g} s, got {t}")
+        _check_arrival(self.request_id, t)
         new = object.__new__(RequestSpec)
         for name in _SLOTS:
             object.__setattr__(new, name, getattr(self, name))

@@ -177,7 +177,6 @@ class LengthDist:
                 )
             # Freeze a private copy so a caller's later edit cannot change a "frozen" config.
             arr = np.array(np.rint(arr), dtype=np.int64)
-
             arr.setflags(write=False)
             object.__setattr__(self, "values", arr)
 

@@ -90,9 +90,10 @@ def bench_requests(res: dict[str, Any], path: Path) -> BenchRequests:
     if missing:
         raise TraceFormatError(f"{path}: no per-request arrays ({', '.join(missing)} missing): run vllm bench "
                                "serve with --save-result --save-detailed")
-    n = len(res["input_lens"]) if isinstance(res["input_lens"], list) else -1
-    if n == 0:
-        raise TraceFormatError(f"{path}: input_lens: the result lists no requests; expected at least one")
+    if not isinstance(res["input_lens"], list) or not res["input_lens"]:
+        got = "no requests" if isinstance(res["input_lens"], list) else type(res["input_lens"]).__name__
+        raise TraceFormatError(f"{path}: input_lens: {got}; expected a list with one entry per request")
+    n = len(res["input_lens"])
     for k in (*DETAIL_KEYS, *(k for k in ("start_times", "latencies") if k in res)):
         if not isinstance(res[k], list) or len(res[k]) != n:
             got = len(res[k]) if isinstance(res[k], list) else type(res[k]).__name__
