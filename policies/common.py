@@ -84,6 +84,7 @@ class QueuedPolicy:
         dec: list[int] = []
         chunks: list[int] = []
         ctxs: list[int] = []
+        dec_sum = 0
         sampled = plan.sampled
         add_dec, add_sampled = dec.append, sampled.append  # bound once: this loop sees every row
         for req, n in plan.scheduled:
@@ -94,6 +95,7 @@ class QueuedPolicy:
             if after == total:
                 if n == 1 and req.num_output_tokens > 0:
                     add_dec(after)
+                    dec_sum += after
                 else:
                     chunks.append(n)
                     ctxs.append(before)
@@ -103,7 +105,7 @@ class QueuedPolicy:
                 ctxs.append(before)
                 if after > total:
                     add_sampled(req)
-        plan.batch = BatchSummary.of(dec, chunks, ctxs, len(sampled))
+        plan.batch = BatchSummary.of(dec, chunks, ctxs, len(sampled), dec_sum)
         return plan
 
     def update(self, plan: StepPlan, now: float) -> list[Request]:

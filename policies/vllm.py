@@ -223,6 +223,7 @@ class VllmPolicy(QueuedPolicy):
         dec: list[int] = []
         chunks: list[int] = []
         ctxs: list[int] = []
+        dec_sum = 0
         sampled = plan.sampled
         add_dec, add_sampled = dec.append, sampled.append  # bound once: this loop sees every row
         for req, n in plan.scheduled:
@@ -235,10 +236,11 @@ class VllmPolicy(QueuedPolicy):
                 add_sampled(req)
                 if n == 1 and before >= req.prompt_len:
                     add_dec(after)
+                    dec_sum += after
                     continue
             chunks.append(n)
             ctxs.append(before)
-        plan.batch = BatchSummary.of(dec, chunks, ctxs, len(sampled))
+        plan.batch = BatchSummary.of(dec, chunks, ctxs, len(sampled), dec_sum)
         return plan
 
     def update(self, plan: StepPlan, now: float) -> list[Request]:

@@ -6,14 +6,17 @@ function from a batch summary to seconds)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+_NONE: list[int] = []  # the list view of a column built from an array: taken from it on first use
 
 
-@dataclass(slots=True)
+def _array(values: Sequence[int] | np.ndarray) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
+
+
 class BatchSummary:
     """One engine step.
 
@@ -22,57 +25,113 @@ class BatchSummary:
     prefill_ctx:    for each prefill chunk, the tokens already in the KV cache before the chunk.
     num_logits:     rows that sample a token (decodes + prefills that finish their prompt this step).
     swap_out_blocks / swap_in_blocks: KV blocks copied GPU->CPU / CPU->GPU during this step.
+
+    The three columns are int64 arrays to whoever asks for them. A scheduler builds them as lists, and
+    every step is priced, so ``of`` keeps its lists and makes an array only on first use: the roofline
+    reads the lists (``prefill_chunks``, ``prefill_ctxs``) and sums, and turning ~100 ints into three
+    arrays each step cost more than pricing it.
     """
 
-    decode_ctx: np.ndarray = field(default_factory=lambda: _EMPTY)
-    prefill_chunk: np.ndarray = field(default_factory=lambda: _EMPTY)
-    prefill_ctx: np.ndarray = field(default_factory=lambda: _EMPTY)
-    num_logits: int = 0
-    swap_out_blocks: int = 0
-    swap_in_blocks: int = 0
-    # Sums asked for several times a step (pricing, recording, emptiness): computed once, on first use.
-    _prefill_tokens: int = field(default=-1, repr=False, compare=False)
-    _decode_ctx_sum: int = field(default=-1, repr=False, compare=False)
-    _decode_ctx_max: int = field(default=-1, repr=False, compare=False)
+    __slots__ = ("_dec", "_chunk", "_ctx", "_dec_list", "_chunk_list", "_ctx_list", "num_logits",
+                 "swap_out_blocks", "swap_in_blocks", "_prefill_tokens", "_decode_ctx_sum", "_decode_ctx_max")
+
+    def __init__(self, decode_ctx: Sequence[int] | np.ndarray | None = None,
+                 prefill_chunk: Sequence[int] | np.ndarray | None = None,
+                 prefill_ctx: Sequence[int] | np.ndarray | None = None,
+                 num_logits: int = 0, swap_out_blocks: int = 0, swap_in_blocks: int = 0) -> None:
+        self._dec: np.ndarray | None = _EMPTY if decode_ctx is None else _array(decode_ctx)
+        self._chunk: np.ndarray | None = _EMPTY if prefill_chunk is None else _array(prefill_chunk)
+        self._ctx: np.ndarray | None = _EMPTY if prefill_ctx is None else _array(prefill_ctx)
+        self._dec_list: list[int] = _NONE
+        self._chunk_list: list[int] = _NONE
+        self._ctx_list: list[int] = _NONE
+        self.num_logits = num_logits
+        self.swap_out_blocks = swap_out_blocks
+        self.swap_in_blocks = swap_in_blocks
+        # Sums asked for several times a step (pricing, recording, emptiness): computed once, on first use.
+        self._prefill_tokens = -1
+        self._decode_ctx_sum = -1
+        self._decode_ctx_max = -1
 
     @classmethod
     def of(cls, decode_ctx: Sequence[int] | np.ndarray, prefill_chunk: Sequence[int] | np.ndarray,
-           prefill_ctx: Sequence[int] | np.ndarray, num_logits: int | np.integer) -> BatchSummary:
+           prefill_ctx: Sequence[int] | np.ndarray, num_logits: int | np.integer,
+           decode_ctx_sum: int = -1) -> BatchSummary:
         """From the lists a scheduler builds row by row (or arrays: a plug-in's); their sums are taken
-        here, cheaply, once."""
-        return cls(
-            decode_ctx=np.asarray(decode_ctx, dtype=np.int64),
-            prefill_chunk=np.asarray(prefill_chunk, dtype=np.int64),
-            prefill_ctx=np.asarray(prefill_ctx, dtype=np.int64),
-            num_logits=int(num_logits),
-            _prefill_tokens=int(sum(prefill_chunk)),
-            _decode_ctx_sum=int(sum(decode_ctx)),
-            # a scheduler's list: its max in C now beats numpy's reduction later (mixed steps ask for it)
-            _decode_ctx_max=(max(decode_ctx) if decode_ctx else 0) if type(decode_ctx) is list else -1,
-        )
+        here, cheaply, once (``decode_ctx_sum``: the decode contexts' sum, when the caller kept it while
+        building the list). Lists are kept as they are: the caller hands them over."""
+        b = cls(num_logits=int(num_logits))
+        if type(decode_ctx) is list and type(prefill_chunk) is list and type(prefill_ctx) is list:
+            b._dec = b._chunk = b._ctx = None
+            b._dec_list, b._chunk_list, b._ctx_list = decode_ctx, prefill_chunk, prefill_ctx
+        else:
+            b._dec, b._chunk, b._ctx = _array(decode_ctx), _array(prefill_chunk), _array(prefill_ctx)
+        b._prefill_tokens = int(sum(prefill_chunk))
+        b._decode_ctx_sum = int(sum(decode_ctx)) if decode_ctx_sum < 0 else decode_ctx_sum
+        return b
+
+    # ---- the columns as arrays (made on first use from a scheduler's lists) ---------------------------
+    @property
+    def decode_ctx(self) -> np.ndarray:
+        if self._dec is None:
+            self._dec = _array(self._dec_list)
+        return self._dec
+
+    @property
+    def prefill_chunk(self) -> np.ndarray:
+        if self._chunk is None:
+            self._chunk = _array(self._chunk_list)
+        return self._chunk
+
+    @property
+    def prefill_ctx(self) -> np.ndarray:
+        if self._ctx is None:
+            self._ctx = _array(self._ctx_list)
+        return self._ctx
+
+    # ---- the columns as lists (what pricing loops over) -------------------------------------------------
+    def prefill_chunks(self) -> list[int]:
+        """prefill_chunk as a list of ints."""
+        if self._chunk is not None:
+            return self._chunk.tolist()  # type: ignore[no-any-return]
+        return self._chunk_list
+
+    def prefill_ctxs(self) -> list[int]:
+        """prefill_ctx as a list of ints."""
+        if self._ctx is not None:
+            return self._ctx.tolist()  # type: ignore[no-any-return]
+        return self._ctx_list
 
     @property
     def num_decode(self) -> int:
-        return int(len(self.decode_ctx))
+        return len(self._dec_list) if self._dec is None else int(len(self._dec))
+
+    @property
+    def num_prefill(self) -> int:
+        """Prefill chunks in the step."""
+        return len(self._chunk_list) if self._chunk is None else int(len(self._chunk))
 
     @property
     def num_prefill_tokens(self) -> int:
         if self._prefill_tokens < 0:
-            self._prefill_tokens = int(self.prefill_chunk.sum()) if len(self.prefill_chunk) else 0
+            self._prefill_tokens = int(self.prefill_chunk.sum()) if self.num_prefill else 0
         return self._prefill_tokens
 
     @property
     def decode_ctx_sum(self) -> int:
         """Total context of the decode rows (the KV they read)."""
         if self._decode_ctx_sum < 0:
-            self._decode_ctx_sum = int(self.decode_ctx.sum()) if len(self.decode_ctx) else 0
+            self._decode_ctx_sum = int(self.decode_ctx.sum()) if self.num_decode else 0
         return self._decode_ctx_sum
 
     @property
     def decode_ctx_max(self) -> int:
         """The longest decode row's context (0 without decode rows)."""
         if self._decode_ctx_max < 0:
-            self._decode_ctx_max = int(self.decode_ctx.max()) if len(self.decode_ctx) else 0
+            if self._dec is None:  # a scheduler's list: max in C beats numpy's reduction
+                self._decode_ctx_max = max(self._dec_list) if self._dec_list else 0
+            else:
+                self._decode_ctx_max = int(self._dec.max()) if len(self._dec) else 0
         return self._decode_ctx_max
 
     @property
@@ -82,3 +141,8 @@ class BatchSummary:
     @property
     def is_empty(self) -> bool:
         return self.num_tokens == 0 and self.swap_in_blocks == 0 and self.swap_out_blocks == 0
+
+    def __repr__(self) -> str:
+        return (f"BatchSummary(decode_ctx={self.decode_ctx!r}, prefill_chunk={self.prefill_chunk!r}, "
+                f"prefill_ctx={self.prefill_ctx!r}, num_logits={self.num_logits}, "
+                f"swap_out_blocks={self.swap_out_blocks}, swap_in_blocks={self.swap_in_blocks})")

@@ -300,11 +300,10 @@ class RooflineCostModel:
 
     # ------------------------------------------------------------------ public API
     def step_time(self, batch: BatchSummary) -> float:
-        d, pc = batch.decode_ctx, batch.prefill_chunk
-        n, npf = len(d), len(pc)
+        n, npf = batch.num_decode, batch.num_prefill
         swaps = batch.swap_in_blocks + batch.swap_out_blocks
         if npf:
-            chunks = pc.tolist()
+            chunks = batch.prefill_chunks()
             mt = n + sum(chunks)
             mg = self._padded(mt) if self._pad_mixed else mt
         elif n:
@@ -321,7 +320,7 @@ class RooflineCostModel:
         t = self._tok[mg] + self._head[s] + self._step_oh + self._seq_oh * (n + npf)
         if npf:
             dec = self._mixed_decode(batch) if n else 0.0
-            attn = self._attn_t0 + dec + self._prefill_attn(chunks, batch.prefill_ctx.tolist())
+            attn = self._attn_t0 + dec + self._prefill_attn(chunks, batch.prefill_ctxs())
             t += self._layers * attn
         elif n:
             attn = self._attn_t0 + (self._kv_coef * batch.decode_ctx_sum + n * self._dec_seq)

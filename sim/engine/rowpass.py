@@ -162,16 +162,19 @@ def decode_plan(like: Any, running: list[Request], left: list[int], c0: list[int
     scheduled: list[tuple[Request, int]] = []
     sampled: list[Request] = []
     computed: list[int] = []
+    total = 0
     for i in range(len(running)):
         if left[i] > k:
             req = running[i]
             scheduled.append((req, 1))
             sampled.append(req)
-            computed.append(c0[i] + k)
+            c = c0[i] + k
+            computed.append(c)
+            total += c
     plan = type(like)()
     plan.scheduled = scheduled
     plan.sampled = sampled
-    plan.batch = type(like.batch).of(computed, [], [], len(sampled))
+    plan.batch = type(like.batch).of(computed, [], [], len(sampled), total)
     return plan
 
 
