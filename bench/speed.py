@@ -20,6 +20,7 @@ import simpy
 
 from policies.base import make_policy
 from sim.app.config import config_from_dict
+from sim.app.heap import before_exit, paused
 from sim.app.progress import run_env
 from sim.app.simulate import resolve
 from sim.core.request import RequestSpec
@@ -85,7 +86,8 @@ def run_once(setup, specs: list[RequestSpec], profile: bool = False) -> tuple[fl
     if prof:
         prof.enable()
     env = simpy.Environment(initial_time=0.0)
-    policy = make_policy("vllm", setup.limits)
+    with paused():  # as simulate() builds the KV pool (sim/app/heap.py)
+        policy = make_policy("vllm", setup.limits)
     rec = Recorder()
     Engine(env, policy, setup.cost_model, OpenSource(specs), rec, async_scheduling=setup.limits.async_scheduling)
     run_env(env)  # servesim's run loop (sim/app/progress.py): env.run() with the heap frozen
@@ -126,3 +128,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    before_exit()  # as the CLI ends (sim/app/heap.py)

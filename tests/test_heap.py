@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 
 import pytest
 
@@ -41,3 +43,16 @@ def test_garbage_made_during_a_frozen_run_is_still_collected():
         a.other, b.other = b, a  # a cycle: only the collector frees it
         del a, b
         assert gc.collect() >= 2
+
+
+def test_the_cli_freezes_the_heap_only_when_it_is_the_process():
+    """``main()`` of a process (no argv) freezes the heap for the interpreter's exit; a test or a notebook
+    calling ``main(argv)`` in-process keeps its collector as it was."""
+    from sim.cli import main as cli
+
+    gc.unfreeze()
+    assert cli.main(["models"]) == 0 and gc.get_freeze_count() == 0
+    code = ("import gc, sys; from sim.cli.main import main; sys.argv = ['servesim', 'models']; rc = main(); "
+            "print(rc, gc.get_freeze_count() > 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "0 True"

@@ -42,3 +42,12 @@ def frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+def before_exit() -> None:
+    """The process is about to end: freeze the heap, so the interpreter's shutdown, which collects
+    while it tears the modules down, does not scan every object again (~0.1 s with pandas and pyarrow
+    loaded, of a ~3 s ``servesim run``). Objects are still freed as their modules go; only cyclic
+    garbage is left to the exit, so call it where nothing in a cycle still has a file to close (the
+    CLI, once its outputs are written)."""
+    gc.freeze()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from sim.app.config import add_override_option
+from sim.app.heap import before_exit
 from sim.cli import intervals as cli_intervals
 from sim.core.errors import run_command
 
@@ -173,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rc = run_command(func, args)
         sys.stdout.flush()  # a reader that left shows here, not in the interpreter's final flush
+        if argv is None:  # the process ends with this command (not a test calling main in-process)
+            before_exit()
         return rc
     except KeyboardInterrupt:  # pragma: no cover
         return 130
