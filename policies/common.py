@@ -85,8 +85,7 @@ class QueuedPolicy:
         chunks: list[int] = []
         ctxs: list[int] = []
         dec_sum = 0
-        sampled = plan.sampled
-        add_dec, add_sampled = dec.append, sampled.append  # bound once: this loop sees every row
+        sampled: list[Request] = plan.sampled  # appended to directly: compiled, list.append is a C call
         for req, n in plan.scheduled:
             before = req.num_computed_tokens
             after = before + n
@@ -94,17 +93,17 @@ class QueuedPolicy:
             total = req.num_tokens
             if after == total:
                 if n == 1 and req.num_output_tokens > 0:
-                    add_dec(after)
+                    dec.append(after)
                     dec_sum += after
                 else:
                     chunks.append(n)
                     ctxs.append(before)
-                add_sampled(req)
+                sampled.append(req)
             else:
                 chunks.append(n)
                 ctxs.append(before)
                 if after > total:
-                    add_sampled(req)
+                    sampled.append(req)
         plan.batch = BatchSummary.of(dec, chunks, ctxs, len(sampled), dec_sum)
         return plan
 

@@ -224,8 +224,7 @@ class VllmPolicy(QueuedPolicy):
         chunks: list[int] = []
         ctxs: list[int] = []
         dec_sum = 0
-        sampled = plan.sampled
-        add_dec, add_sampled = dec.append, sampled.append  # bound once: this loop sees every row
+        sampled: list[Request] = plan.sampled  # appended to directly: compiled, list.append is a C call
         for req, n in plan.scheduled:
             before = req.num_computed_tokens
             after = req.num_computed_tokens = before + n
@@ -233,9 +232,9 @@ class VllmPolicy(QueuedPolicy):
             ph = req.num_output_placeholders
             if after >= req.num_tokens + ph:
                 req.num_output_placeholders = ph + 1
-                add_sampled(req)
+                sampled.append(req)
                 if n == 1 and before >= req.prompt_len:
-                    add_dec(after)
+                    dec.append(after)
                     dec_sum += after
                     continue
             chunks.append(n)
@@ -257,7 +256,6 @@ class VllmPolicy(QueuedPolicy):
         max_len = self.limits.max_model_len
         running, ended = Status.RUNNING, _ENDED
         to_cache: list[tuple[Request, int]] = []
-        add_cache = to_cache.append
         finished: list[Request] = []
         for req, n in rows:
             if req.status is not running and req.status in ended:
@@ -273,7 +271,7 @@ class VllmPolicy(QueuedPolicy):
                 # min(computed + new, num_tokens) >= what has landed), unless all its tokens have landed.
                 known = req.num_computed_tokens - left
                 if not left or known >= t:
-                    add_cache((req, known))
+                    to_cache.append((req, known))
             if out >= req.output_len or t >= max_len:
                 finished.append(req)
         # Registering a row's blocks and freeing another's touch different state (the prefix map, the

@@ -62,7 +62,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
     add_quiet_option(p)
     p.add_argument("--json", action="store_true", help="print the per-point table as JSON")
-    p.add_argument("--knee-gain", type=float, default=0.1, metavar="FRACTION",
+    p.add_argument("--knee-gain", type=float, default=None, metavar="FRACTION",
                    help="with an engine.max_num_seqs axis: the knee is where throughput gains less than this "
                         "per doubling (default 0.1); columns gain_per_doubling and knee")
     p.set_defaults(func=run)  # fmt: skip
@@ -96,10 +96,15 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.grid:
         raise ConfigError("sweep: give at least one --grid SECTION.KEY=V1,V2,...")
-    from sim.app.knee import check_gain, sweep_knees
+    from sim.app.knee import DEFAULT_KNEE_GAIN, SEQS_KEY, check_gain, sweep_knees
 
     grid = parse_grid(args.grid)
-    check_gain(args.knee_gain)
+    if args.knee_gain is not None:
+        check_gain(args.knee_gain)
+        if SEQS_KEY not in grid:
+            raise ConfigError(f"--knee-gain {args.knee_gain:g}: the knee is found along an {SEQS_KEY} axis; "
+                              f"add --grid {SEQS_KEY}=V1,V2,... or leave --knee-gain out")
+    knee_gain = DEFAULT_KNEE_GAIN if args.knee_gain is None else args.knee_gain
     slo = parse_slo_args(args.slo) if args.slo else None
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
@@ -120,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
                    address=args.address, progress=show_progress(args))  # fmt: skip
     path = write_table(df, args.out)
     agg = aggregate(df, list(grid), level=args.level)
-    knees = sweep_knees(df, list(grid), args.knee_gain)  # empty without an engine.max_num_seqs axis
+    knees = sweep_knees(df, list(grid), knee_gain)  # empty without an engine.max_num_seqs axis
     if len(knees):
         agg = agg.merge(knees, on="point", how="left")
     if args.json:

@@ -19,12 +19,13 @@ from sim.engine.runcalc import segment_free
 def stamp_tokens(sampled: list[Request], now: float, gaps: array) -> None:
     """First-token and inter-token times of the rows that sampled in a step ending at ``now``: a row's
     first token sets its ``first_token_time``, a later one appends its gap to ``gaps``."""
+    add = gaps.append  # bound once: a method looked up on a non-native object costs more than the append
     for req in sampled:
         last = req.last_token_time
         if last is None:
             req.first_token_time = now
         else:
-            gaps.append(now - last)
+            add(now - last)
         req.last_token_time = now
 
 
