@@ -43,6 +43,10 @@ class OllamaOptions(PolicyOptions):
     def validate(self) -> None:
         if self.max_queue < 1:
             raise invalid("max_queue", self.max_queue, ">= 1")
+        # OL-7 discards (num_ctx - num_keep) / 2 tokens when the context is full: at least one must go
+        if self.num_ctx < max(self.num_keep, 0) + 2:
+            raise invalid("num_ctx", self.num_ctx, f">= num_keep + 2 = {max(self.num_keep, 0) + 2} (a full context "
+                          "discards (num_ctx - num_keep) / 2 tokens)")
 
     GPU_MEMORY_UTILIZATION = 1.0  # no cap: Ollama fits layers into the free VRAM (llm/memory.go)
 

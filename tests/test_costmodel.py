@@ -323,6 +323,12 @@ def test_profile_json_round_trip(tmp_path):
     ({"cuda_graph_sizes": [8, 4]}, "cuda_graph_sizes"),
     ({"cuda_graphs": "yes"}, "cuda_graphs"),
     ({"step_overhead_s": -1}, "step_overhead_s"),
+    ({"step_overhead_s": 1e300}, r"step_overhead_s=1e\+300: must be a number in \[0, 1\]"),
+    ({"eta_compute": 5e-324}, r"eta_compute=5e-324: must be a fraction in \[0.01, 1\]"),
+    ({"eta_kv": True}, "eta_kv=True"),
+    ({"roofline_p": float("inf")}, r"roofline_p=inf: must be in \[1, 16\]"),
+    ({"cuda_graph_sizes": [1, 10**30]}, "cuda_graph_sizes"),
+    ({"cuda_graph_sizes": [True, 2]}, "cuda_graph_sizes"),
 ])
 def test_profile_validation(data, match):
     with pytest.raises(ConfigError, match=match):
@@ -334,8 +340,18 @@ def test_profile_load_errors(tmp_path):
         CalibrationProfile.load(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(ConfigError, match="invalid JSON"):
+    with pytest.raises(ConfigError, match="not valid JSON"):
         CalibrationProfile.load(bad)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 5000 + "]" * 5000)
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        CalibrationProfile.load(deep)
+    with pytest.raises(ConfigError, match="is a directory"):
+        CalibrationProfile.load(tmp_path)
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(b'{"description": "caf\xe9"}')
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        CalibrationProfile.load(latin)
 
 
 def test_prior_families():

@@ -79,7 +79,7 @@ def test_every_shipped_example_passes_the_schema_and_a_typo_does_not():
 
 def test_engine_schema_lists_each_presets_knobs_and_who_owns_them():
     props = section_schema("engine")["properties"]
-    assert props["max_num_seqs"]["anyOf"][0] == {"minimum": 1, "type": "integer"}
+    assert props["max_num_seqs"]["anyOf"][0] == {"minimum": 1, "maximum": 2**31 - 1, "type": "integer"}
     assert "trtllm" in props["max_batch_size"]["description"] and "llamacpp" in props["n_parallel"]["description"]
     assert "vllm" in props["policy"]["enum"]
 

@@ -18,12 +18,12 @@ from policies.base import all_preset_keys, options_class, parse_engine_options, 
 from sim.app.frontend import ABSENT, FrontendConfig, frontend_from_dict
 from sim.app.prices import CostConfig, cost_from_dict
 from sim.core.errors import ConfigError
-from sim.core.fields import MAX_GENERATED, missing_file, read_utf8
+from sim.core.fields import MAX_GENERATED, load_toml
 from sim.core.typed import build, validate_table
 
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128)  # vLLM's --block-size choices
 
-Pos = Annotated[int, Field(ge=1)]
+Pos = Annotated[int, Field(ge=1, le=2**31 - 1)]  # counts of GPUs, sequences, tokens, blocks: int32 is plenty
 Seconds = Annotated[float, Field(gt=0)]
 
 
@@ -72,7 +72,8 @@ class EngineConfig:
     async_scheduling: bool | None = field(
         default=None, metadata=_doc("None: the preset's (vllm true; others false, as they do not model it)"))
     cost_model: str = field(default="roofline", metadata=_doc("roofline, constant, or a registered / package.module:Class cost model"))
-    constant_step_s: Annotated[float, Field(gt=0, le=3600)] = field(default=0.02, metadata=_doc("step time of the constant cost model (s)"))
+    # at least 1 µs (no GPU step is shorter; a step of 1e-300 s would not move the clock)
+    constant_step_s: Annotated[float, Field(ge=1e-6, le=3600)] = field(default=0.02, metadata=_doc("step time of the constant cost model (s)"))
     overhead_gib: Annotated[float, Field(ge=0, le=1024)] | None = field(
         default=None, metadata=_doc("activation peak + non-torch memory, overriding the estimate"))
     preset: str | None = field(default=None, metadata=_doc("alias of policy"))
@@ -237,12 +238,7 @@ def _validate(cfg: RunConfig) -> None:
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
     p = Path(path)
-    if (why := missing_file(p, "config file")) is not None:
-        raise ConfigError(why)
-    try:
-        raw = tomllib.loads(read_utf8(p))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{p}: not valid TOML: {exc}") from None
+    raw = load_toml(p)
     _resolve_paths(raw, p.parent)
     apply_overrides(raw, overrides or [])
     return config_from_dict(raw)
@@ -257,12 +253,17 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
             wl["trace"] = str(base / t)
 
 
-def parse_value(text: str) -> Any:
-    """A --set value is TOML (so 0.9, true, "x", [1,2]); a bare word is a string."""
+def parse_value(text: str, where: str = "--set") -> Any:
+    """A --set value is TOML (so 0.9, true, "x", [1,2]); a bare word is a string. One line: a newline
+    would start a second TOML key that the value silently dropped."""
+    if "\n" in text or "\r" in text:
+        raise ConfigError(f"{where} value {text!r}: a line break in a value; allowed: one line of TOML")
     try:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    except RecursionError:
+        raise ConfigError(f"{where} value {text[:40]!r}...: nested too deeply to parse") from None
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -278,7 +279,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             node = node.setdefault(k, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {item!r}: {k} is not a table")
-        node[keys[-1]] = parse_value(text.strip())
+        node[keys[-1]] = parse_value(text.strip(), f"--set {path.strip()}")
     return raw
 
 

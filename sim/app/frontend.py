@@ -77,7 +77,9 @@ PRIORS: dict[str, tuple[float, str, str]] = {
 }
 
 
-Delay = Annotated[float, Field(ge=0)]  # seconds, finite
+# seconds, finite: the priors are µs to ms; 10 s for one step of the request path is a broken setup, not a
+# server (and larger values only push every time past the clock's range)
+Delay = Annotated[float, Field(ge=0, le=10)]
 
 
 def _prior(key: str) -> Any:

@@ -57,6 +57,9 @@ NON_TORCH_BYTES_TP = int(0.55 * GiB)
 DEFAULT_CONTEXT_LENGTHS: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384, 32768)
 
 
+MAX_GPU_BLOCKS = 1 << 24  # KV blocks one engine may have: 268 M tokens at block_size 16, far past any card
+
+
 def forward_activation_bytes(
     model: ModelSpec, tokens: int, *, tensor_parallel_size: int = 1, dtype: str = "bf16"
 ) -> int:
@@ -278,6 +281,9 @@ def plan_memory(
     ):
         if val is not None and val < 0:
             raise ConfigError(f"{key} must be >= 0, got {val!r}")
+    if num_gpu_blocks_override is not None and num_gpu_blocks_override > MAX_GPU_BLOCKS:
+        raise ConfigError(f"num_gpu_blocks_override: got {num_gpu_blocks_override}; allowed at most {MAX_GPU_BLOCKS:,} "
+                          "(each block is simulated; a 141 GB card holds ~3.5 M blocks of a 125M-parameter model)")
     if free_fraction is not None and not 0 < free_fraction <= 1:
         raise ConfigError(f"free_fraction must be in (0, 1], got {free_fraction!r}")
     if usable_memory_bytes is not None and usable_memory_bytes <= 0:

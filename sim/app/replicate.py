@@ -49,10 +49,13 @@ SCALAR_METRICS = (
 STABILITY_METRICS = ("offered_rate", "queue_growth", "final_queue", "finished_fraction", "saturated")
 
 
+MAX_REPLICATIONS = 1000  # seeds per configuration (size, sweep, run --intervals): a 1e9 list is the memory
+
+
 def seed_list(base: int, n: int) -> list[int]:
     """The seeds of ``n`` replications; the same list for every configuration compared (CRN)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ConfigError(f"replications must be an integer >= 1, got {n!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_REPLICATIONS:
+        raise ConfigError(f"--replications: got {n!r}; allowed an integer in [1, {MAX_REPLICATIONS}]")
     return [int(base) + i for i in range(n)]
 
 

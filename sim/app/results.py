@@ -264,25 +264,33 @@ def _duration(df: pd.DataFrame, result: SimResult, horizon: float | None, remain
 def _peaks(fin: pd.DataFrame, result: SimResult) -> tuple[float, int]:
     """vllm bench's peak output tokens/s and peak concurrency over 1-s buckets from the first send.
 
-    Token times come from the steps (decode tokens at each step's end) plus each first token.
+    Token times come from the steps (decode tokens at each step's end) plus each first token. Only the
+    buckets that hold something are kept (a run that idles for days would otherwise need an array of
+    its seconds); the sums are of whole numbers, so exact in any order.
     """
     if fin.empty:
         return 0.0, 0
     t0 = float(fin["arrival_time"].min())
     n = int(math.ceil(float(fin["finish_time"].max()) - t0)) + 1
-    tokens = np.zeros(n)
-    for c in result.step_chunks(("start", "duration", "num_decode_tokens")):  # adds in step order, as whole
-        b = np.floor((c["start"] + c["duration"]) - t0).astype(np.int64)
+    keys: list[np.ndarray] = []
+    vals: list[np.ndarray] = []
+    for c in result.step_chunks(("start", "duration", "num_decode_tokens")):
+        b = np.floor((c["start"] + c["duration"]) - t0)
         ok = (b >= 0) & (b < n)
-        np.add.at(tokens, b[ok], c["num_decode_tokens"].astype(np.float64)[ok])
-    fb = np.floor(fin["first_token_time"].to_numpy(float) - t0).astype(np.int64)
-    np.add.at(tokens, fb[(fb >= 0) & (fb < n)], 1.0)
-    conc = np.zeros(n + 1)
+        u, inv = np.unique(b[ok].astype(np.int64), return_inverse=True)
+        keys.append(u)
+        vals.append(np.bincount(inv, weights=c["num_decode_tokens"].astype(np.float64)[ok], minlength=len(u)))
+    fb = np.floor(fin["first_token_time"].to_numpy(float) - t0)
+    keys.append(fb[(fb >= 0) & (fb < n)].astype(np.int64))
+    vals.append(np.ones(len(keys[-1])))
+    _, inv = np.unique(np.concatenate(keys), return_inverse=True)
+    tokens = np.bincount(inv, weights=np.concatenate(vals))
+    # concurrency: +1 in a request's first bucket, -1 after its last; the running sum peaks at an event
     s = np.floor(fin["arrival_time"].to_numpy(float) - t0).astype(np.int64)
-    e = np.floor(fin["finish_time"].to_numpy(float) - t0).astype(np.int64)
-    np.add.at(conc, s, 1)
-    np.add.at(conc, e + 1, -1)
-    return float(tokens.max()), int(np.cumsum(conc)[:n].max())
+    e = np.floor(fin["finish_time"].to_numpy(float) - t0).astype(np.int64) + 1
+    at, inv = np.unique(np.concatenate([s, e]), return_inverse=True)
+    level = np.cumsum(np.bincount(inv, weights=np.concatenate([np.ones(len(s)), -np.ones(len(e))])))
+    return float(tokens.max()) if len(tokens) else 0.0, int(level[at < n].max())
 
 
 def summarize(result: SimResult, slo: Mapping[str, float] | None = None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from policies.base import (
 )
 from policies.options import LIMIT_KNOBS, MemoryRule
 from sim.app.collect import assemble, engine_counters, engine_rows, spec_rows
-from sim.app.config import RunConfig, shared_engine_keys
+from sim.app.config import EngineConfig, RunConfig, shared_engine_keys
 from sim.app.engine_memory import engine_overheads, fraction_of
 from sim.app.frontend import apply_frontend, with_frontend
 from sim.app.heap import paused
@@ -32,6 +33,7 @@ from sim.app.progress import run_bar, run_env
 from sim.app.results import SimResult
 from sim.app.streams import check_listable, source_for, unsent
 from sim.core.errors import ConfigError, MemoryPlanError
+from sim.core.typed import check_value
 from sim.cost.costmodel import make_cost_model
 from sim.cost.hardware import get_gpu
 from sim.cost.models import get_model, normalize_dtype
@@ -111,11 +113,13 @@ def _plan(cfg: RunConfig, model: Any, gpu: Any, block_size: int, max_num_seqs: i
 def _explicit_limits(e: Any, aliases: dict[str, str], given: dict[str, Any]) -> dict[str, Any]:
     """The shared limits the user set (None: not set), engine-native names folded in."""
     explicit = {key: getattr(e, key) for key in LIMIT_KNOBS}
+    hints = typing.get_type_hints(EngineConfig, include_extras=True)
     for alias, v in given.items():
         target = aliases[alias]
         if isinstance(v, int) and not isinstance(v, bool) and v < 1:  # a count of sequences/tokens/blocks
             raise ConfigError(f"[engine] {alias}: must be >= 1, got {v}; allowed integers >= 1 "
                               f"({target} of preset {e.policy!r})")
+        check_value("[engine]", alias, v, hints[target])  # the shared knob's range (block_size: its choices)
         if explicit[target] is not None and explicit[target] != v:
             raise ConfigError(
                 f"[engine] {alias} = {v!r} and {target} = {explicit[target]!r} are the same knob for "
@@ -178,6 +182,12 @@ def resolve(cfg: RunConfig) -> Setup:
                 f"[engine] max_num_batched_tokens ({limit_kw['max_num_batched_tokens']}) < max_model_len "
                 f"({max_model_len}) without chunked prefill: long prompts could never be scheduled (vLLM "
                 "refuses this too)"
+            )
+        if e.policy in ("vllm", "vllm-v0") and limit_kw["max_num_batched_tokens"] < limit_kw["max_num_seqs"]:
+            # vLLM SchedulerConfig._verify_args
+            raise ConfigError(
+                f"[engine] max_num_batched_tokens ({limit_kw['max_num_batched_tokens']}) must be >= max_num_seqs "
+                f"({limit_kw['max_num_seqs']}), as vLLM requires (a step must fit a token per running sequence)"
             )
     limits = PolicyLimits(**limit_kw)
     if e.cost_model == "constant":

@@ -78,21 +78,22 @@ def check_key(key: str, what: str = "--grid") -> tuple[str, ...]:
     return parts
 
 
-def parse_grid(items: Sequence[str]) -> dict[str, list[Any]]:
-    """``["engine.max_num_seqs=16,32"]`` → ``{"engine.max_num_seqs": [16, 32]}`` (values parsed as TOML)."""
+def parse_grid(items: Sequence[str], flag: str = "--grid") -> dict[str, list[Any]]:
+    """``["engine.max_num_seqs=16,32"]`` → ``{"engine.max_num_seqs": [16, 32]}`` (values parsed as TOML);
+    ``flag``: the option the items came from, for the messages (``size --vary`` takes them too)."""
     grid: dict[str, list[Any]] = {}
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not text.strip():
-            raise ConfigError(f"--grid {item!r}: expected SECTION.KEY=V1,V2,...")
+            raise ConfigError(f"{flag} {item!r}: expected SECTION.KEY=V1,V2,...")
         key = ".".join(check_key(key))
         if key == "simulation.seed":
-            raise ConfigError(f"--grid {key}: seeds come from --replications (common random numbers)")
+            raise ConfigError(f"{flag} {key}: seeds come from --replications (common random numbers)")
         if key in grid:
-            raise ConfigError(f"--grid {key}: given twice; put all its values in one --grid")
-        values = [parse_value(v) for v in split_values(text)]
+            raise ConfigError(f"{flag} {key}: given twice; put all its values in one --grid")
+        values = [parse_value(v, f"{flag} {key}") for v in split_values(text)]
         if any(v == "" for v in values):
-            raise ConfigError(f"--grid {item!r}: empty value")
+            raise ConfigError(f"{flag} {item!r}: empty value")
         grid[key] = values
     return grid
 
@@ -180,6 +181,14 @@ def execute(task: Task) -> dict[str, Any]:
 
 def default_jobs() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def check_jobs(jobs: int | None) -> None:
+    """``--jobs``: 1 up to 4 processes per CPU this process may use (more only queue for the CPUs, and a
+    pool of 10^5 forks is a fork bomb); None is one per CPU."""
+    top = 4 * default_jobs()
+    if jobs is not None and not 1 <= jobs <= top:
+        raise ConfigError(f"--jobs: got {jobs}; allowed 1 to {top} (4 processes per CPU here)")
 
 
 def run_tasks(

@@ -17,6 +17,19 @@ def check_out_dir(path: str | Path | None, flag: str = "--out") -> None:
     if path is None:
         return
     p = Path(path)
+    try:
+        _check_dir(p, flag)
+    except OSError as exc:  # e.g. a name longer than the file system allows (ENAMETOOLONG)
+        raise ConfigError(f"{flag}: cannot use {_short(p)} ({exc.strerror or exc}); allowed: a writable directory "
+                          "path") from None
+
+
+def _short(p: Path) -> str:
+    s = str(p)
+    return repr(s if len(s) <= 120 else s[:60] + "..." + s[-40:])
+
+
+def _check_dir(p: Path, flag: str) -> None:
     if p.exists() and not p.is_dir():
         raise ConfigError(f"{flag}: {p} is an existing file, not a directory; allowed: a directory (new or existing)")
     probe = p
@@ -24,6 +37,11 @@ def check_out_dir(path: str | Path | None, flag: str = "--out") -> None:
         probe = probe.parent
     if not probe.is_dir():
         raise ConfigError(f"{flag}: cannot make {p}: {probe} is a file; allowed: a writable directory")
+    name_max = os.pathconf(probe, "PC_NAME_MAX")
+    for part in p.parts[len(probe.parts):]:  # the folders and name still to be made
+        if len(os.fsencode(part)) > name_max:
+            raise ConfigError(f"{flag}: a name of {len(os.fsencode(part))} bytes in {_short(p)}; allowed: at most "
+                              f"{name_max} bytes a name on this file system")
     try:  # a file made and removed there: what a write needs, which os.access does not tell root
         fd, tmp = tempfile.mkstemp(dir=probe, prefix=".servesim-write-check-")
         os.close(fd)
@@ -37,9 +55,23 @@ def check_out_file(path: str | Path | None, flag: str = "--out") -> None:
     if path is None:
         return
     p = Path(path)
-    if p.is_dir():
+    try:
+        is_dir = p.is_dir()
+    except OSError as exc:
+        raise ConfigError(f"{flag}: cannot use {_short(p)} ({exc.strerror or exc}); allowed: a file path") from None
+    if is_dir:
         raise ConfigError(f"{flag}: {p} is a directory; allowed: a file path")
     check_out_dir(p.parent if str(p.parent) else ".", flag)
+    name_max = os.pathconf(_existing(p.parent), "PC_NAME_MAX")
+    if len(os.fsencode(p.name)) > name_max:
+        raise ConfigError(f"{flag}: a file name of {len(os.fsencode(p.name))} bytes ({_short(p)}); allowed: at most "
+                          f"{name_max} bytes on this file system")
+
+
+def _existing(p: Path) -> Path:
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    return p
 
 
 def add_plotlyjs_option(p: argparse.ArgumentParser) -> None:

@@ -81,7 +81,7 @@ def _kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kw["activation_bytes"] = int(round(args.overhead_gib * GiB))
         kw["non_torch_bytes"] = 0
     if getattr(args, "usable_gib", None) is not None:
-        check_range("", "--usable-gib", args.usable_gib, 0, 100_000, lo_open=True, unit="GiB")
+        check_range("", "--usable-gib", args.usable_gib, 1 / 1024, 100_000, unit="GiB")  # at least 1 MiB
         kw["usable_memory_bytes"] = int(round(args.usable_gib * GiB))
     if getattr(args, "context_lengths", None):
         kw["context_lengths"] = tuple(args.context_lengths)

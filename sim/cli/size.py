@@ -126,13 +126,17 @@ def run(args: argparse.Namespace) -> int:
     from sim.app.sweep import parse_grid
 
     slo = parse_slo_args(args.slo) if args.slo else None
-    vary = parse_grid(args.vary) if args.vary else None
-    if args.jobs is not None and args.jobs < 1:
-        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    vary = parse_grid(args.vary, "--vary") if args.vary else None
+    from sim.app.sweep import check_jobs
+
+    check_jobs(args.jobs)
     check_range("", "--min-attainment", args.min_attainment, 0, 1, lo_open=True)
     check_range("", "--level", args.level, 0, 1, lo_open=True, hi_open=True)
     check_range("", "--tol", args.tol, 0, 1, lo_open=True, hi_open=True)
     check_range("", "--replications", args.replications, 1, 1000)
+    if args.goal == "knee" and args.max_num_seqs is not None and len(set(args.max_num_seqs)) < 2:
+        raise ConfigError(f"--goal knee with --max-num-seqs {','.join(map(str, args.max_num_seqs))}: a knee is on a "
+                          "curve; allowed: two or more values (or leave --max-num-seqs out)")
     if args.knee_gain is not None and args.goal != "knee":  # a flag that would do nothing is refused
         raise ConfigError(f"--knee-gain {args.knee_gain:g}: only with --goal knee")
     if args.knee_gain is None:

@@ -106,12 +106,19 @@ def run(args: argparse.Namespace) -> int:
                               f"add --grid {SEQS_KEY}=V1,V2,... or leave --knee-gain out")
     knee_gain = DEFAULT_KNEE_GAIN if args.knee_gain is None else args.knee_gain
     slo = parse_slo_args(args.slo) if args.slo else None
-    if args.jobs is not None and args.jobs < 1:
-        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    from sim.app.replicate import seed_list
+
+    seed_list(0, args.replications)  # its range check, before anything runs
+    from sim.app.sweep import check_jobs
+
+    check_jobs(args.jobs)
     if args.address and args.backend != "ray":
         raise ConfigError("--address only applies to --backend ray")
     if not str(args.out).endswith((".parquet", ".pq", ".csv")):
         raise ConfigError(f"--out {args.out}: expected a .parquet or .csv file name")
+    from sim.cli.outpath import check_out_file
+
+    check_out_file(args.out)  # before the grid runs, not after
     from sim.cli.catalog import vllm_overrides
     from sim.cli.progress import show_progress
 

@@ -37,6 +37,6 @@ def run_command(func: Callable[[Any], int | None], args: Any) -> int:
     contract of every ``servesim`` entry point)."""
     try:
         return int(func(args) or 0)
-    except ServesimError as exc:
-        print(f"servesim: error: {exc}", file=sys.stderr)
+    except ServesimError as exc:  # one line, whatever a value in the message holds (a path with a newline)
+        print("servesim: error: " + str(exc).replace("\r", "\\r").replace("\n", "\\n"), file=sys.stderr)
         return 2

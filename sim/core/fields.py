@@ -57,24 +57,57 @@ def missing_file(path: Any, what: str) -> str | None:
     from pathlib import Path
 
     p = Path(path)
-    if p.is_file():
-        return None
-    if p.is_dir():
-        return f"{p}: is a directory; expected a {what}"
-    if p.exists():  # a device, a pipe, a socket
-        return f"{p}: not a regular file; expected a {what}"
+    try:
+        if p.is_file():
+            return None
+        if p.is_dir():
+            return f"{p}: is a directory; expected a {what}"
+        if p.exists():  # a device, a pipe, a socket
+            return f"{p}: not a regular file; expected a {what}"
+    except OSError as exc:  # e.g. a name longer than the file system allows
+        s = str(p)
+        return f"{what} {s if len(s) <= 120 else s[:60] + '...' + s[-40:]!r}: {exc.strerror or exc}"
     return f"{what} not found: {p}"
 
 
-def read_utf8(path: Any) -> str:
-    """A config file's text; not UTF-8 is a ConfigError naming the file and the byte (TOML is UTF-8)."""
+def read_utf8(path: Any, kind: str = "TOML", error: type[Exception] = ConfigError) -> str:
+    """A config file's text; not UTF-8 is an ``error`` naming the file and the byte (TOML and JSON are UTF-8)."""
     from pathlib import Path
 
     p = Path(path)
     data = p.read_bytes()
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8").removeprefix("\ufeff")  # a byte-order mark (Windows editors) is not text
     except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{p}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); allowed: a UTF-8 TOML file"
+        raise error(
+            f"{p}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); allowed: a UTF-8 {kind} file"
         ) from None
+
+
+def load_toml(path: Any, what: str = "config file") -> dict[str, Any]:
+    """A TOML file as a dict; a missing file, bytes that are not UTF-8, a syntax error or nesting deeper than
+    the parser can follow are one ConfigError naming the file."""
+    import tomllib
+
+    if (why := missing_file(path, what)) is not None:
+        raise ConfigError(why)
+    try:
+        return tomllib.loads(read_utf8(path))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not readable TOML: arrays or tables nested too deeply") from None
+
+
+def load_json(path: Any, what: str, error: type[Exception] = ConfigError) -> Any:
+    """A JSON file's value; the same failures as load_toml are one ``error`` naming the file."""
+    import json
+
+    if (why := missing_file(path, what)) is not None:
+        raise error(why)
+    try:
+        return json.loads(read_utf8(path, "JSON", error))
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise error(f"{path}: not readable JSON: arrays or objects nested too deeply") from None

@@ -113,6 +113,9 @@ def resolve(
 def _from_module(spec: str, registry: MutableMapping[str, Any], *, kind: str, where: str,
                  adopt: Callable[[str, Any], None] | None, how: str) -> str:  # fmt: skip
     mod, _, attr = spec.partition(":")
+    if not mod or mod.startswith(".") or not all(p.isidentifier() for p in mod.split(".")):
+        raise UnknownNameError(f"{where} = {spec!r}: {mod!r} is not a module path; allowed: a registered name or "
+                               f"\"package.module:name\"")
     try:
         module = importlib.import_module(mod)
     except ImportError as exc:

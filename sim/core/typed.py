@@ -125,12 +125,16 @@ def _unit(key: str, doc: str) -> str:
     return "GiB" if key.endswith("_gib") else ""
 
 
+def _num(v: Any) -> str:
+    return str(v) if isinstance(v, int) else f"{v:g}"  # an int bound in full (2147483647, not 2.14748e+09)
+
+
 def _range(lo: Any, hi: Any, lo_open: bool, hi_open: bool, unit: str) -> str:
     if lo is not None and hi is None:
-        text = f"value {'>' if lo_open else '>='} {lo:g}"
+        text = f"value {'>' if lo_open else '>='} {_num(lo)}"
     else:
-        text = (f"{lo:g} {'<' if lo_open else '<='} " if lo is not None else "") + "value"
-        text += f" {'<' if hi_open else '<='} {hi:g}" if hi is not None else ""
+        text = (f"{_num(lo)} {'<' if lo_open else '<='} " if lo is not None else "") + "value"
+        text += f" {'<' if hi_open else '<='} {_num(hi)}" if hi is not None else ""
     return text + (f" {unit}" if unit else "")
 
 

@@ -41,6 +41,8 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         raise ConfigError(f"{path}: not a JSON text file (not UTF-8 at byte {exc.start})") from None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read model config {path}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not readable JSON: arrays or objects nested too deeply") from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"{path}: expected a JSON object")
     return spec_from_hf(cfg, path, name=cfg.get("_name_or_path") or path.parent.name or str(path))
@@ -71,13 +73,18 @@ def spec_from_hf(cfg: dict[str, Any], path: Path | str, name: str | None = None)
     for key in ("max_position_embeddings", "num_local_experts", "num_experts", "n_routed_experts",
                 "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "q_lora_rank",
                 "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size", "first_k_dense_replace",
-                "shared_expert_intermediate_size", "ffn_dim", "intermediate_size", "vocab_size"):
-        _int(cfg, key, path, lo=0, default=None, hi=10**9 if key == "max_position_embeddings" else _MAX_DIM)
+                "shared_expert_intermediate_size", "ffn_dim", "intermediate_size", "vocab_size", "experts_per_token"):
+        # a context of 0 is no context (absent, it is 2048 as in vLLM); the others may be 0 (not used)
+        pos = key == "max_position_embeddings"
+        _int(cfg, key, path, lo=1 if pos else 0, default=None, hi=10**9 if pos else _MAX_DIM)
     sw = cfg.get("sliding_window")
     if sw is not None and sw is not False:
         _int(cfg, "sliding_window", path, lo=0, hi=10**9)
     is_opt = model_type == "opt" or "ffn_dim" in cfg
     inter = cfg.get("intermediate_size") or cfg.get("ffn_dim")
+    if inter is None and (cfg.get("intermediate_size") == 0 or cfg.get("ffn_dim") == 0):
+        key = "intermediate_size" if "intermediate_size" in cfg else "ffn_dim"
+        raise ConfigError(f"{path}: {key}: got 0; allowed an integer >= 1 (the MLP's width)")
     if inter is None:
         raise ConfigError(f"{path}: missing required key 'intermediate_size' (or 'ffn_dim')")
     gated = not is_opt  # Llama/Mistral/Qwen/Gemma/Mixtral/DeepSeek MLPs are gated (SwiGLU/GeGLU); OPT is not

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.core.errors import ConfigError, UnknownNameError
+from sim.core.fields import load_json
 from sim.cost.hardware import GpuSpec
 
 PROFILE_DIR = Path(__file__).resolve().parent / "data" / "profiles"
@@ -25,6 +26,19 @@ PROFILE_DIR = Path(__file__).resolve().parent / "data" / "profiles"
 DEFAULT_CAPTURE_SIZES: tuple[int, ...] = (1, 2, 4, *range(8, 513, 8))
 
 _SOURCES = ("prior", "fitted")
+# Physical ranges a profile's fields must lie in (wider than servesim fit's bounds, sim/cost/calibrate/fit.py):
+MIN_EFFICIENCY = 0.01  # of a roof (peak FLOP/s or bandwidth)
+MAX_ROOFLINE_P = 16.0  # the p-norm joining compute and memory time (fitted: 1.6-3.2; the fit allows 8)
+MAX_FIXED_S = 1.0  # a fixed cost per step, layer, sequence or kernel (fitted: at most 0.13 ms)
+MAX_PROFILE_TOKENS = 1e7  # a token-count shape parameter (fitted: 18-16,384)
+MAX_GRAPH_SIZE = 1 << 20  # a CUDA graph's batch size (vLLM captures up to 512 by default)
+_MAX_NON_TIME = {"attn_ctx_pad_tokens": MAX_PROFILE_TOKENS, "prefill_causal_ramp_tokens": MAX_PROFILE_TOKENS,
+                 "sampler_bytes_per_elem": 64.0}
+
+
+def _number(v: Any) -> bool:
+    """An int or float, not a bool (JSON's true is not 1.0 here)."""
+    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,17 +125,15 @@ class CalibrationProfile:
             "prefill_kv_floor",
         ):
             v = getattr(self, name)
-            if not (isinstance(v, int | float) and 0.0 < v <= 1.0):
-                raise ConfigError(f"profile field {name}={v!r}: must be a fraction in (0, 1]")
-        if not (
-            isinstance(self.mixed_decode_gqa_reread, int | float)
-            and 0.0 <= self.mixed_decode_gqa_reread <= 1.0
-        ):
+            # A kernel at under 1 % of its roof is a broken measurement, not a GPU (the fit's floor is 2 %).
+            if not (_number(v) and MIN_EFFICIENCY <= v <= 1.0):
+                raise ConfigError(f"profile field {name}={v!r}: must be a fraction in [{MIN_EFFICIENCY}, 1]")
+        if not (_number(self.mixed_decode_gqa_reread) and 0.0 <= self.mixed_decode_gqa_reread <= 1.0):
             raise ConfigError(
                 f"profile field mixed_decode_gqa_reread={self.mixed_decode_gqa_reread!r}: must be in [0, 1]"
             )
-        if not (isinstance(self.roofline_p, int | float) and self.roofline_p >= 1.0):
-            raise ConfigError(f"profile field roofline_p={self.roofline_p!r}: must be >= 1")
+        if not (_number(self.roofline_p) and 1.0 <= self.roofline_p <= MAX_ROOFLINE_P):
+            raise ConfigError(f"profile field roofline_p={self.roofline_p!r}: must be in [1, {MAX_ROOFLINE_P:g}]")
         for name in (
             "t0_gemm_s",
             "attn_t0_s",
@@ -140,11 +152,13 @@ class CalibrationProfile:
             "allreduce_latency_s",
         ):
             v = getattr(self, name)
-            if not (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
-                raise ConfigError(f"profile field {name}={v!r}: must be a finite number >= 0")
-        if not (isinstance(self.prefill_kv_sat_tokens, int | float) and self.prefill_kv_sat_tokens > 0):
+            top = _MAX_NON_TIME.get(name, MAX_FIXED_S)
+            if not (_number(v) and math.isfinite(v) and 0 <= v <= top):
+                raise ConfigError(f"profile field {name}={v!r}: must be a number in [0, {top:g}]")
+        if not (_number(self.prefill_kv_sat_tokens) and 0 < self.prefill_kv_sat_tokens <= MAX_PROFILE_TOKENS):
             raise ConfigError(
-                f"profile field prefill_kv_sat_tokens={self.prefill_kv_sat_tokens!r}: must be > 0"
+                f"profile field prefill_kv_sat_tokens={self.prefill_kv_sat_tokens!r}: must be in "
+                f"(0, {MAX_PROFILE_TOKENS:g}]"
             )
         if self.allreduce_model not in ("interconnect", "profile"):
             raise ConfigError(
@@ -155,11 +169,11 @@ class CalibrationProfile:
         sizes = self.cuda_graph_sizes
         if (
             not sizes
-            or any(not isinstance(s, int) or s < 1 for s in sizes)
+            or any(not isinstance(s, int) or isinstance(s, bool) or not 1 <= s <= MAX_GRAPH_SIZE for s in sizes)
             or any(b <= a for a, b in zip(sizes, sizes[1:], strict=False))
         ):
             raise ConfigError(
-                f"profile field cuda_graph_sizes={sizes!r}: must be increasing positive integers"
+                f"profile field cuda_graph_sizes={sizes!r}: must be increasing integers in [1, {MAX_GRAPH_SIZE}]"
             )
 
     # ------------------------------------------------------------------ JSON
@@ -192,13 +206,9 @@ class CalibrationProfile:
 
     @classmethod
     def load(cls, path: str | Path) -> CalibrationProfile:
-        p = Path(path)
-        try:
-            data = json.loads(p.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"calibration profile file not found: {p}") from None
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"calibration profile {p}: invalid JSON ({e})") from None
+        data = load_json(Path(path), "calibration profile file")
+        if not isinstance(data, dict):
+            raise ConfigError(f"calibration profile {path}: expected a JSON object, got {type(data).__name__}")
         return cls.from_dict(data)
 
     def save(self, path: str | Path) -> None:

@@ -13,8 +13,11 @@ from typing import Any
 import numpy as np
 
 from sim.core.errors import ConfigError
+from sim.core.fields import MAX_GENERATED
 from sim.core.request import PrefixHashes, RequestSpec
 from workloads.gen.lengths import LengthDist, check_keys, clip_to_context, read_float, read_int
+
+MAX_PRIORITY = 2**31 - 1  # a request's priority (vLLM's is any int; a table column holds int64 here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +32,8 @@ class SharedPrefix:
                 f"{where}: expected a table {{num_groups = ..., prefix_len = ...}}, got {cfg!r}"
             )
         check_keys(cfg, ("num_groups", "prefix_len"), where)
-        return cls(read_int(cfg, "num_groups", where, lo=1), read_int(cfg, "prefix_len", where, lo=1))
+        return cls(read_int(cfg, "num_groups", where, lo=1, hi=MAX_GENERATED),
+                   read_int(cfg, "prefix_len", where, lo=1, hi=MAX_GENERATED))
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +49,13 @@ class PriorityMix:
         levels = cfg.get("levels")
         if not isinstance(levels, list | tuple) or not levels:
             raise ConfigError(f"{where}.levels: expected a non-empty list of integers, got {levels!r}")
-        lv = tuple(read_int({"levels": x}, "levels", where) for x in levels)
+        lv = tuple(read_int({"levels": x}, "levels", where, lo=-MAX_PRIORITY, hi=MAX_PRIORITY) for x in levels)
         w_raw = cfg.get("weights", [1.0] * len(lv))
         if not isinstance(w_raw, list | tuple) or len(w_raw) != len(lv):
             raise ConfigError(
                 f"{where}.weights: expected a list of {len(lv)} numbers (one per level), got {w_raw!r}"
             )
-        w = [read_float({"weights": x}, "weights", where, lo=0.0) for x in w_raw]
+        w = [read_float({"weights": x}, "weights", where, lo=0.0, hi=1e9) for x in w_raw]  # relative: 1e9 is plenty
         if sum(w) <= 0:
             raise ConfigError(f"{where}.weights: must not all be zero")
         return cls(lv, tuple(x / sum(w) for x in w))
@@ -59,6 +63,21 @@ class PriorityMix:
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         idx = rng.choice(len(self.levels), size=n, p=np.asarray(self.weights))
         return np.asarray(self.levels, dtype=np.int64)[idx]
+
+
+class GroupPrefixes:
+    """Each shared-prefix group's system-prompt block hashes, made the first time a request of the group
+    is drawn (a workload may name far more groups than it ever draws: none are made up front)."""
+
+    def __init__(self, prefix_len: int) -> None:
+        self.prefix_len = prefix_len
+        self._made: dict[int, PrefixHashes] = {}
+
+    def __getitem__(self, g: int) -> PrefixHashes:
+        ph = self._made.get(g)
+        if ph is None:
+            ph = self._made[g] = PrefixHashes(segments("", g, self.prefix_len, self.prefix_len)[:1])
+        return ph
 
 
 @dataclass(frozen=True)
@@ -72,7 +91,7 @@ class Draws:
     groups: np.ndarray | None
     prefix_len: int
     num_clipped: int
-    prefix_hashes: tuple[PrefixHashes, ...] = ()  # one per group: its system prompt's block hashes
+    prefix_hashes: GroupPrefixes | None = None  # each group's system prompt's block hashes
 
     def spec(self, i: int, j: int, arrival_time: float, session_id: str | None = None) -> RequestSpec:
         """Request number ``i`` (id ``r<i>``), row ``j`` of these draws."""
@@ -82,7 +101,7 @@ class Draws:
         if self.groups is not None:
             g = int(self.groups[j])
             segs = segments(rid, g, self.prefix_len, p)
-            ph = self.prefix_hashes[g] if self.prefix_hashes else None
+            ph = self.prefix_hashes[g] if self.prefix_hashes is not None else None
         return RequestSpec(request_id=rid, arrival_time=arrival_time, prompt_len=p,
                            output_len=int(self.output_lens[j]), priority=int(self.priorities[j]),
                            session_id=session_id, segments=segs, prefix_hashes=ph)  # fmt: skip
@@ -117,9 +136,7 @@ class Drawer:
         sp = cfg.get("shared_prefix")
         self.shared = None if sp is None else SharedPrefix.from_config(sp, f"{where}.shared_prefix")
         # each group's system prompt hashed once for every draw (sim.core.request.PrefixHashes)
-        self.prefix_hashes = () if self.shared is None else tuple(
-            PrefixHashes(segments("", g, self.shared.prefix_len, self.shared.prefix_len)[:1])
-            for g in range(self.shared.num_groups))  # fmt: skip
+        self.prefix_hashes = None if self.shared is None else GroupPrefixes(self.shared.prefix_len)
         self.prefix_len = 0 if self.shared is None else self.shared.prefix_len
         pr = cfg.get("priority")
         self.priority = None if pr is None else PriorityMix.from_config(pr, f"{where}.priority")

@@ -301,6 +301,9 @@ def build_session_workload(
             turns = turns[:keep].copy()
             turns[-1] -= int(ends[keep - 1] - cap)
             n, total = keep, cap
+    if total > MAX_REQUESTS:  # every turn is a listed request (a row of the results)
+        raise ConfigError(f"{where}: num_sessions x turns gives {total:,} requests; allowed at most "
+                          f"{MAX_REQUESTS:,} (fewer sessions or turns, or num_requests to cut them)")
     msg_dist = LengthDist.from_config(cfg["message"], "workload.message", base_dir)
     messages = msg_dist.sample(total, rng["message"])
     if cfg.get("first_message") is not None:
@@ -319,7 +322,7 @@ def build_session_workload(
     starts = np.zeros(n)
     clients = None
     if has_clients:
-        clients = read_int(cfg, "num_clients", where, lo=1)
+        clients = read_int(cfg, "num_clients", where, lo=1, hi=MAX_REQUESTS)
         for key in ("arrival", "burstiness"):
             if key in cfg:
                 raise ConfigError(f"{where}.{key}: only applies with rate (open loop), not num_clients")
