@@ -194,12 +194,13 @@ def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
     if max_per_stage is not None and (isinstance(max_per_stage, bool) or max_per_stage < 1):
         raise ConfigError(f"--max-per-stage: max_per_stage must be >= 1, got {max_per_stage}")
     rest, wl = _workload_overrides(list(overrides or []))
-    if not run.model:
+    named = any(o.split("=", 1)[0].strip() == "model.name" for o in rest)  # --set model.name=... replaces it
+    if not run.model and not named:
         raise ConfigError(f"{run.source}: the run does not name its model: give --set model.name=NAME")
     try:
-        model = get_model(run.model).name
+        model = get_model(run.model).name if run.model else ""
     except ServesimError:
-        if not any(o.split("=", 1)[0].strip() == "model.name" for o in rest):
+        if not named:
             raise ConfigError(f"{run.source}: model {run.model!r} is not in the catalogue; give --set model.name="
                               "NAME (a catalogue name or the path to its HF config.json)") from None
         model = run.model  # replaced by the --set below

@@ -28,6 +28,28 @@ def _per_run(rows: list[dict[str, Any]], key: str) -> list[str]:
     return lines
 
 
+def _refuse_unused(args: argparse.Namespace) -> None:
+    """The microbenchmark fit's flags do nothing with --from-run: one given is refused, not ignored (--base
+    in particular: the replay fit starts from --profile)."""
+    from sim.cli.calibrate import DEFAULT_DATA
+    from sim.core.errors import ConfigError
+
+    def given(name: str, default: Any = None) -> Any:
+        v = getattr(args, name, default)
+        return v if v not in (default, "", []) and v is not None else None
+
+    unused = [f"{flag} {v!r}" if not isinstance(v, list) else f"{flag} {' '.join(map(str, v))!r}"
+              for flag, v in (("input paths", given("inputs")), ("--recipe", given("recipe")),
+                              ("--model", given("model")), ("--base", given("base", "prior")),
+                              ("--freeze", given("freeze")), ("--report", given("report")),
+                              ("--data", given("data", str(DEFAULT_DATA)))) if v is not None]  # fmt: skip
+    if unused:
+        raise ConfigError(f"servesim fit --from-run: {', '.join(unused)} not used with --from-run (microbenchmark "
+                          "fits only; the replay fit starts from --profile PROFILE.json, default the GPU's shipped "
+                          "profile); allowed: --gpu, --profile, --set, --holdout, --max-per-stage, --max-nfev, "
+                          "--out, --json, --quiet")
+
+
 def run_fit_from_runs(args: argparse.Namespace) -> int:
     from sim.app.runfit import evaluate, fit_runs, fitted_profile
     from sim.cli.outpath import check_out_file
@@ -35,6 +57,7 @@ def run_fit_from_runs(args: argparse.Namespace) -> int:
     from sim.core.errors import ConfigError
     from workloads.runs import load_run
 
+    _refuse_unused(args)
     if not args.out:
         raise ConfigError("servesim fit --from-run: give --out PROFILE.json (where the fitted profile goes)")
     check_out_file(args.out)

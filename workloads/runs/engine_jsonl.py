@@ -20,6 +20,7 @@ way.
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,18 @@ import pandas as pd
 
 from sim.core.errors import TraceFormatError
 from sim.core.request import RequestSpec
-from workloads.runs.model import RealRun, Stage, stats_from_requests
+from sim.core.spec import MAX_ARRIVAL_S
+from workloads.runs.model import (
+    MAX_CLOCK_S,
+    RealRun,
+    Stage,
+    integer,
+    number,
+    parse_json,
+    read_text,
+    show,
+    stats_from_requests,
+)
 
 FIELDS = ("input_toks", "output_toks", "arrival_time", "queued_ts", "scheduled_ts", "first_token_ts",
           "last_token_ts")  # fmt: skip
@@ -48,37 +60,143 @@ def is_engine_jsonl(path: Path) -> bool:
     if not f.is_file():
         return False
     try:
-        with open(f, encoding="utf-8") as fh:
-            first = next((ln for ln in fh if ln.strip()), "")
-        return set(FIELDS) <= set(json.loads(first))
-    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, OSError):
+        with open(f, "rb") as fh:  # only the first row is decoded: a bad byte further on is the loader's to name
+            first = next((ln for ln in fh if ln.strip()), b"")
+        obj = json.loads(first.decode("utf-8", errors="replace"))
+        return isinstance(obj, dict) and set(FIELDS) <= set(obj)
+    except (json.JSONDecodeError, RecursionError, TypeError, OSError):
         return False
+
+
+TOKENS = ("input_toks", "output_toks")
+TIMES = ("arrival_time", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
+# vLLM's RequestStateStats on the engine-core clock: queued, then first scheduled, then first and last token
+ENGINE_ORDER = ("queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
+
+
+def _row(obj: Any, where: str) -> dict[str, Any]:
+    """One request, checked: token counts >= 1 (a request that produced no token has no first_token_ts),
+    timestamps finite and in the clock's range, the engine's four in the order vLLM stamps them."""
+    if not isinstance(obj, dict):
+        raise TraceFormatError(f"{where}: expected a JSON object (one request), got {show(obj)}")
+    missing = [k for k in FIELDS if not isinstance(obj.get(k), int | float)]  # a bool is refused below, by name
+    if missing:
+        raise TraceFormatError(f"{where}: missing or non-numeric {', '.join(missing)} "
+                               f"(per-request engine timestamps need {', '.join(FIELDS)})")
+    for k in TOKENS:
+        integer(where, k, obj[k], lo=1, what=" (tokens)")
+    for k in TIMES:
+        number(where, k, obj[k], lo=-MAX_CLOCK_S, hi=MAX_CLOCK_S, what=" (seconds, where a float64 resolves a microsecond)")
+    for a, b in pairwise(ENGINE_ORDER):
+        if obj[b] < obj[a]:
+            raise TraceFormatError(f"{where}: field '{b}': {obj[b]} is before {a} {obj[a]}; expected "
+                                   f"{' <= '.join(ENGINE_ORDER)} (vLLM's engine timestamps)")
+    return obj
 
 
 def _rows(path: Path) -> pd.DataFrame:
     rows = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
+    if path.is_dir():
+        raise TraceFormatError(f"{path}: is a directory; expected per-request JSONL")
+    try:
+        fh = open(path, "rb")
+    except OSError as e:
+        raise TraceFormatError(f"{path}: cannot read it ({e.strerror or e})") from None
+    with fh:
+        for lineno, raw in enumerate(fh, 1):
+            if not raw.strip():
                 continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise TraceFormatError(f"{path}:{lineno}: not UTF-8 text (byte {e.start}: {e.reason})") from None
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 raise TraceFormatError(f"{path}:{lineno}: not JSON ({e.msg})") from None
-            missing = [k for k in FIELDS if not isinstance(obj.get(k), int | float)]
-            if missing:
-                raise TraceFormatError(f"{path}:{lineno}: missing or non-numeric {', '.join(missing)} "
-                                       f"(per-request engine timestamps need {', '.join(FIELDS)})")
-            rows.append(obj)
+            except RecursionError:
+                raise TraceFormatError(f"{path}:{lineno}: JSON nested too deeply to read") from None
+            rows.append(_row(obj, f"{path}:{lineno}"))
     if not rows:
         raise TraceFormatError(f"{path}: no requests")
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    for k in TOKENS:  # integral floats (12.0) as the integers they are
+        df[k] = df[k].astype(np.int64)
+    span = float(df["arrival_time"].max() - df["arrival_time"].min())
+    if span > MAX_ARRIVAL_S:
+        raise TraceFormatError(f"{path}: arrival_time spans {span:g} s; expected at most {MAX_ARRIVAL_S:g} s (the "
+                               "clock's range at sub-microsecond resolution)")
+    return df
+
+
+def _table(meta: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    v = meta.get(key)
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise TraceFormatError(f"{where}: field '{key}': expected a mapping or null, got {show(v)}")
+    return v
+
+
+def _meta(path: Path) -> dict[str, Any]:
+    """meta.json beside requests.jsonl ({} when there is none): a mapping whose tables are mappings."""
+    if not path.exists():
+        return {}
+    meta = parse_json(read_text(path), str(path))
+    if not isinstance(meta, dict):
+        raise TraceFormatError(f"{path}: expected a JSON object (the run's metadata), got {show(meta)}")
+    for key in ("engine_kwargs", "kv_cache", "hardware"):
+        _table(meta, key, str(path))
+    for key in ("model", "vllm_version"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise TraceFormatError(f"{path}: field '{key}': expected a string, got {show(meta[key])}")
+    ek, kv, hw = (_table(meta, k, str(path)) for k in ("engine_kwargs", "kv_cache", "hardware"))
+    if ek.get("model") is not None and not isinstance(ek["model"], str):
+        raise TraceFormatError(f"{path}: field 'engine_kwargs.model': expected a string, got {show(ek['model'])}")
+    if "tensor_parallel_size" in ek:
+        integer(str(path), "engine_kwargs.tensor_parallel_size", ek["tensor_parallel_size"], lo=1, hi=4096)
+    if kv.get("num_gpu_blocks") is not None:
+        integer(str(path), "kv_cache.num_gpu_blocks", kv["num_gpu_blocks"], lo=1, hi=2**40)
+    if hw.get("device_name") is not None and not isinstance(hw["device_name"], str):
+        raise TraceFormatError(f"{path}: field 'hardware.device_name': expected a string, got {show(hw['device_name'])}")
+    return meta
+
+
+TS_NUMERIC = ("t", "prompt_throughput", "gen_throughput", "running", "waiting", "kv_cache_pct")
+
+
+def _timeseries(path: Path) -> pd.DataFrame | None:
+    """timeseries.csv beside requests.jsonl (None when there is none): a 't' column and numeric gauges."""
+    if not path.exists():
+        return None
+    text = read_text(path)
+    if not text.strip():
+        raise TraceFormatError(f"{path}: empty; expected a header with 't' and vLLM's stats columns "
+                               f"({', '.join(TS_NUMERIC[1:])})")
+    import io
+
+    try:
+        ts = pd.read_csv(io.StringIO(text))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as e:
+        raise TraceFormatError(f"{path}: not valid CSV ({str(e).strip().splitlines()[0] if str(e).strip() else e!r})") from None
+    if "t" not in ts.columns:
+        raise TraceFormatError(f"{path}: no 't' column (seconds from the start)")
+    for col in (c for c in TS_NUMERIC if c in ts.columns):
+        num = pd.to_numeric(ts[col], errors="coerce")
+        bad = np.flatnonzero(num.isna().to_numpy() & ts[col].notna().to_numpy())
+        if col == "t":
+            bad = np.flatnonzero(~np.isfinite(num.to_numpy(float)))
+        if len(bad):
+            i = int(bad[0])
+            raise TraceFormatError(f"{path}: row {i + 1}: field '{col}': expected a number, got {show(ts[col].iloc[i])}")
+        ts[col] = num
+    return ts
 
 
 def _workload_file(d: Path, req: pd.DataFrame) -> Path | None:
     for p in sorted(d.glob("workload*.jsonl")):
         try:
-            with open(p, encoding="utf-8") as fh:
+            with open(p, "rb") as fh:
                 n = sum(1 for ln in fh if ln.strip())
         except OSError:
             continue
@@ -132,15 +250,18 @@ def load_engine_jsonl(path: str | Path, seed: int = 0) -> RealRun:
         clocks["send_jitter_ms"] = 1e3 * float(np.abs(sent - send).max())
     measured = stats_from_requests(df)
     dur = float(df["last"].max() - min(df["send"].min(), 0.0))
+    if not dur > 0:
+        raise TraceFormatError(f"{f}: the run spans {dur:g} s (no last_token_ts after the first send); expected "
+                               "the engine's timestamps to move on from the client's sends")
     measured.update(completed=float(len(df)), failed=0.0, request_throughput=len(df) / dur,
                     output_throughput=float(out.sum()) / dur)  # fmt: skip
-    meta: dict[str, Any] = json.loads((d / "meta.json").read_text()) if (d / "meta.json").is_file() else {}
+    meta = _meta(d / "meta.json")
     ek, kv = meta.get("engine_kwargs") or {}, meta.get("kv_cache") or {}
     engine = {k: ek[k] for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_dtype")
               if k in ek}  # fmt: skip
     engine.update({k: kv[k] for k in ("block_size", "gpu_memory_utilization", "enable_prefix_caching") if k in kv})
-    if isinstance(kv.get("num_gpu_blocks"), int):  # the capacity vLLM measured: replay on the same KV pool
-        engine["num_gpu_blocks_override"] = kv["num_gpu_blocks"]
+    if kv.get("num_gpu_blocks") is not None:  # the capacity vLLM measured: replay on the same KV pool
+        engine["num_gpu_blocks_override"] = int(kv["num_gpu_blocks"])
     hardware = {}
     if (meta.get("hardware") or {}).get("device_name"):
         hardware["gpu"] = meta["hardware"]["device_name"]
@@ -148,11 +269,7 @@ def load_engine_jsonl(path: str | Path, seed: int = 0) -> RealRun:
         hardware["tensor_parallel_size"] = int(ek["tensor_parallel_size"])
     if not meta:
         notes.append("no meta.json beside it: servesim's [engine] defaults unless --set")
-    ts = None
-    if (d / "timeseries.csv").is_file():
-        ts = pd.read_csv(d / "timeseries.csv")
-        if "t" not in ts.columns:
-            raise TraceFormatError(f"{d / 'timeseries.csv'}: no 't' column (seconds from the start)")
+    ts = _timeseries(d / "timeseries.csv")
     return RealRun(
         source=path, format="engine-jsonl", basis="engine_aligned", specs=specs, stage_of=np.zeros(len(specs)),
         stages=[Stage(0, None, dur, 0.0, len(specs))], measured=[dict(measured)], overall=dict(measured),

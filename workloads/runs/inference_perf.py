@@ -41,7 +41,19 @@ import pandas as pd
 
 from sim.core.errors import TraceFormatError
 from sim.core.request import RequestSpec
-from workloads.runs.model import RealRun, Stage, check_keys, stats_from_requests
+from workloads.runs.model import (
+    MAX_CLOCK_S,
+    MAX_TOKENS,
+    RealRun,
+    Stage,
+    check_keys,
+    integer,
+    number,
+    parse_json,
+    read_text,
+    show,
+    stats_from_requests,
+)
 
 CLIENT_TIMEOUT_S = 300.0  # aiohttp ClientTimeout(total=300), inference-perf's default with request_timeout null
 _STAGE_FILE = re.compile(r"^stage_(\d+)_lifecycle_metrics\.json$")
@@ -75,24 +87,48 @@ def results_dir(path: Path) -> Path | None:
 def _yaml(path: Path) -> dict[str, Any]:
     import yaml
 
+    text = read_text(path)
     try:
-        obj = yaml.safe_load(path.read_text())
+        obj = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise TraceFormatError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except RecursionError:
+        raise TraceFormatError(f"{path}: YAML nested too deeply to read (deeper than Python's recursion limit)") from None
     if not isinstance(obj, dict):
         raise TraceFormatError(f"{path}: expected a mapping at the top, got {type(obj).__name__}")
     return obj
 
 
 def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise TraceFormatError(f"{path}: not valid JSON ({e})") from None
+    return parse_json(read_text(path), str(path))
+
+
+def _mapping(where: str, key: str, v: Any) -> dict[str, Any]:
+    """A table that may be null (then {}), else must be a mapping."""
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise TraceFormatError(f"{where}: field '{key}': expected a mapping or null, got {show(v)}")
+    return v
+
+
+def _stage_load(where: str, st: Any, required: bool) -> tuple[float | None, float | None]:
+    """(rate, duration) of a load stage: inference-perf's StandardLoadStage has rate > 0 (QPS) and
+    duration > 0 (s). ``required``: both must be there (the arrivals are rebuilt from them)."""
+    if not isinstance(st, dict):
+        raise TraceFormatError(f"{where}: expected a mapping (a load stage), got {show(st)}")
+    if required:
+        check_keys(where, st, ("rate", "duration"), "stage")
+    rate = number(where, "rate", st["rate"], lo=0.0, lo_open=True, what=" (requests/s)") \
+        if st.get("rate") is not None else None
+    dur = number(where, "duration", st["duration"], lo=0.0, lo_open=True, what=" (seconds)") \
+        if st.get("duration") is not None else None
+    return rate, dur
 
 
 def _latency_block(where: str, succ: dict[str, Any], out_len: float | None) -> dict[str, float]:
-    lat = succ.get("latency") or {}
+    succ = _mapping(where, "successes", succ)
+    lat = _mapping(where, "successes.latency", succ.get("latency"))
     check_keys(where, lat, ("time_to_first_token", "request_latency"), "successes.latency")
     out: dict[str, float] = {}
     for src, m in (("time_to_first_token", "ttft"), ("request_latency", "e2el"),
@@ -110,7 +146,7 @@ def _latency_block(where: str, succ: dict[str, Any], out_len: float | None) -> d
             out["output_throughput"] = out_len * float(tp["requests_per_sec"])
         elif isinstance(tp.get("output_tokens_per_sec"), int | float):
             out["output_throughput"] = float(tp["output_tokens_per_sec"])
-    out["completed"] = float(succ.get("count", 0))
+    out["completed"] = number(where, "successes.count", succ.get("count", 0), lo=0.0)
     return out
 
 
@@ -118,7 +154,8 @@ def _measured(path: Path, out_len: float | None) -> dict[str, float]:
     d = _json(path)
     check_keys(str(path), d, ("successes", "failures"), "inference-perf lifecycle metrics")
     m = _latency_block(str(path), d["successes"], out_len)
-    m["failed"] = float((d["failures"] or {}).get("count", 0))
+    m["failed"] = number(str(path), "failures.count", _mapping(str(path), "failures", d["failures"]).get("count", 0),
+                         lo=0.0)
     return m
 
 
@@ -126,9 +163,12 @@ def _shared_prefix_specs(sp: dict[str, Any], plen: int, out_len: int, times: lis
                          where: str) -> list[RequestSpec]:  # fmt: skip
     check_keys(where, sp, ("num_groups", "num_prompts_per_group", "system_prompt_len", "question_len"),
                "data.shared_prefix")  # fmt: skip
-    per = int(sp["num_prompts_per_group"])
-    n_prompts = int(sp["num_groups"]) * per
-    sys_len = int(round(plen * sp["system_prompt_len"] / (sp["system_prompt_len"] + sp["question_len"])))
+    per = integer(where, "num_prompts_per_group", sp["num_prompts_per_group"], lo=1, hi=10**7)
+    n_prompts = integer(where, "num_groups", sp["num_groups"], lo=1, hi=10**7) * per
+    lens = [integer(where, k, sp[k], lo=0) for k in ("system_prompt_len", "question_len")]
+    if not sum(lens):
+        raise TraceFormatError(f"{where}: system_prompt_len and question_len are both 0: no prompt to rebuild")
+    sys_len = int(round(plen * lens[0] / sum(lens)))
     perm = np.random.default_rng(seed).permutation(n_prompts)
     specs = []
     for i, t in enumerate(times):
@@ -138,26 +178,47 @@ def _shared_prefix_specs(sp: dict[str, Any], plen: int, out_len: int, times: lis
     return specs
 
 
-def _records(path: Path) -> pd.DataFrame:
-    """per_request_lifecycle_metrics.json -> one row per request (old and new ``info`` layouts)."""
+def _records(path: Path, num_stages: int) -> pd.DataFrame:
+    """per_request_lifecycle_metrics.json -> one row per request (old and new ``info`` layouts). Times are the
+    client's (perf_counter seconds): start <= end for every record, start <= first token <= end for a success."""
     recs = _json(path)
     if not isinstance(recs, list):
         raise TraceFormatError(f"{path}: expected a list of request records")
     rows = []
     for i, r in enumerate(recs):
-        check_keys(f"{path}: record {i}", r, ("start_time", "end_time", "info"), "request lifecycle record")
-        info = r["info"] or {}
-        resp = info.get("response_metrics") or {}
-        p = info.get("input_tokens", ((info.get("request_metrics") or {}).get("text") or {}).get("input_tokens"))
+        where = f"{path}: record {i}"
+        check_keys(where, r, ("start_time", "end_time", "info"), "request lifecycle record")
+        info = _mapping(where, "info", r["info"])
+        resp = _mapping(where, "info.response_metrics", info.get("response_metrics"))
+        text_m = _mapping(where, "info.request_metrics.text",
+                          _mapping(where, "info.request_metrics", info.get("request_metrics")).get("text"))
+        p = info.get("input_tokens", text_m.get("input_tokens"))
         o = info.get("output_tokens", resp.get("output_tokens"))
         times = info.get("output_token_times", resp.get("output_token_times")) or []
         if p is None or o is None:
             raise TraceFormatError(f"{path}: record {i}: info has no input_tokens / output_tokens")
-        start = float(r["start_time"])
-        rows.append({"stage": int(r.get("stage_id") or 0), "start": start, "prompt_len": int(p),
-                     "output_len": int(o), "ok": not r.get("error"),
-                     "ttft": float(times[0]) - start if times else math.nan,
-                     "e2el": float(r["end_time"]) - start, "text": r.get("request_data")})  # fmt: skip
+        p, o = integer(where, "input_tokens", p, what=" (tokens)"), integer(where, "output_tokens", o, what=" (tokens)")
+        start = number(where, "start_time", r["start_time"], lo=-MAX_CLOCK_S, hi=MAX_CLOCK_S, what=" (seconds)")
+        end = number(where, "end_time", r["end_time"], lo=-MAX_CLOCK_S, hi=MAX_CLOCK_S, what=" (seconds)")
+        if end < start:
+            raise TraceFormatError(f"{where}: field 'end_time': {end} is before start_time {start}; expected "
+                                   "start_time <= end_time")
+        if not isinstance(times, list):
+            raise TraceFormatError(f"{where}: field 'output_token_times': expected a list of numbers, got {show(times)}")
+        first = number(where, "output_token_times[0]", times[0], lo=-MAX_CLOCK_S, hi=MAX_CLOCK_S,
+                       what=" (seconds)") if times else math.nan  # fmt: skip
+        ok = not r.get("error")
+        if ok and times and not start <= first <= end:
+            raise TraceFormatError(f"{where}: field 'output_token_times[0]': {first} is outside start_time {start} .. "
+                                   f"end_time {end}; expected the first token between the send and the end")
+        stage = r.get("stage_id") or 0
+        stage = integer(where, "stage_id", stage, lo=0, hi=max(num_stages - 1, 0),
+                        what=f" (config.yaml has {num_stages} load stages)")
+        text = r.get("request_data")
+        if text is not None and not isinstance(text, str):  # a key for prefix identity: the body as one string
+            text = json.dumps(text, sort_keys=True, default=str)
+        rows.append({"stage": stage, "start": start, "prompt_len": p, "output_len": o, "ok": ok,
+                     "ttft": first - start if times else math.nan, "e2el": end - start, "text": text})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -169,28 +230,35 @@ def load_inference_perf(path: str | Path, seed: int = 0) -> RealRun:
                                "stage_<k>_lifecycle_metrics.json, here or in results/)")
     cfg = _yaml(rdir / "config.yaml")
     check_keys(str(rdir / "config.yaml"), cfg, ("load", "data"), "inference-perf config")
-    load, data = cfg["load"] or {}, cfg["data"] or {}
+    cfg_where = str(rdir / "config.yaml")
+    load, data = _mapping(cfg_where, "load", cfg["load"]), _mapping(cfg_where, "data", cfg["data"])
     check_keys(f"{rdir / 'config.yaml'}: load", load, ("type", "stages"), "load profile")
+    if not isinstance(load["stages"], list) or not load["stages"]:
+        raise TraceFormatError(f"{cfg_where}: field 'load.stages': expected a list of load stages, got "
+                               f"{show(load['stages'])}")
     exp_path = next((p for p in (rdir / "exp-config.yaml", rdir.parent / "exp-config.yaml") if p.is_file()), None)
     exp = _yaml(exp_path) if exp_path else {}
-    ignore_eos = bool((cfg.get("server") or {}).get("ignore_eos"))
-    sp = data.get("shared_prefix") or {}
+    ignore_eos = bool(_mapping(cfg_where, "server", cfg.get("server")).get("ignore_eos"))
+    sp = _mapping(cfg_where, "data.shared_prefix", data.get("shared_prefix"))
     cfg_out = sp.get("output_len") if data.get("type") == "shared_prefix" else None
-    out_len = float(cfg_out) if ignore_eos and cfg_out else None
+    out_len = float(integer(f"{cfg_where}: data.shared_prefix", "output_len", cfg_out, lo=1)) \
+        if ignore_eos and cfg_out else None
     files = sorted((int(m.group(1)), p) for p in rdir.iterdir() if (m := _STAGE_FILE.match(p.name)))
     measured = [_measured(p, out_len) for _, p in files]
     raw_stages = load["stages"]
     if len(raw_stages) != len(files):
         raise TraceFormatError(f"{rdir}: config.yaml has {len(raw_stages)} load stages but there are "
                                f"{len(files)} stage_<k>_lifecycle_metrics.json files")
+    rec_path = rdir / "per_request_lifecycle_metrics.json"
+    loads = [_stage_load(f"{cfg_where}: load.stages[{k}]", st, not rec_path.is_file())
+             for k, st in enumerate(raw_stages)]  # fmt: skip
     summary = rdir / "summary_lifecycle_metrics.json"
     overall = _measured(summary, out_len) if summary.is_file() else {}
-    stage0 = _json(files[0][1])["successes"]
+    stage0 = _mapping(str(files[0][1]), "successes", _json(files[0][1])["successes"])
     notes: list[str] = []
-    rec_path = rdir / "per_request_lifecycle_metrics.json"
     requests = None
     if rec_path.is_file():
-        rec = _records(rec_path).sort_values("start", kind="stable").reset_index(drop=True)
+        rec = _records(rec_path, len(raw_stages)).sort_values("start", kind="stable").reset_index(drop=True)
         t = rec["start"].to_numpy(float) - float(rec["start"].min())
         texts = rec["text"].tolist()
         specs = [RequestSpec(request_id=str(i), arrival_time=float(t[i]), prompt_len=max(int(r.prompt_len), 1),
@@ -209,20 +277,25 @@ def load_inference_perf(path: str | Path, seed: int = 0) -> RealRun:
         notes.append("arrivals, lengths and failures from per_request_lifecycle_metrics.json; prompts with "
                      "equal text share their KV prefix")
     else:
-        plen = int(round(float((stage0.get("prompt_len") or {}).get("mean") or 0)))
+        w0 = str(files[0][1])
+        plen = int(round(number(w0, "successes.prompt_len.mean", _mapping(w0, "successes.prompt_len", stage0.get(
+            "prompt_len")).get("mean") or 0, lo=0.0, hi=MAX_TOKENS)))
         if plen < 1:
             raise TraceFormatError(f"{files[0][1]}: successes.prompt_len.mean is missing: cannot rebuild prompts")
-        o = int(out_len) if out_len else int(round(float((stage0.get("output_len") or {}).get("mean") or 0)))
+        o = int(out_len) if out_len else int(round(number(w0, "successes.output_len.mean", _mapping(
+            w0, "successes.output_len", stage0.get("output_len")).get("mean") or 0, lo=0.0, hi=MAX_TOKENS)))
         if o < 1:
             raise TraceFormatError(f"{files[0][1]}: no output length (data.shared_prefix.output_len with "
                                    "ignore_eos, or successes.output_len.mean)")
         times, stage_list = [], []
         t0 = 0.0
         rng = np.random.default_rng(seed)
-        for k, st in enumerate(raw_stages):
-            check_keys(f"{rdir / 'config.yaml'}: load.stages[{k}]", st, ("rate", "duration"), "stage")
-            rate, dur = float(st["rate"]), float(st["duration"])
+        for k, (rate, dur) in enumerate(loads):
+            assert rate is not None and dur is not None  # required without per-request records
             n = int(round(rate * dur))
+            if n > 10**8:
+                raise TraceFormatError(f"{cfg_where}: load.stages[{k}]: rate {rate:g} x duration {dur:g} s = {n} "
+                                       "requests; expected at most 1e8 to rebuild")
             if load["type"] == "constant":
                 ts = t0 + np.arange(n) / rate
             elif load["type"] == "poisson":
@@ -244,17 +317,24 @@ def load_inference_perf(path: str | Path, seed: int = 0) -> RealRun:
         notes.append(f"prompts: {plen} tokens (successes.prompt_len.mean), outputs {o} tokens"
                      + (" (ignore_eos)" if out_len else " (the measured mean)"))
     stages, start = [], 0.0
-    for k, st in enumerate(raw_stages):
+    for k, (rate, dur) in enumerate(loads):
         n = int((stage_of == k).sum())
-        stages.append(Stage(k, float(st["rate"]), float(st["duration"]), start, n))
-        start += n / float(st["rate"]) if float(st["rate"]) > 0 else 0.0
+        stages.append(Stage(k, rate, dur, start, n))
+        start += n / rate if rate else 0.0
     engine = {k: exp[k] for k in _ENGINE if k in exp}
-    hardware = {"tensor_parallel_size": int(exp["tensor_parallelism"])} if "tensor_parallelism" in exp else {}
+    exp_where = str(exp_path)
+    hardware = {"tensor_parallel_size": integer(exp_where, "tensor_parallelism", exp["tensor_parallelism"], lo=1,
+                                                hi=4096)} if "tensor_parallelism" in exp else {}  # fmt: skip
+    for key in ("model", "vllm_version"):
+        if exp.get(key) is not None and not isinstance(exp[key], str | int | float):
+            raise TraceFormatError(f"{exp_where}: field '{key}': expected a string, got {show(exp[key])}")
     if exp_path is None:
         notes.append("no exp-config.yaml beside results/: servesim's [engine] defaults unless --set")
     timeout = load.get("request_timeout")
-    model = exp.get("model") or (cfg.get("server") or {}).get("model_name") or \
-        (cfg.get("tokenizer") or {}).get("pretrained_model_name_or_path")
+    if timeout is not None:
+        number(f"{cfg_where}: load", "request_timeout", timeout, lo=0.0, lo_open=True, what=" (seconds) or null")
+    model = exp.get("model") or _mapping(cfg_where, "server", cfg.get("server")).get("model_name") or \
+        _mapping(cfg_where, "tokenizer", cfg.get("tokenizer")).get("pretrained_model_name_or_path")
     return RealRun(
         source=path, format="inference-perf", basis="client", specs=specs, stage_of=stage_of, stages=stages,
         measured=measured, overall=overall, meaning=dict(MEANING), model=model, engine=engine,

@@ -16,6 +16,8 @@ queued − sent lag, see ``clocks``).
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sim.core.errors import TraceFormatError
 from sim.core.request import RequestSpec
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
@@ -140,9 +143,69 @@ def stats_from_requests(df: pd.DataFrame, itl: np.ndarray | None = None) -> dict
 
 
 def check_keys(where: str, obj: Mapping[str, Any], keys: Iterable[str], what: str) -> None:
-    """A TraceFormatError naming every missing key at once."""
-    from sim.core.errors import TraceFormatError
-
+    """A TraceFormatError naming every missing key at once (and one for something that is not a mapping)."""
+    if not isinstance(obj, Mapping):
+        raise TraceFormatError(f"{where}: expected a mapping ({what}), got {show(obj)}")
     missing = [k for k in keys if k not in obj]
     if missing:
         raise TraceFormatError(f"{where}: missing {', '.join(missing)} ({what})")
+
+
+# ---- field checks the importers share: one line naming the file, the record, the field and the value -------
+
+MAX_TOKENS = 10**9  # token counts past this are not a real request (workloads/gen/lengths.py MAX_LEN)
+# Engine and client timestamps (monotonic or epoch seconds): below 2**33 s (8.6e9; the year 2242 as epoch
+# seconds) a float64 still resolves a microsecond; past it a run's events collapse onto a few instants.
+MAX_CLOCK_S = 2.0**33
+
+
+def show(v: Any) -> str:
+    """A value as one short line (repr escapes line breaks)."""
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def read_text(path: Path) -> str:
+    """A run file's UTF-8 text; unreadable bytes, a directory or an OS error are one line naming the file."""
+    if path.is_dir():
+        raise TraceFormatError(f"{path}: is a directory; expected a file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise TraceFormatError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except OSError as e:
+        raise TraceFormatError(f"{path}: cannot read it ({e.strerror or e})") from None
+
+
+def parse_json(text: str, where: str) -> Any:
+    """``json.loads`` with its failures (bad syntax, nesting past the recursion limit) as one line."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TraceFormatError(f"{where}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise TraceFormatError(f"{where}: JSON nested too deeply to read (deeper than Python's recursion "
+                               "limit)") from None
+
+
+def number(where: str, key: str, v: Any, *, lo: float | None = None, lo_open: bool = False,
+           hi: float | None = None, what: str = "") -> float:  # fmt: skip
+    """A finite number (not a bool) within [lo, hi] (``lo_open``: > lo), else one line naming the field."""
+    ok = not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
+    if ok and lo is not None:
+        ok = v > lo if lo_open else v >= lo
+    if ok and hi is not None:
+        ok = v <= hi
+    if not ok:
+        rng = "" if lo is None else (f" > {lo:g}" if lo_open else f" >= {lo:g}")
+        rng += "" if hi is None else (f" and <= {hi:g}" if rng else f" <= {hi:g}")
+        raise TraceFormatError(f"{where}: field '{key}': expected a finite number{rng}{what}, got {show(v)}")
+    return float(v)
+
+
+def integer(where: str, key: str, v: Any, *, lo: int = 0, hi: int = MAX_TOKENS, what: str = "") -> int:
+    """An integer (an integral float too, not a bool) within [lo, hi], else one line naming the field."""
+    ok = not isinstance(v, bool) and (isinstance(v, int) or (isinstance(v, float) and v.is_integer()))
+    if not ok or not lo <= v <= hi:
+        raise TraceFormatError(f"{where}: field '{key}': expected an integer from {lo} to {hi}{what}, got {show(v)}")
+    return int(v)

@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sim.core.errors import TraceFormatError
 from sim.core.request import RequestSpec
-from workloads.runs.model import LATENCIES, RealRun, Stage, stats_from_requests
+from workloads.runs.model import LATENCIES, RealRun, Stage, show, stats_from_requests
 from workloads.tracefmt.benchresult import (
     bench_rate,
     read_successes,
@@ -65,6 +66,27 @@ def _file_stats(res: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def _duration(res: dict[str, Any], path: Path) -> float:
+    """``duration``: the benchmark's perf_counter span (vLLM's ``benchmark_duration``), always > 0 in a real file."""
+    v = res.get("duration")
+    if isinstance(v, bool) or not isinstance(v, int | float) or not (math.isfinite(v) and v > 0):
+        raise TraceFormatError(f"{path}: field 'duration': expected the benchmark's length in seconds (a number > 0), "
+                               f"got {show(v)}")
+    return float(v)
+
+
+def _max_concurrency(res: dict[str, Any], path: Path) -> int | None:
+    """``max_concurrency``: vllm bench --max-concurrency, an integer >= 1, or null when not given."""
+    v = res.get("max_concurrency")
+    if v is None:
+        return None
+    integral = isinstance(v, int) or (isinstance(v, float) and v.is_integer())
+    if isinstance(v, bool) or not isinstance(v, int | float) or not integral or v < 1:
+        raise TraceFormatError(f"{path}: field 'max_concurrency': expected an integer >= 1 (vllm bench "
+                               f"--max-concurrency) or null, got {show(v)}")
+    return int(v)
+
+
 def load_vllm_bench_run(path: str | Path, seed: int = 0) -> RealRun:
     path = Path(path)
     res, reqs, times, how = read_successes(path, seed)
@@ -80,28 +102,27 @@ def load_vllm_bench_run(path: str | Path, seed: int = 0) -> RealRun:
     df["tpot"] = np.where(out > 1, (df["e2el"] - df["ttft"]) / np.maximum(out - 1, 1), np.nan)
     itl = np.asarray([g for i in order for g in reqs.itl[i]], float)
     measured = stats_from_requests(df, itl)
-    dur = float(res["duration"]) if isinstance(res.get("duration"), int | float) else math.nan
+    dur = _duration(res, path)
     measured["completed"] = float(ok.sum())  # failures are not replayed, so not compared (see notes)
-    if dur > 0:
-        measured.update(request_throughput=float(ok.sum()) / dur, output_throughput=float(out.sum()) / dur)
+    measured.update(request_throughput=float(ok.sum()) / dur, output_throughput=float(out.sum()) / dur)
     measured.update(_file_stats(res))  # the file's own numbers win where it has them (they are the same)
     engine = {k: _scalar(res[k]) for k in ENGINE_KEYS if k in res}
     hardware = {v: _scalar(res[k]) for k, v in HARDWARE_KEYS.items() if k in res}
     rate = bench_rate(res, path)
-    mc = res.get("max_concurrency")
+    mc = _max_concurrency(res, path)
     notes = [f"arrivals {how}", "no prompt content in the file: prompts replayed as unique (no prefix hits)"]
     if (~ok).any():
         notes.append(f"{int((~ok).sum())} failed requests not replayed (their output length is not recorded)")
     if not engine:
         notes.append("the result records no server arguments: servesim's [engine] defaults unless --set "
                      "(or vllm bench --metadata max_num_seqs=... gpu=...)")
-    stage = Stage(0, None if math.isinf(rate) else rate, dur if dur > 0 else None, 0.0, len(specs))
+    stage = Stage(0, None if math.isinf(rate) else rate, dur, 0.0, len(specs))
     return RealRun(
         source=path, format="vllm-bench", basis="client", specs=specs, stage_of=np.zeros(len(specs)),
         stages=[stage], measured=[dict(measured)], overall=dict(measured), meaning=dict(MEANING),
         model=res.get("model_id") or res.get("tokenizer_id"), engine=engine, hardware=hardware,
         vllm_version=str(res["vllm_version"]) if "vllm_version" in res else None,
-        max_concurrency=int(mc) if isinstance(mc, int | float) and not isinstance(mc, bool) else None,
+        max_concurrency=mc,
         arrivals="recorded" if how.startswith("recorded") else how,
         requests=df, itl=itl, notes=notes,
     )  # fmt: skip

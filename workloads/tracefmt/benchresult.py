@@ -28,10 +28,21 @@ from typing import Any
 import numpy as np
 
 from sim.core.errors import TraceFormatError
+from sim.core.spec import MAX_ARRIVAL_S
 from workloads.tracefmt.core import Columns, LoadedTrace, TraceOptions, finish
 from workloads.tracefmt.rows import check_file, open_text
 
 DETAIL_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "errors")
+MAX_TOKENS = 10**9  # token counts past this are not a real request (workloads/gen/lengths.py MAX_LEN)
+# start_times are time.perf_counter() seconds (since boot); below 2**33 s a float64 still resolves a
+# microsecond, past it the sends of a run collapse onto a few instants
+MAX_CLOCK_S = 2.0**33
+
+
+def _show(v: Any) -> str:
+    """A value as one short line (repr escapes line breaks)."""
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def is_bench_result(keys: set[str]) -> bool:
@@ -44,10 +55,19 @@ def read_bench_result(path: str | Path) -> dict[str, Any]:
     """The result object; a file written with ``--append-result`` (one object per line) is refused by name."""
     path = Path(path)
     check_file(path)
-    with open_text(path) as f:
-        text = f.read()
+    try:
+        with open_text(path) as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise TraceFormatError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason}); a vllm bench result is "
+                               "UTF-8 JSON") from None
+    except (OSError, EOFError) as e:
+        raise TraceFormatError(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    deep = f"{path}: JSON nested too deeply to read (deeper than Python's recursion limit); not a vllm bench result"
     try:
         obj = json.loads(text)
+    except RecursionError:
+        raise TraceFormatError(deep) from None
     except json.JSONDecodeError:
         lines = [x for x in text.splitlines() if x.strip()]
         if len(lines) > 1:
@@ -55,6 +75,8 @@ def read_bench_result(path: str | Path) -> dict[str, Any]:
                 [json.loads(x) for x in lines]
             except json.JSONDecodeError as e:
                 raise TraceFormatError(f"{path}: not valid JSON ({e})") from None
+            except RecursionError:
+                raise TraceFormatError(deep) from None
             raise TraceFormatError(f"{path}: holds {len(lines)} results (written with --append-result); "
                                    "split it into one file per result") from None
         raise TraceFormatError(f"{path}: not valid JSON") from None
@@ -85,6 +107,21 @@ def _float(v: Any) -> float:
         return math.nan
 
 
+def _gaps(x: Any, i: int, ok: bool, path: Path) -> list[float]:
+    """itls[i] as seconds: a list of numbers (vLLM's RequestFuncOutput.itl; [] for a 1-token output or a
+    failure), each finite and >= 0 when the request succeeded (perf_counter gaps cannot be negative)."""
+    if x is None and not ok:
+        return []
+    if not isinstance(x, list):
+        raise TraceFormatError(f"{path}: itls[{i}]: expected a list of numbers (seconds between chunks), got {_show(x)}")
+    for j, g in enumerate(x):
+        if isinstance(g, bool) or not isinstance(g, int | float):
+            raise TraceFormatError(f"{path}: itls[{i}][{j}]: expected a number (seconds), got {_show(g)}")
+        if ok and not (math.isfinite(g) and g >= 0):
+            raise TraceFormatError(f"{path}: itls[{i}][{j}]: {g} for a successful request; expected finite seconds >= 0")
+    return [float(g) for g in x]
+
+
 def bench_requests(res: dict[str, Any], path: Path) -> BenchRequests:
     missing = [k for k in DETAIL_KEYS if k not in res]
     if missing:
@@ -99,18 +136,17 @@ def bench_requests(res: dict[str, Any], path: Path) -> BenchRequests:
             got = len(res[k]) if isinstance(res[k], list) else type(res[k]).__name__
             raise TraceFormatError(f"{path}: {k}: expected a list of {n} entries (one per input_lens), got {got}")
     for k in ("input_lens", "output_lens"):
-        bad = next((x for x in res[k] if isinstance(x, bool) or not isinstance(x, int)), None)
-        if bad is not None:
-            raise TraceFormatError(f"{path}: {k}: expected integer token counts, got {bad!r}")
-    try:
-        prompt = np.asarray(res["input_lens"], dtype=np.int64)
-        output = np.asarray(res["output_lens"], dtype=np.int64)
-    except (TypeError, ValueError) as e:
-        raise TraceFormatError(f"{path}: input_lens / output_lens must be integers ({e})") from None
+        for i, x in enumerate(res[k]):
+            if isinstance(x, bool) or not isinstance(x, int):
+                raise TraceFormatError(f"{path}: {k}[{i}]: expected integer token counts, got {_show(x)}")
+            if not 0 <= x <= MAX_TOKENS:
+                raise TraceFormatError(f"{path}: {k}[{i}]: expected a token count from 0 to {MAX_TOKENS}, got {x}")
+    prompt = np.asarray(res["input_lens"], dtype=np.int64)
+    output = np.asarray(res["output_lens"], dtype=np.int64)
     errors = res["errors"]
     ok = np.array([not e for e in errors], dtype=bool) & (output > 0)
     ttft = np.array([_float(x) for x in res["ttfts"]])
-    itl = [list(map(float, x)) if isinstance(x, list) else [] for x in res["itls"]]
+    itl = [_gaps(res["itls"][i], i, bool(ok[i]), path) for i in range(n)]
     if "latencies" in res:
         e2el = np.array([_float(x) for x in res["latencies"]])
     else:  # the last chunk arrives TTFT + the sum of its gaps after the send
@@ -120,11 +156,25 @@ def bench_requests(res: dict[str, Any], path: Path) -> BenchRequests:
         if len(wrong):
             i = int(wrong[0])
             raise TraceFormatError(f"{path}: {name}[{i}]: {float(v[i])} for a successful request; expected seconds >= 0")
+    # vLLM: TTFT = first chunk - send, latency = last chunk - send: the first chunk cannot come after the last
+    late = np.flatnonzero(ok & (ttft > e2el + 1e-9))
+    if len(late):
+        i = int(late[0])
+        raise TraceFormatError(f"{path}: ttfts[{i}]: {float(ttft[i])} s is after latencies[{i}] = {float(e2el[i])} s "
+                               "(the first chunk after the last); expected ttft <= latency")
     ttft, e2el = np.where(ok, ttft, np.nan), np.where(ok, e2el, np.nan)
     start = np.array([_float(x) for x in res["start_times"]]) if "start_times" in res else None
-    if start is not None and not (np.isfinite(start) & (start >= 0)).all():
-        i = int(np.flatnonzero(~(np.isfinite(start) & (start >= 0)))[0])
-        raise TraceFormatError(f"{path}: start_times[{i}]: {float(start[i])}; expected finite seconds >= 0")
+    if start is not None:
+        bad = np.flatnonzero(~(np.isfinite(start) & (start >= 0) & (start < MAX_CLOCK_S)))
+        if len(bad):
+            i = int(bad[0])
+            raise TraceFormatError(f"{path}: start_times[{i}]: {float(start[i])}; expected finite time.perf_counter() "
+                                   f"seconds >= 0 and below {MAX_CLOCK_S:.3g} (where a float64 still resolves a "
+                                   "microsecond)")
+        span = float(start.max() - start.min())
+        if span > MAX_ARRIVAL_S:
+            raise TraceFormatError(f"{path}: start_times span {span:g} s; expected at most {MAX_ARRIVAL_S:g} s "
+                                   "(the clock's range at sub-microsecond resolution)")
     if (prompt[ok] < 1).any():
         raise TraceFormatError(f"{path}: input_lens: a successful request has {int(prompt[ok].min())} tokens")
     return BenchRequests(prompt, output, ok, ttft, e2el, itl, start)
@@ -164,14 +214,24 @@ def bench_arrivals(res: dict[str, Any], reqs: BenchRequests, path: Path, seed: i
         if (rates <= 0).any():
             raise TraceFormatError(f"{path}: ramp_up_start_rps = 0: the first request would wait forever")
         gaps = 1.0 / rates if math.isinf(b) else rng.standard_gamma(b, n) / (rates * b)
-        return np.cumsum(gaps), f"redrawn: {strategy} ramp-up {lo:g} -> {hi:g} req/s (seed {seed})"
+        return _in_range(np.cumsum(gaps), path, f"ramp_up_start_rps = {lo:g}, ramp_up_end_rps = {hi:g}"), \
+            f"redrawn: {strategy} ramp-up {lo:g} -> {hi:g} req/s (seed {seed})"
     if math.isinf(rate):
         return np.zeros(n), "all at t = 0 (request_rate inf)"
     from workloads.gen.arrivals import ArrivalConfig
 
     kind = "constant" if math.isinf(b) else "poisson" if b == 1.0 else "gamma"
     times = ArrivalConfig(kind, rate, 1.0 if kind != "gamma" else b).sample(n, rng)
-    return np.asarray(times, float), f"redrawn: {kind} at {rate:g} req/s, burstiness {b:g} (seed {seed})"
+    return _in_range(np.asarray(times, float), path, f"request_rate = {rate:g}, burstiness = {b:g}"), \
+        f"redrawn: {kind} at {rate:g} req/s, burstiness {b:g} (seed {seed})"
+
+
+def _in_range(times: np.ndarray, path: Path, what: str) -> np.ndarray:
+    """Redrawn send times, refused (naming the file's own setting) when they leave the clock's range."""
+    if len(times) and not (np.isfinite(times) & (times <= MAX_ARRIVAL_S)).all():
+        raise TraceFormatError(f"{path}: {what}: the redrawn sends reach {float(np.nanmax(times)):g} s; expected "
+                               f"at most {MAX_ARRIVAL_S:g} s (the clock's range at sub-microsecond resolution)")
+    return times
 
 
 def read_successes(path: Path, seed: int) -> tuple[dict[str, Any], Any, np.ndarray, str]:
