@@ -13,6 +13,7 @@ from sim.core.errors import ConfigError
 # The most requests one workload may hold: every request is a row of the results, so this bounds memory.
 MAX_REQUESTS = 1_000_000  # the most a run lists whole (rows of the requests table, a trace, sessions)
 MAX_GENERATED = 1_000_000_000  # open and closed loops are generated as the clock reaches them
+MAX_PRIORITY = 2**31 - 1  # |a request's priority|: vLLM takes any int; int32's range keeps the int64 columns far from overflow
 
 
 def check_range(

@@ -13,11 +13,9 @@ from typing import Any
 import numpy as np
 
 from sim.core.errors import ConfigError
-from sim.core.fields import MAX_GENERATED
+from sim.core.fields import MAX_GENERATED, MAX_PRIORITY
 from sim.core.request import PrefixHashes, RequestSpec
 from workloads.gen.lengths import LengthDist, check_keys, clip_to_context, read_float, read_int
-
-MAX_PRIORITY = 2**31 - 1  # a request's priority (vLLM's is any int; a table column holds int64 here)
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,7 +95,12 @@ def read_int(
 
 # ---- distributions -----------------------------------------------------------------------------------
 
-MAX_LEN = 10**9  # tokens: no length parameter beyond this makes sense (and floats overflow past it)
+# The one bound on a token count, wherever it comes from: a length setting, an empirical list or CSV, a
+# trace row (workloads.tracefmt imports it). No model's context comes near 10**9 tokens, a float64 holds
+# every count up to it exactly, and sums over millions of requests stay far inside the int64 arrays the
+# workloads and loaders build; a count past it is a typo or a corrupt file, refused with this bound (not
+# wrapped past int64, nor clipped without a word).
+MAX_LEN = 10**9
 
 DISTS: dict[str, tuple[str, ...]] = {
     "fixed": ("value",),
@@ -167,6 +172,7 @@ class LengthDist:
                     raise ConfigError("length lognormal: mu and sigma must be given together")
                 if self.sigma < 0:
                     raise ConfigError(f"length lognormal: sigma must be >= 0, got {self.sigma}")
+            self._check_lognormal_range()
         elif d == "empirical":
             if self.values is None or len(self.values) == 0:
                 raise ConfigError(f"length empirical: no values ({self.source or 'values'})")
@@ -175,10 +181,37 @@ class LengthDist:
                 raise ConfigError(
                     f"length empirical: values must be finite numbers ({self.source or 'values'})"
                 )
+            if np.abs(arr).max() > MAX_LEN:  # would wrap past int64 (or stand for no real request)
+                raise ConfigError(f"length empirical: got {float(arr[np.abs(arr).argmax()]):g}; allowed values with "
+                                  f"|value| <= {MAX_LEN} ({self.source or 'values'})")
             # Freeze a private copy so a caller's later edit cannot change a "frozen" config.
             arr = np.array(np.rint(arr), dtype=np.int64)
             arr.setflags(write=False)
             object.__setattr__(self, "values", arr)
+
+    def _check_lognormal_range(self) -> None:
+        """Refuse a lognormal whose draws all round below ``min`` (as a normal with mean < 1 is refused):
+        every length would be clipped to min, a fixed length in disguise; likewise one whose draws all lie
+        past MAX_LEN. "All" is 6 sigma from the median, so a heavy-tailed setting that reaches the range
+        now and then still passes."""
+        try:
+            mu, sigma = self.lognormal_params()
+        except (OverflowError, ValueError):
+            mu = sigma = math.inf
+        given = (f"mean={self.mean:g} std={self.std:g}" if self.mu is None
+                 else f"mu={self.mu:g} sigma={self.sigma:g}")
+        if not (math.isfinite(mu) and math.isfinite(sigma)):
+            raise ConfigError(f"length lognormal: {given} gives no usable distribution (mu={mu:g}, sigma={sigma:g}); "
+                              "allowed: std/mean small enough for finite mu and sigma")
+        top = mu + 6 * sigma  # log of the length 6 sigma above the median
+        if top < math.log(self.min_len - 0.5):
+            raise ConfigError(f"length lognormal: {given} puts every draw below {self.min_len - 0.5:g} tokens "
+                              f"(median {math.exp(mu):.3g}), so every length would be clipped to min "
+                              f"({self.min_len}); allowed: settings where exp(mu + 6*sigma) >= "
+                              f"{self.min_len - 0.5:g}")
+        if mu - 6 * sigma > math.log(MAX_LEN):
+            raise ConfigError(f"length lognormal: {given} puts every draw above {MAX_LEN} tokens (median "
+                              f"{math.exp(min(mu, 700)):.3g}); allowed: settings where exp(mu - 6*sigma) <= {MAX_LEN}")
 
     def lognormal_params(self) -> tuple[float, float]:
         """(mu, sigma) of the underlying normal."""
@@ -203,7 +236,7 @@ class LengthDist:
         else:
             assert self.values is not None
             x = self.values[rng.integers(0, len(self.values), size=n)]
-        hi = np.inf if self.max_len is None else self.max_len
+        hi = MAX_LEN if self.max_len is None else self.max_len  # a heavy tail past MAX_LEN never wraps int64
         return np.clip(x, self.min_len, hi).astype(np.int64)
 
     # ---- parsing -------------------------------------------------------------------------------------
@@ -265,11 +298,17 @@ def _empirical_values(
                 or not math.isfinite(v)
             ):
                 raise ConfigError(f"{where}.values[{i}]: expected a finite number, got {v!r}")
-            if np.rint(v) < 1:  # a listed length is meant as given (a CSV column's 0s are clipped to min)
+            if v > MAX_LEN:  # before rint: a Python int past int64 has no rint, a float past it wraps
+                raise ConfigError(f"{where}.values[{i}]: got {v!r}; allowed 1 <= value <= {MAX_LEN} tokens")
+            # a listed length is meant as given (a CSV column's 0s are clipped to min); v < 0 first: a
+            # huge negative int has no rint
+            if v < 0 or np.rint(v) < 1:
                 raise ConfigError(f"{where}.values[{i}]: expected a length >= 1 token, got {v!r}")
         return np.asarray(vals, dtype=float), "values"
     if "column" not in cfg:
         raise ConfigError(f"{where}.column: required with 'csv'")
+    if not isinstance(cfg["csv"], str | Path) or not str(cfg["csv"]).strip():
+        raise ConfigError(f"{where}.csv: expected the path of a CSV file, got {cfg['csv']!r}")
     path = Path(str(cfg["csv"]))
     if base_dir is not None and not path.is_absolute():
         path = Path(base_dir) / path
@@ -278,29 +317,54 @@ def _empirical_values(
 
 
 def load_csv_column(path: str | Path, column: str, where: str = "length") -> np.ndarray:
-    """One numeric column of a CSV file as floats; a missing file/column or a non-number is a ConfigError."""
+    """One numeric column of a CSV file as floats (token counts: 0 <= value <= MAX_LEN; a 0 is later
+    clipped to min); a missing file/column, a column named twice, a non-number, a negative or a count past
+    MAX_LEN, or a file that cannot be read (not UTF-8, a truncated .gz) is a ConfigError."""
+    import zlib
+
     import pandas as pd  # lazy: pandas is slow to import and only this path needs it
 
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{where}.csv: {path} is a directory; expected a CSV file")
     if not path.is_file():
         raise ConfigError(f"{where}.csv: no such file {path}")
+    unreadable = (ValueError, OSError, EOFError, zlib.error)  # UnicodeDecodeError and pandas' errors included
+
+    def cannot_read(e: BaseException) -> ConfigError:
+        why = "is not UTF-8 text" if isinstance(e, UnicodeDecodeError) else "cannot be read"
+        return ConfigError(f"{where}.csv: {path} {why}: {(str(e).splitlines() or [type(e).__name__])[0]}")
+
     try:
-        header = pd.read_csv(path, nrows=0).columns
-    except (ValueError, OSError) as e:
-        raise ConfigError(f"{where}.csv: cannot read {path}: {e}") from None
+        # the header as written (read_csv's own header renames a second "len" to "len.1")
+        header = [str(h) for h in pd.read_csv(path, header=None, nrows=1, dtype=str).iloc[0].tolist()]
+    except unreadable as e:
+        raise cannot_read(e) from None
     if column not in header:
         raise ConfigError(
             f"{where}.column: {column!r} not in {path} (columns: {', '.join(map(str, header))})"
         )
-    col = pd.read_csv(path, usecols=[column])[column]
+    if header.count(column) > 1:
+        raise ConfigError(f"{where}.column: {column!r} names {header.count(column)} columns of {path}; "
+                          "expected exactly one")
+    try:
+        col = pd.read_csv(path, usecols=[column])[column]
+    except unreadable as e:
+        raise cannot_read(e) from None
     num = pd.to_numeric(col, errors="coerce")
-    bad = np.flatnonzero(~np.isfinite(num.to_numpy(dtype=float)))
+    vals = num.to_numpy(dtype=float)
+    bad = np.flatnonzero(~np.isfinite(vals))
     if len(bad):
         row = int(bad[0])
         raise ConfigError(
             f"{where}: {path} row {row + 2} column {column!r}: not a finite number: {col.iloc[row]!r}"
         )
-    return num.to_numpy(dtype=float)
+    out = np.flatnonzero((vals < 0) | (vals > MAX_LEN))
+    if len(out):
+        row = int(out[0])
+        raise ConfigError(f"{where}: {path} row {row + 2} column {column!r}: got {vals[row]:g}; allowed "
+                          f"0 <= value <= {MAX_LEN} tokens")
+    return vals
 
 
 def clip_to_context(

@@ -30,10 +30,10 @@ import numpy as np
 
 from sim.core.errors import TraceFormatError, UnknownNameError
 from workloads.tracefmt.benchresult import is_bench_result, load_bench_result
-from workloads.tracefmt.core import Arrivals, Columns, LoadedTrace, TraceOptions, finish
+from workloads.tracefmt.core import Arrivals, Columns, LoadedTrace, TraceOptions, check_flag, finish
 from workloads.tracefmt.csvtraces import load_azure, load_burstgpt, load_token_counts
 from workloads.tracefmt.jsontraces import load_mooncake, load_vllm_bench, vllm_random
-from workloads.tracefmt.rows import check_file, norm_col, open_text
+from workloads.tracefmt.rows import READ_ERRORS, cannot_read, check_file, json_error, norm_col, open_text
 from workloads.tracefmt.stats import trace_stats
 
 __all__ = [
@@ -60,6 +60,7 @@ def load_servesim_jsonl(path: str | Path, *, skip_bad_rows: bool = False, **opti
     the shared options are applied on top, every other field (ids, priority, content) kept as is."""
     path = Path(path)
     opts = TraceOptions.from_kwargs(options, "jsonl", ("skip_bad_rows",))
+    skip_bad_rows = check_flag("skip_bad_rows", skip_bad_rows)
     check_file(path)
     load_jsonl = importlib.import_module("workloads.tracefmt.jsonl").load_jsonl  # lazy: another module's format
     kw = (
@@ -109,8 +110,8 @@ def _first_line(path: Path) -> str:
             for line in f:
                 if line.strip():
                     return line.strip()
-    except (UnicodeDecodeError, OSError, EOFError) as e:
-        raise TraceFormatError(f"{path}: cannot read: {e}") from None
+    except READ_ERRORS as e:
+        raise cannot_read(path, e) from None
     raise TraceFormatError(f"{path}: empty file")
 
 
@@ -119,7 +120,7 @@ def _whole_json_keys(path: Path) -> set[str] | None:
     try:
         with open_text(path) as f:
             obj = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+    except (ValueError, RecursionError, *READ_ERRORS):  # JSONDecodeError is a ValueError
         return None
     return set(obj) if isinstance(obj, dict) else None
 
@@ -141,6 +142,8 @@ def sniff_format(path: str | Path) -> str:
                 raise TraceFormatError(
                     f"{path}:1: first line is not a JSON object; give format= explicitly"
                 ) from None
+        except (RecursionError, ValueError) as e:  # nesting past the decoder's stack; an int of > 4300 digits
+            raise TraceFormatError(f"{path}:1: {json_error(e)}") from None
         if is_bench_result(keys):  # a vllm bench serve result (one object, usually on one line)
             return "vllm-bench-result"
         # servesim's own rows first: they may carry hash_ids too (Mooncake style), but never its timestamp

@@ -20,12 +20,17 @@ Requests whose hash ids start the same then share their block hashes (sim.core.h
 
 ``num_clipped`` counts the kept requests whose lengths differ from the file's: the caps above, plus
 lengths a loader had to raise to 1 (a 0-token output in Azure, a failed BurstGPT row kept on request).
+
+Every token count a loader reads is at most ``workloads.gen.lengths.MAX_LEN`` (a row past it is a bad
+row), and every arrival, after the options, at most ``sim.core.spec.MAX_ARRIVAL_S``: one past it is
+refused naming its cause, the file's line (its own time) or the option (``time_scale``, ``rate_scale``,
+``rate``) that put it there.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -35,7 +40,8 @@ import numpy as np
 from sim.core.errors import ConfigError, TraceFormatError
 from sim.core.hash_prefixes import share_hash_id_prefixes
 from sim.core.request import RequestSpec, Segment
-from workloads.gen.lengths import clip_to_context
+from sim.core.spec import MAX_ARRIVAL_S
+from workloads.gen.lengths import MAX_LEN, clip_to_context
 from workloads.tracefmt.jsonl import LoadedTrace as _JsonlTrace
 
 
@@ -88,6 +94,9 @@ class TraceOptions:
             v = getattr(self, name)
             if v is not None and v <= 0:
                 raise ConfigError(f"trace option {name}: must be > 0, got {v}")
+        if self.rate_scale is not None and math.isinf(self.scale):  # 1 / rate_scale overflows
+            raise ConfigError(f"trace option rate_scale: got {self.rate_scale!r}; allowed a rate_scale whose inverse "
+                              "(the time scale) is a finite number")
         s = self.sample
         if s is not None:
             if isinstance(s, bool) or not isinstance(s, int | float):
@@ -100,6 +109,8 @@ class TraceOptions:
                 raise ConfigError(f"trace option sample: a count must be >= 1, got {s}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ConfigError(f"trace option seed: expected an integer, got {self.seed!r}")
+        if self.seed < 0:  # numpy's SeedSequence takes non-negative integers only
+            raise ConfigError(f"trace option seed: got {self.seed}; allowed an integer >= 0")
         for name, lo in (("max_prompt_len", 1), ("max_output_len", 1), ("max_model_len", 2), ("limit", 1)):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
@@ -120,6 +131,14 @@ class TraceOptions:
         if self.rate_scale is not None:
             return 1.0 / self.rate_scale
         return 1.0 if self.time_scale is None else float(self.time_scale)
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """A loader's true/false option (``skip_bad_rows``, ``spread_ties``, ``include_failed``): a real bool,
+    not any truthy value (the string "no" would otherwise switch it on)."""
+    if not isinstance(value, bool | np.bool_):
+        raise ConfigError(f"trace option {name}: expected true or false, got {value!r}")
+    return bool(value)
 
 
 @dataclass(frozen=True)
@@ -167,6 +186,11 @@ class Columns:
     num_failed: int = 0
     notes: list[str] = field(default_factory=list)
     errors: tuple[str, ...] = ()
+    # where each row's time came from, to name it when it lands beyond the clock (MAX_ARRIVAL_S)
+    lines: np.ndarray | None = None  # file line of each row
+    time_field: str = ""  # the column or field the times are read from
+    time_raw: Callable[[int], str] | None = None  # row i's time as the file writes it
+    time_zero: str = "t = 0"  # what the loaded times count from
 
 
 def streams(seed: int) -> dict[str, np.random.Generator]:
@@ -210,6 +234,8 @@ def finish(cols: Columns, opts: TraceOptions) -> LoadedTrace:
     if t is None:
         if cols.arrivals is None:
             raise TraceFormatError(f"{cols.source}: format {cols.fmt!r} gave no arrival times")
+        if not windowed:  # the last drawn arrival is at n / rate (vLLM's rescale; constant gaps alike)
+            _check_rate_span(cols.arrivals.rate, len(order))
         t = cols.arrivals.draw(len(order), rngs["arrivals"], cols.fmt)
         a = cols.arrivals
         notes.append(
@@ -218,18 +244,21 @@ def finish(cols: Columns, opts: TraceOptions) -> LoadedTrace:
         order, t = window(order, t)
     else:
         t = t[sel]
+    if len(t) and not float(t.max()) * opts.scale <= MAX_ARRIVAL_S:  # (Python floats: no overflow warning)
+        _beyond_the_clock(cols, opts, order, t)
     if opts.scale != 1.0:
         t = t * opts.scale
         notes.append(f"times scaled by {opts.scale:g}")
 
     prompt, output = cols.prompt[order], cols.output[order]
     p, o = prompt.copy(), output.copy()
+    # every length is <= MAX_LEN, so a cap past it changes nothing (and would not fit numpy's int64)
     if opts.max_prompt_len is not None:
-        p = np.minimum(p, opts.max_prompt_len)
+        p = np.minimum(p, min(opts.max_prompt_len, MAX_LEN))
     if opts.max_output_len is not None:
-        o = np.minimum(o, opts.max_output_len)
+        o = np.minimum(o, min(opts.max_output_len, MAX_LEN))
     if opts.max_model_len is not None:
-        p, o, _ = clip_to_context(p, o, opts.max_model_len)
+        p, o, _ = clip_to_context(p, o, min(opts.max_model_len, 2 * MAX_LEN + 1))
     changed = (p != prompt) | (o != output)
     if cols.fixed is not None:
         changed |= cols.fixed[order]
@@ -253,6 +282,45 @@ def finish(cols: Columns, opts: TraceOptions) -> LoadedTrace:
         num_failed=cols.num_failed,
         notes=tuple(notes),
     )
+
+
+def _check_rate_span(rate: Any, n: int) -> None:
+    """Refuse a ``rate`` whose ``n`` drawn arrivals end past the clock, before drawing them (a subnormal
+    rate would draw inf/NaN times and numpy warnings). A rate that is no positive number is left to
+    the arrival process, which names it."""
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
+        return
+    if n / rate > MAX_ARRIVAL_S:
+        raise ConfigError(f"trace option rate: {rate:g} req/s spreads the {n} requests over {n / rate:.3g} s, beyond "
+                          f"the simulated clock's {MAX_ARRIVAL_S:g} s; allowed: rate >= {n / MAX_ARRIVAL_S:.3g}")
+
+
+def _beyond_the_clock(cols: Columns, opts: TraceOptions, order: np.ndarray, t_trace: np.ndarray) -> None:
+    """Raise for an arrival past MAX_ARRIVAL_S once scaled, naming what put it there: ``time_scale`` or
+    ``rate_scale`` when the trace's own times fit, else the row (file and line) whose time is that far,
+    or the ``rate`` that drew it. ``t_trace``: the kept times, before the scale."""
+    last = float(t_trace.max())
+    if last <= MAX_ARRIVAL_S:  # the scale did it
+        if opts.rate_scale is not None:
+            name, value, allowed = "rate_scale", opts.rate_scale, f"rate_scale >= {last / MAX_ARRIVAL_S:.3g}"
+        else:
+            name, value, allowed = "time_scale", opts.time_scale, f"time_scale <= {MAX_ARRIVAL_S / last:.3g}"
+        raise ConfigError(f"trace option {name}: {value:g} moves the trace's last arrival from {last:.6g} s to "
+                          f"{last * opts.scale:.3g} s, beyond the simulated clock's {MAX_ARRIVAL_S:g} s; allowed: "
+                          f"{allowed}")
+    j = int(np.argmax(t_trace))
+    if cols.times is None:  # drawn arrivals (a window kept the check before drawing from running)
+        a = cols.arrivals
+        rate = a.rate if a is not None else None
+        raise ConfigError(f"trace option rate: {rate!r} req/s draws an arrival at {float(t_trace[j]):.3g} s, beyond "
+                          f"the simulated clock's {MAX_ARRIVAL_S:g} s; allowed: a higher rate")
+    row = int(order[j])
+    where = f"{cols.source}:{int(cols.lines[row])}" if cols.lines is not None else f"{cols.source}: row {row}"
+    fld = f"field {cols.time_field!r}: " if cols.time_field else ""
+    raw = f"got {cols.time_raw(row)}, " if cols.time_raw is not None else ""
+    raise TraceFormatError(f"{where}: {fld}{raw}an arrival {float(t_trace[j]):.6g} s after {cols.time_zero}, beyond "
+                           f"the simulated clock's {MAX_ARRIVAL_S:g} s; allowed: arrivals within {MAX_ARRIVAL_S:g} s "
+                           "of it (or start=/end= to cut a window)")
 
 
 def _spec(cols: Columns, i: int, t: float, p: int, o: int) -> RequestSpec:

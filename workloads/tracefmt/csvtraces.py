@@ -8,8 +8,13 @@ from typing import Any
 import numpy as np
 
 from sim.core.errors import ConfigError
-from workloads.tracefmt.core import Arrivals, Columns, LoadedTrace, TraceOptions, finish
+from workloads.tracefmt.core import Arrivals, Columns, LoadedTrace, TraceOptions, check_flag, finish
 from workloads.tracefmt.rows import CsvTable, check_file
+
+
+def _earliest(tab: CsvTable, rows: np.ndarray, times: np.ndarray) -> str:
+    """``time_zero`` of a trace whose times count from its earliest row (``rows``: the kept rows)."""
+    return f"the earliest row (line {int(tab.lines[rows[int(np.argmin(times))]])})" if len(rows) else "t = 0"
 
 
 def _raise_zero(values: np.ndarray, what: str, notes: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -32,6 +37,7 @@ def load_azure(path: str | Path, *, skip_bad_rows: bool = False, **options: Any)
     """
     path = Path(path)
     opts = TraceOptions.from_kwargs(options, "azure", ("skip_bad_rows",))
+    skip_bad_rows = check_flag("skip_bad_rows", skip_bad_rows)
     check_file(path)
     tab = CsvTable(path, "azure", ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), skip=skip_bad_rows)
     times = tab.timestamps("TIMESTAMP")
@@ -44,6 +50,8 @@ def load_azure(path: str | Path, *, skip_bad_rows: bool = False, **options: Any)
         times = times - times[ok].min()  # re-base to the earliest *valid* row
     prompt, zp = _raise_zero(prompt[ok], "ContextTokens", notes)
     output, zo = _raise_zero(output[ok], "GeneratedTokens", notes)
+    kept = np.flatnonzero(ok)
+    stamps = tab.raw("TIMESTAMP")
     cols = Columns(
         fmt="azure",
         source=path,
@@ -52,10 +60,14 @@ def load_azure(path: str | Path, *, skip_bad_rows: bool = False, **options: Any)
         output=output,
         times=times[ok],
         fixed=zp | zo,
-        ids=[str(i) for i in np.flatnonzero(ok)],
+        ids=[str(i) for i in kept],
         num_skipped=tab.errors.num_skipped,
         notes=notes,
         errors=tab.errors.messages,
+        lines=tab.lines[kept],
+        time_field=tab.columns["TIMESTAMP"],
+        time_raw=lambda i: repr(stamps.iat[int(kept[i])]),
+        time_zero=_earliest(tab, kept, times[ok]),
     )
     return finish(cols, opts)
 
@@ -79,6 +91,10 @@ def load_burstgpt(
     """
     path = Path(path)
     opts = TraceOptions.from_kwargs(options, "burstgpt", ("model", "include_failed", "skip_bad_rows"))
+    if model is not None and not isinstance(model, str):
+        raise ConfigError(f"trace option model: expected a model name (a string, e.g. \"ChatGPT\"), got {model!r}")
+    include_failed = check_flag("include_failed", include_failed)
+    skip_bad_rows = check_flag("skip_bad_rows", skip_bad_rows)
     check_file(path)
     tab = CsvTable(
         path,
@@ -118,6 +134,7 @@ def load_burstgpt(
     if tab.has("Session ID"):
         raw = tab.raw("Session ID")
         session = [s if s != "" else None for s in raw.iloc[idx]]
+    stamps = tab.raw("Timestamp")
     cols = Columns(
         fmt="burstgpt",
         source=path,
@@ -132,6 +149,10 @@ def load_burstgpt(
         num_failed=num_failed,
         notes=notes,
         errors=tab.errors.messages,
+        lines=tab.lines[idx],
+        time_field=tab.columns["Timestamp"],
+        time_raw=lambda i: repr(stamps.iat[int(idx[i])]),
+        time_zero=_earliest(tab, idx, stamp[idx]),
     )
     return finish(cols, opts)
 
@@ -155,6 +176,7 @@ def load_token_counts(
     path = Path(path)
     own = ("arrival", "rate", "burstiness", "skip_bad_rows")
     opts = TraceOptions.from_kwargs(options, "token-counts", own)
+    skip_bad_rows = check_flag("skip_bad_rows", skip_bad_rows)
     check_file(path)
     tab = CsvTable(path, "token-counts", ("num_prefill_tokens", "num_decode_tokens"), skip=skip_bad_rows)
     prompt = tab.ints("num_prefill_tokens")

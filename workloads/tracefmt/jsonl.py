@@ -4,11 +4,12 @@ Fields of a row (anything else is an error unless ``extra="ignore"``):
 
 =================  ========  ==================================================================
 ``arrival_time``   required  seconds from the start of the run, finite, >= 0
-``output_len``     required  integer >= 1
-``prompt_len``     see note  integer >= 1; may be omitted when ``token_ids`` is given, else must
-                             equal ``len(token_ids)``
+``output_len``     required  integer, 1 <= value <= MAX_LEN (10**9, workloads.gen.lengths)
+``prompt_len``     see note  integer, 1 <= value <= MAX_LEN; may be omitted when ``token_ids`` is
+                             given, else must equal ``len(token_ids)``
 ``request_id``     optional  string; missing ids become ``r<i>`` (i = position in arrival order)
-``priority``       optional  integer (default 0; lower is served first, as in vLLM)
+``priority``       optional  integer, |value| <= MAX_PRIORITY (default 0; lower is served first, as
+                             in vLLM)
 ``session_id``     optional  string or null
 ``token_ids``      optional  list of ints: the literal prompt
 ``hash_ids``       optional  list of ints, one per ``hash_block_size`` tokens (Mooncake style);
@@ -30,6 +31,7 @@ import gzip
 import io
 import json
 import math
+import zlib
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,8 +40,9 @@ from typing import IO, Any
 import numpy as np
 
 from sim.core.errors import ConfigError, TraceFormatError
+from sim.core.fields import MAX_PRIORITY
 from sim.core.request import RequestSpec
-from workloads.gen.lengths import clip_to_context
+from workloads.gen.lengths import MAX_LEN, clip_to_context
 
 FIELDS = (
     "arrival_time",
@@ -55,6 +58,7 @@ FIELDS = (
     "output_key",
 )
 MAX_REPORTED = 20  # skipped-row messages kept in LoadedTrace.errors
+_READ_ERRORS = (UnicodeDecodeError, OSError, EOFError, zlib.error)  # not UTF-8, unreadable, a truncated .gz
 
 
 @dataclass(frozen=True)
@@ -88,14 +92,16 @@ def _open(path: Path, mode: str) -> IO[str]:
     return open(path, mode, encoding="utf-8")
 
 
-def _int(row: dict, key: str, lo: int | None) -> int:
-    v = row[key]
+def _int(row: dict, key: str, lo: int | None, hi: int | None = None) -> int:
+    v = raw = row[key]
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     if isinstance(v, bool) or not isinstance(v, int):
         raise _RowError(key, f"expected an integer, got {v!r}")
     if lo is not None and v < lo:
         raise _RowError(key, f"must be >= {lo}, got {v}")
+    if hi is not None and (v > hi or (lo is None and v < -hi)):
+        raise _RowError(key, f"got {raw!r}; allowed {-hi if lo is None else lo} <= value <= {hi}")
     return v
 
 
@@ -115,8 +121,15 @@ def _int_list(row: dict, key: str) -> tuple[int, ...]:
 
 def _key(v: Any, fld: str) -> Hashable:
     """JSON value → hashable content key (lists become tuples, recursively)."""
+    try:
+        return _key_of(v, fld)
+    except RecursionError:  # a list nested nearly as deep as the JSON decoder allows
+        raise _RowError(fld, "nested too deeply to use (hundreds of levels of [ ]; allowed: a few)") from None
+
+
+def _key_of(v: Any, fld: str) -> Hashable:
     if isinstance(v, list):
-        return tuple(_key(x, fld) for x in v)
+        return tuple(_key_of(x, fld) for x in v)
     if isinstance(v, dict):
         raise _RowError(fld, "keys must be strings, numbers or lists, not objects")
     return v
@@ -135,13 +148,13 @@ def _parse_row(row: Any, extra: str) -> RequestSpec:
     t = row["arrival_time"]
     if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:
         raise _RowError("arrival_time", f"expected a finite number >= 0 (seconds), got {t!r}")
-    kw: dict[str, Any] = {"arrival_time": float(t), "output_len": _int(row, "output_len", 1)}
+    kw: dict[str, Any] = {"arrival_time": float(t), "output_len": _int(row, "output_len", 1, MAX_LEN)}
     rid = row.get("request_id")
     if rid is not None and not isinstance(rid, str):
         raise _RowError("request_id", f"expected a string, got {rid!r}")
     kw["request_id"] = rid or ""
     if row.get("priority") is not None:
-        kw["priority"] = _int(row, "priority", None)
+        kw["priority"] = _int(row, "priority", None, MAX_PRIORITY)
     sid = row.get("session_id")
     if sid is not None and not isinstance(sid, str):
         raise _RowError("session_id", f"expected a string or null, got {sid!r}")
@@ -152,7 +165,7 @@ def _parse_row(row: Any, extra: str) -> RequestSpec:
             content[1], f"give at most one of token_ids, hash_ids, segments (got {', '.join(content)})"
         )
     if row.get("prompt_len") is not None:
-        kw["prompt_len"] = _int(row, "prompt_len", 1)
+        kw["prompt_len"] = _int(row, "prompt_len", 1, MAX_LEN)
     if row.get("token_ids") is not None:
         toks = _int_list(row, "token_ids")
         if not toks:
@@ -188,6 +201,8 @@ def _parse_row(row: Any, extra: str) -> RequestSpec:
                 raise _RowError("segments", f"element {i}: expected [key, length], got {s!r}")
             if s[1] < 1:
                 raise _RowError("segments", f"element {i}: length must be >= 1, got {s[1]}")
+            if s[1] > MAX_LEN:
+                raise _RowError("segments", f"element {i}: length {s[1]}; allowed 1 <= length <= {MAX_LEN}")
             out.append((_key(s[0], "segments"), s[1]))
         total = sum(n for _, n in out)
         if total != kw["prompt_len"]:
@@ -233,9 +248,13 @@ def load_jsonl(
     """
     if extra not in ("error", "ignore"):
         raise ConfigError(f"load_jsonl: extra must be 'error' or 'ignore', got {extra!r}")
+    if not isinstance(skip_bad_rows, bool | np.bool_):
+        raise ConfigError(f"trace option skip_bad_rows: expected true or false, got {skip_bad_rows!r}")
     path = Path(path)
     if path.is_dir():
         raise TraceFormatError(f"{path}: is a directory; expected a trace file")
+    if path.exists() and not path.is_file():
+        raise TraceFormatError(f"{path}: not a regular file (a device or a pipe); expected a trace file")
     if not path.is_file():
         raise TraceFormatError(f"{path}: no such trace file")
     rows: list[tuple[RequestSpec, int]] = []
@@ -250,11 +269,12 @@ def load_jsonl(
         if len(errors) < MAX_REPORTED:
             errors.append(msg)
 
-    with _open(path, "r") as f:
-        try:
+    try:
+        with _open(path, "r") as f:
             lines = list(enumerate(f, start=1))
-        except (UnicodeDecodeError, OSError, EOFError) as e:
-            raise TraceFormatError(f"{path}: cannot read: {e}") from None
+    except _READ_ERRORS as e:
+        why = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else "cannot read"
+        raise TraceFormatError(f"{path}: {why}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     for lineno, line in lines:
         if not line.strip():
             continue
@@ -262,6 +282,13 @@ def load_jsonl(
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             bad(f"{path}:{lineno}: field '(json)': invalid JSON: {e.msg} at column {e.colno}")
+            continue
+        except RecursionError:
+            bad(f"{path}:{lineno}: field '(json)': invalid JSON: nested too deeply to read (allowed: well under "
+                "1000 levels of [ ] and { })")
+            continue
+        except ValueError as e:  # an integer of more than 4300 digits
+            bad(f"{path}:{lineno}: field '(json)': invalid JSON: {str(e).splitlines()[0].split(';')[0]}")
             continue
         try:
             spec = _parse_row(obj, extra)

@@ -10,14 +10,19 @@ from typing import Any
 import numpy as np
 
 from sim.core.errors import ConfigError, TraceFormatError
-from workloads.tracefmt.core import Arrivals, Columns, LoadedTrace, TraceOptions, finish, streams
+from sim.core.spec import MAX_ARRIVAL_S
+from workloads.gen.lengths import MAX_LEN
+from workloads.tracefmt.core import Arrivals, Columns, LoadedTrace, TraceOptions, check_flag, finish, streams
 from workloads.tracefmt.rows import (
+    READ_ERRORS,
     FieldError,
     RowErrors,
+    cannot_read,
     check_file,
     get_int,
     get_int_list,
     iter_json_lines,
+    json_error,
     open_text,
 )
 
@@ -57,13 +62,15 @@ def load_mooncake(
     """
     path = Path(path)
     opts = TraceOptions.from_kwargs(options, "mooncake", ("spread_ties", "skip_bad_rows"))
+    spread_ties = check_flag("spread_ties", spread_ties)
+    errors = RowErrors(path, check_flag("skip_bad_rows", skip_bad_rows))
     check_file(path)
-    errors = RowErrors(path, skip_bad_rows)
     ms: list[float] = []
     prompt: list[int] = []
     output: list[int] = []
     hashes: list[tuple[int, ...] | None] = []
     ids: list[str] = []
+    lines: list[int] = []
     n = 0
     for lineno, obj in iter_json_lines(path, errors):
         n += 1
@@ -82,6 +89,7 @@ def load_mooncake(
         output.append(o)  # type: ignore[arg-type]
         hashes.append(h)
         ids.append(str(n - 1))
+        lines.append(lineno)
     if not ms:
         raise TraceFormatError(f"{path}: no usable rows ({errors.num_skipped} skipped)")
     t_ms = np.asarray(ms)
@@ -107,6 +115,9 @@ def load_mooncake(
         num_skipped=errors.num_skipped,
         notes=notes,
         errors=errors.messages,
+        lines=np.asarray(lines),
+        time_field="timestamp",
+        time_raw=lambda i: f"{ms[i]:g} ms",
     )
     return finish(cols, opts)
 
@@ -136,6 +147,7 @@ def load_vllm_bench(
     path = Path(path)
     own = ("arrival", "rate", "burstiness", "tokens_per_word", "skip_bad_rows")
     opts = TraceOptions.from_kwargs(options, "vllm-bench", own)
+    skip_bad_rows = check_flag("skip_bad_rows", skip_bad_rows)
     check_file(path)
     arrivals = Arrivals(arrival, rate, burstiness)
     if _starts_with_bracket(path):
@@ -146,8 +158,13 @@ def load_vllm_bench(
 
 
 def _starts_with_bracket(path: Path) -> bool:
-    with open_text(path) as f:
-        head = f.read(4096).lstrip()
+    try:
+        with open_text(path) as f:
+            head = f.read(4096).lstrip()
+    except UnicodeDecodeError:
+        return False  # not UTF-8 (or a multi-byte character cut at 4096): the row reader names the line
+    except READ_ERRORS as e:
+        raise cannot_read(path, e) from None
     return head.startswith("[")
 
 
@@ -158,13 +175,18 @@ def _bench_jsonl(path: Path, arrivals: Arrivals, skip: bool) -> Columns:
     output: list[int] = []
     toks: list[tuple[int, ...] | None] = []
     ids: list[str] = []
+    lines: list[int] = []
+    raw_ns: list[int | None] = []
     n = 0
     for lineno, obj in iter_json_lines(path, errors):
         n += 1
         try:
             p = get_int(obj, "input_toks", lo=1)
             o = get_int(obj, "output_toks")
-            t = get_int(obj, "arrival_time_ns", required=False)
+            t = get_int(obj, "arrival_time_ns", required=False, hi=None)
+            if t is not None and t > 1e300:  # t / 1e9 would overflow a float; far past the clock anyway
+                raise FieldError("arrival_time_ns", f"got an integer of {len(str(t))} digits; allowed at most "
+                                 f"{MAX_ARRIVAL_S * 1e9:g} ns (the simulated clock's {MAX_ARRIVAL_S:g} s)")
             tid = get_int_list(obj, "input_tok_ids")
             if tid is not None and len(tid) != p:
                 raise FieldError("input_tok_ids", f"{len(tid)} ids for input_toks {p}")
@@ -180,6 +202,8 @@ def _bench_jsonl(path: Path, arrivals: Arrivals, skip: bool) -> Columns:
         output.append(o)  # type: ignore[arg-type]
         toks.append(tid)
         ids.append(str(n - 1))
+        lines.append(lineno)
+        raw_ns.append(t)
     if not prompt:
         raise TraceFormatError(f"{path}: no usable rows ({errors.num_skipped} skipped)")
     notes: list[str] = []
@@ -203,6 +227,9 @@ def _bench_jsonl(path: Path, arrivals: Arrivals, skip: bool) -> Columns:
         num_skipped=errors.num_skipped,
         notes=notes,
         errors=errors.messages,
+        lines=np.asarray(lines),
+        time_field="arrival_time_ns",
+        time_raw=lambda i: f"{raw_ns[i]}",
     )
 
 
@@ -210,20 +237,30 @@ _HUMAN = ("human", "user")
 _GPT = ("gpt", "assistant", "chatgpt", "model")
 
 
-def _words_to_tokens(text: str, per_word: float) -> int:
-    return int(math.floor(per_word * len(text.split()) + 0.5))  # round half up
+def _words_to_tokens(text: str, per_word: float, what: str) -> int:
+    words = len(text.split())
+    x = per_word * words + 0.5
+    if x >= MAX_LEN + 1:  # checked as a float: past 1e308 it is inf, which has no int
+        raise FieldError("conversations", f"{what}: {words} words x tokens_per_word {per_word:g} = "
+                         f"{per_word * words:.3g} tokens; allowed at most {MAX_LEN} (lower tokens_per_word)")
+    return int(math.floor(x))  # round half up
 
 
-def _sharegpt(path: Path, arrivals: Arrivals, per_word: float, skip: bool) -> Columns:
-    if not per_word > 0:
-        raise ConfigError(f"tokens_per_word must be > 0, got {per_word}")
+def _sharegpt(path: Path, arrivals: Arrivals, per_word: Any, skip: bool) -> Columns:
+    if isinstance(per_word, bool) or not isinstance(per_word, int | float) or not (
+        math.isfinite(per_word) and per_word > 0
+    ):
+        raise ConfigError(f"trace option tokens_per_word: got {per_word!r}; allowed a finite number > 0 "
+                          f"(default {TOKENS_PER_WORD})")
     try:
         with open_text(path) as f:
             data = json.load(f)
     except json.JSONDecodeError as e:
         raise TraceFormatError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
-    except (UnicodeDecodeError, OSError, EOFError) as e:
-        raise TraceFormatError(f"{path}: cannot read: {e}") from None
+    except READ_ERRORS as e:
+        raise cannot_read(path, e) from None
+    except (RecursionError, ValueError) as e:  # nesting past the decoder's stack; an int of > 4300 digits
+        raise TraceFormatError(f"{path}: {json_error(e)}") from None
     if not isinstance(data, list):
         raise TraceFormatError(f"{path}: expected a JSON list of conversations, got {type(data).__name__}")
     if not data:
@@ -248,7 +285,7 @@ def _sharegpt(path: Path, arrivals: Arrivals, per_word: float, skip: bool) -> Co
                 if pair is None:
                     no_pair += 1
                     continue
-                p, o = (_words_to_tokens(x, per_word) for x in pair)
+                p, o = (_words_to_tokens(x, per_word, w) for x, w in zip(pair, ("prompt", "output"), strict=True))
         except FieldError as e:
             errors.row(where, str(e))
             continue
@@ -327,12 +364,18 @@ def vllm_random(
     ):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ConfigError(f"random dataset: {name} must be an integer >= {lo}, got {v!r}")
+        if name != "num_prompts" and v > MAX_LEN:
+            raise ConfigError(f"random dataset: {name}: got {v}; allowed {lo} <= value <= {MAX_LEN}")
     if not 0.0 <= range_ratio < 1.0:
         raise ConfigError(f"random dataset: range_ratio must be in [0, 1), got {range_ratio}")
     rngs = streams(opts.seed)
     lo_in, hi_in = math.floor(input_len * (1 - range_ratio)), math.ceil(input_len * (1 + range_ratio))
     lo_out = max(math.floor(output_len * (1 - range_ratio)), 1)
     hi_out = math.ceil(output_len * (1 + range_ratio))
+    if hi_in + prefix_len > MAX_LEN or hi_out > MAX_LEN:
+        raise ConfigError(f"random dataset: input_len {input_len} + prefix_len {prefix_len} / output_len {output_len} "
+                          f"with range_ratio {range_ratio:g} draw up to {max(hi_in + prefix_len, hi_out)} tokens; "
+                          f"allowed at most {MAX_LEN}")
     body = rngs["prompt"].integers(lo_in, hi_in + 1, size=num_prompts)
     out = rngs["output"].integers(lo_out, hi_out + 1, size=num_prompts)
     ids = [str(i) for i in range(num_prompts)]

@@ -13,6 +13,7 @@ import io
 import json
 import math
 import re
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -21,21 +22,33 @@ import numpy as np
 import pandas as pd
 
 from sim.core.errors import TraceFormatError
+from workloads.gen.lengths import MAX_LEN
 
 MAX_REPORTED = 20  # skip reasons kept in LoadedTrace.errors (same cap as workloads.tracefmt.jsonl)
 _EXTRA_COLS = 8  # spare columns so a row with a few too many fields is reported, not a parser crash
+# What reading a trace file can raise besides a parse error: bytes that are not UTF-8, an unreadable path,
+# a truncated or corrupt .gz (EOFError, gzip.BadGzipFile is an OSError, zlib.error is neither).
+READ_ERRORS = (UnicodeDecodeError, OSError, EOFError, zlib.error)
 
 
-def open_text(path: Path) -> IO[str]:
+def open_text(path: Path, newline: str | None = None) -> IO[str]:
     """Text handle on ``path``; ``.gz`` files are decompressed; a UTF-8 BOM is dropped."""
     if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig")
-    return open(path, encoding="utf-8-sig")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline=newline)
+    return open(path, encoding="utf-8-sig", newline=newline)
+
+
+def cannot_read(path: Path, e: BaseException) -> TraceFormatError:
+    """The one-line error for a file that cannot be read (``e`` one of READ_ERRORS)."""
+    why = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else "cannot read"
+    return TraceFormatError(f"{path}: {why}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
 
 
 def check_file(path: Path) -> None:
     if path.is_dir():
         raise TraceFormatError(f"{path}: is a directory; expected a trace file")
+    if path.exists() and not path.is_file():
+        raise TraceFormatError(f"{path}: not a regular file (a device or a pipe); expected a trace file")
     if not path.is_file():
         raise TraceFormatError(f"{path}: no such trace file")
 
@@ -155,8 +168,8 @@ class CsvTable:
         self.errors.flag(~ok, self.lines, not_int)
         neg = ok & (np.where(ok, num, 0) < 0)
         self.errors.flag(neg, self.lines, lambda i: f"{col}: {raw.iat[i]!r} must be >= 0")
-        big = ok & ~neg & (np.where(ok, num, 0) > 2**53)  # past exact integers: no int64 to cast it to
-        self.errors.flag(big, self.lines, lambda i: f"{col}: {raw.iat[i]!r} is too large (at most 2**53)")
+        big = ok & ~neg & (np.where(ok, num, 0) > MAX_LEN)  # the bound on every token count
+        self.errors.flag(big, self.lines, lambda i: f"{col}: {raw.iat[i]!r} is too large; allowed 0 <= value <= {MAX_LEN}")
         return np.where(ok & ~neg & ~big, num, 0).astype(np.int64)
 
     def floats(self, col: str, lo: float | None = None) -> np.ndarray:
@@ -197,8 +210,8 @@ def _read_header(path: Path) -> list[str]:
             for line in f:
                 if line.strip():
                     return [h.strip() for h in next(csv.reader([line]))]
-    except (UnicodeDecodeError, OSError, EOFError) as e:
-        raise TraceFormatError(f"{path}: cannot read: {e}") from None
+    except READ_ERRORS as e:
+        raise cannot_read(path, e) from None
     raise TraceFormatError(f"{path}: empty file")
 
 
@@ -214,22 +227,62 @@ def _read_body(path: Path, header: list[str], extras: list[str]) -> pd.DataFrame
         skip_blank_lines=False,
         encoding="utf-8-sig",
     )
+    if _first_row_too_long(path, len(names)):
+        # pandas would take the surplus fields as an index (slowly: minutes for 2,000,000 of them)
+        return _read_folded(path, names)
     try:
-        return pd.read_csv(path, engine="c", **kw)
+        df = pd.read_csv(path, engine="c", **kw)
     except pd.errors.EmptyDataError:
         return pd.DataFrame(columns=names)
     except pd.errors.ParserError:
         pass  # a row with more fields than even the spare columns: re-read, truncating and marking it
-    except UnicodeDecodeError as e:
-        raise TraceFormatError(f"{path}: not UTF-8 text: {e}") from None
+    except READ_ERRORS as e:
+        raise cannot_read(path, e) from None
+    else:
+        if isinstance(df.index, pd.RangeIndex):
+            return df
+        # the first row had more fields than the names after all: pandas made the surplus an index
+    return _read_folded(path, names)
+
+
+def _first_row_too_long(path: Path, width: int) -> bool:
+    """Whether the first non-blank row after the header has more than ``width`` fields."""
+    try:
+        with open_text(path, newline="") as f:
+            reader = csv.reader(f)
+            next(reader, None)  # the header line (read_csv's skiprows=1)
+            for fields in reader:
+                if fields:
+                    return len(fields) > width
+    except (csv.Error, *READ_ERRORS):
+        pass  # read_csv reports it
+    return False
+
+
+def _read_folded(path: Path, names: list[str]) -> pd.DataFrame:
+    """The body as read_csv(skiprows=1) reads it, every cell a string, with each row longer than ``names``
+    folded: cut to the names, its last cell recording ``"\x00<field count>"`` (so line numbers stay
+    aligned and the row is reported). One linear pass of the csv module: pandas' python engine with an
+    ``on_bad_lines`` callable took minutes over a row of 2,000,000 fields."""
     width = len(names)
-
-    def fold(fields: list[str]) -> list[str]:
-        # keep the row (so line numbers stay aligned); the last spare column records its field count
-        return [*fields[: width - 1], f"\x00{len(fields)}"]
-
-    # the python engine leaves short rows' missing cells as NaN even with na_filter=False
-    return pd.read_csv(path, engine="python", on_bad_lines=fold, **kw).fillna("")
+    rows: list[list[str]] = []
+    try:
+        with open_text(path, newline="") as f:
+            reader = csv.reader(f)
+            try:
+                next(reader, None)  # the header line
+                for fields in reader:
+                    n = len(fields)
+                    if n > width:
+                        fields = [*fields[: width - 1], f"\x00{n}"]
+                    elif n < width:
+                        fields.extend([""] * (width - n))
+                    rows.append(fields)
+            except csv.Error as e:
+                raise TraceFormatError(f"{path}:{reader.line_num}: {e}") from None
+    except READ_ERRORS as e:
+        raise cannot_read(path, e) from None
+    return pd.DataFrame(rows, columns=names, dtype=str) if rows else pd.DataFrame(columns=names)
 
 
 def iter_json_lines(path: Path, errors: RowErrors) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -237,8 +290,8 @@ def iter_json_lines(path: Path, errors: RowErrors) -> Iterator[tuple[int, dict[s
     try:
         with open_text(path) as f:
             lines = list(enumerate(f, start=1))
-    except (UnicodeDecodeError, OSError, EOFError) as e:
-        raise TraceFormatError(f"{path}: cannot read: {e}") from None
+    except READ_ERRORS as e:
+        raise cannot_read(path, e) from None
     if not any(line.strip() for _, line in lines):
         raise TraceFormatError(f"{path}: empty file")
     for lineno, line in lines:
@@ -249,10 +302,20 @@ def iter_json_lines(path: Path, errors: RowErrors) -> Iterator[tuple[int, dict[s
         except json.JSONDecodeError as e:
             errors.row(lineno, f"invalid JSON: {e.msg} at column {e.colno}")
             continue
+        except (RecursionError, ValueError) as e:  # nesting past the decoder's stack; an int of > 4300 digits
+            errors.row(lineno, json_error(e))
+            continue
         if not isinstance(obj, dict):
             errors.row(lineno, f"expected a JSON object, got {type(obj).__name__}")
             continue
         yield lineno, obj
+
+
+def json_error(e: BaseException) -> str:
+    """Why a JSON text did not decode, in one line (RecursionError or a ValueError other than JSONDecodeError)."""
+    if isinstance(e, RecursionError):
+        return "invalid JSON: nested too deeply to read (allowed: well under 1000 levels of [ ] and { })"
+    return f"invalid JSON: {str(e).splitlines()[0].split(';')[0]}"  # "Exceeds the limit (4300 digits) ..."
 
 
 class FieldError(Exception):
@@ -262,18 +325,23 @@ class FieldError(Exception):
         super().__init__(f"{field}: {why}")
 
 
-def get_int(obj: dict[str, Any], key: str, *, required: bool = True, lo: int = 0) -> int | None:
+def get_int(
+    obj: dict[str, Any], key: str, *, required: bool = True, lo: int = 0, hi: int | None = MAX_LEN
+) -> int | None:
+    """``obj[key]`` as an int in ``[lo, hi]`` (default: a token count, at most MAX_LEN)."""
     if key not in obj or obj[key] is None:
         if required:
             raise FieldError(key, "missing")
         return None
-    v = obj[key]
+    v = raw = obj[key]
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     if isinstance(v, bool) or not isinstance(v, int):
         raise FieldError(key, f"{v!r} is not an integer")
     if v < lo:
         raise FieldError(key, f"{v} must be >= {lo}")
+    if hi is not None and v > hi:
+        raise FieldError(key, f"got {raw!r}; allowed {lo} <= value <= {hi}")
     return v
 
 
