@@ -10,23 +10,25 @@ lognormal lengths matching mean input 1155 / output 211). Target: <= 3 s on a 2-
 from __future__ import annotations
 
 import argparse
-import cProfile
-import pstats
+import gc
 import time
 from pathlib import Path
 
-import numpy as np
-import simpy
+gc.disable()  # as the CLI loads its libraries (sim/cli/main.py): no collections that find nothing
+import numpy as np  # noqa: E402
+import simpy  # noqa: E402
 
-from policies.base import make_policy
-from sim.app.config import config_from_dict
-from sim.app.heap import before_exit, paused
-from sim.app.progress import run_env
-from sim.app.simulate import resolve
-from sim.core.request import RequestSpec
-from sim.engine.loop import Engine
-from sim.engine.recorder import Recorder
-from sim.engine.sources import OpenSource
+from policies.base import make_policy  # noqa: E402
+from sim.app.config import config_from_dict  # noqa: E402
+from sim.app.heap import before_exit, paused  # noqa: E402
+from sim.app.progress import run_env  # noqa: E402
+from sim.app.simulate import resolve  # noqa: E402
+from sim.core.request import RequestSpec  # noqa: E402
+from sim.engine.loop import Engine  # noqa: E402
+from sim.engine.recorder import Recorder  # noqa: E402
+from sim.engine.sources import OpenSource  # noqa: E402
+
+gc.enable()
 
 AZURE = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 
@@ -82,6 +84,9 @@ def bench_setup(async_scheduling: bool | None = None):
 def run_once(setup, specs: list[RequestSpec], profile: bool = False) -> tuple[float, float, int]:
     """One simulation from scratch: (wall seconds, simulated seconds, engine steps)."""
     t0 = time.perf_counter()
+    if profile:
+        import cProfile
+        import pstats
     prof = cProfile.Profile() if profile else None
     if prof:
         prof.enable()
