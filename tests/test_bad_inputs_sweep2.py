@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sim.cli.main import main
-from tests.test_bad_inputs import LLAMA, QUICK, SIZING, no_simulation, run_bad_case  # noqa: F401
+from tests.test_bad_inputs import LLAMA, QUICK, SEED, SIZING, no_simulation, run_bad_case  # noqa: F401
 from tests.test_bad_inputs_corpus import BASE, _toml, _write, q
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,6 +76,15 @@ CASES = [
     ("config-path-with-newline", lambda t: ["run", str(t / "no\nsuch.toml")], ["not found", "no\\nsuch.toml"]),
     ("hf-intermediate-size-0", lambda t: q(f'model.name="{_hf(t, intermediate_size=0)}"'),
      ["intermediate_size", "got 0"]),
+    ("size-candidate-twice", lambda t: ["size", SIZING, "--max-num-seqs", "8,8,8"], ["--max-num-seqs", "twice"]),
+    ("cluster-step-trace-without-out", lambda t: ["cluster", _toml(t, BASE + "[cluster]\nreplicas = 2\n"),
+                                                  "--step-trace"], ["--step-trace", "--out"]),
+    ("closed-loop-clients-huge", lambda t: ["run", SEED, "--set", f"workload.num_clients={10**23}"],
+     ["num_clients", str(10**23)]),
+    ("gamma-burstiness-subnormal", lambda t: q('workload.arrival="gamma"', "workload.burstiness=5e-324"),
+     ["burstiness", "5e-324", "1e-06"]),
+    ("vllm-bench-jsonl-negative-token", lambda t: ["trace", "stats", _vb_jsonl(t)],
+     ["input_tok_ids", "-2", ">= 0"]),
     ("size-knee-one-setting", lambda t: ["size", SIZING, "--goal", "knee", "--max-num-seqs", "8"],
      ["--goal knee", "--max-num-seqs 8", "two or more"]),
     ("size-jobs-huge", lambda t: ["size", SIZING, "--jobs", "100000"], ["--jobs", "100000", "per CPU"]),
@@ -121,6 +130,12 @@ CASES = [
     ("trtllm-tokens-per-block-7", lambda t: q('engine.policy="trtllm"', "engine.tokens_per_block=7"),
      ["tokens_per_block", "got 7", "16, 32"]),
 ]
+
+
+def _vb_jsonl(tmp: Path) -> str:
+    """A vLLM bench-style JSONL trace row (input_toks, output_toks, input_tok_ids) with a negative id."""
+    return _write(tmp, "vb.jsonl", json.dumps({"input_toks": 3, "output_toks": 2, "arrival_time_ns": 0,
+                                                       "input_tok_ids": [1, -2, 3]}) + "\n")
 
 
 def _folder(p: Path) -> str:

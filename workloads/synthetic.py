@@ -239,7 +239,7 @@ def _build_open(cfg, seed, max_model_len, base_dir) -> SyntheticOpenWorkload:
 def _build_closed(cfg, seed, max_model_len, base_dir) -> ClosedWorkload:
     where = "workload"
     n = read_int(cfg, "num_requests", where, lo=1, hi=MAX_GENERATED)
-    clients = read_int(cfg, "num_clients", where, lo=1)
+    clients = read_int(cfg, "num_clients", where, lo=1, hi=MAX_GENERATED)  # each client is a live sender
     # each client's requests follow one another: their thinks must stay within the clock's range
     mean = read_float(cfg, "think_time", where, default=0.0, lo=0.0, hi=MAX_ARRIVAL_S / -(-n // clients))
     dist = cfg.get("think_dist", "fixed")

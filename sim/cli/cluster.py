@@ -64,6 +64,12 @@ def run(args: argparse.Namespace) -> int:
     from sim.cli.outpath import check_out_dir, steps_jsonl_wanted
     from sim.cli.prices import price_overrides
 
+    for flag, on in (("--step-trace", getattr(args, "step_trace", False)),
+                     ("--steps-jsonl", getattr(args, "steps_jsonl", False))):
+        if on and not getattr(args, "out", None):  # as `run` refuses it: a flag that would do nothing
+            from sim.core.errors import ConfigError
+
+            raise ConfigError(f"{flag}: only with --out (it is how steps.jsonl is written)")
     check_out_dir(getattr(args, "out", None))
     cfgs = load_cluster(args.config, [*(getattr(args, "overrides", []) or []), *price_overrides(args)])
     wanted = list(getattr(args, "variant", []) or [])

@@ -49,6 +49,8 @@ def _int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
     if not vals or any(v < 1 for v in vals):
         raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    if len(set(vals)) < len(vals):  # a repeated candidate would be searched twice and shown as two
+        raise argparse.ArgumentTypeError(f"a value given twice in {text!r}; allowed: distinct integers")
     return vals
 
 

@@ -47,12 +47,17 @@ def _check_n(n: int) -> int:
     return int(n)
 
 
+MIN_BURSTINESS = 1e-6
+
+
 def _check_burstiness(b: float) -> float:
     if isinstance(b, bool) or not isinstance(b, int | float | np.integer | np.floating):
         raise ConfigError(f"arrival burstiness must be a number, got {b!r}")
     b = float(b)
-    if not b > 0:  # vLLM asserts burstiness > 0; NaN is rejected too
-        raise ConfigError(f"arrival burstiness must be > 0 (1 = Poisson, inf = constant), got {b}")
+    # vLLM asserts burstiness > 0; NaN is refused too. Below 1e-6 a gamma's shape underflows and its gaps
+    # come out NaN (a burstiness that small is every request at one instant, then a gap past any horizon).
+    if not b >= MIN_BURSTINESS:
+        raise ConfigError(f"arrival burstiness must be >= {MIN_BURSTINESS:g} (1 = Poisson, inf = constant), got {b}")
     return b
 
 

@@ -190,6 +190,8 @@ def _bench_jsonl(path: Path, arrivals: Arrivals, skip: bool) -> Columns:
             tid = get_int_list(obj, "input_tok_ids")
             if tid is not None and len(tid) != p:
                 raise FieldError("input_tok_ids", f"{len(tid)} ids for input_toks {p}")
+            if tid and min(tid) < 0:  # as servesim JSONL's token_ids: a vocabulary index
+                raise FieldError("input_tok_ids", f"got {min(tid)}; allowed token ids >= 0")
             if times and (t is None) != (times[0] is None):
                 raise FieldError(
                     "arrival_time_ns", "missing" if t is None else "given here but not on the first row"
