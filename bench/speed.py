@@ -14,6 +14,7 @@ import gc
 import time
 from pathlib import Path
 
+_COLLECTING = gc.isenabled()
 gc.disable()  # as the CLI loads its libraries (sim/cli/main.py): no collections that find nothing
 import numpy as np  # noqa: E402
 import simpy  # noqa: E402
@@ -28,7 +29,8 @@ from sim.engine.loop import Engine  # noqa: E402
 from sim.engine.recorder import Recorder  # noqa: E402
 from sim.engine.sources import OpenSource  # noqa: E402
 
-gc.enable()
+if _COLLECTING:
+    gc.enable()
 
 AZURE = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 

@@ -104,7 +104,7 @@ class QueuedPolicy:
                 ctxs.append(before)
                 if after > total:
                     sampled.append(req)
-        plan.batch = BatchSummary.of(dec, chunks, ctxs, len(sampled), dec_sum)
+        plan.batch = BatchSummary.of_lists(dec, chunks, ctxs, len(sampled), dec_sum)
         return plan
 
     def update(self, plan: StepPlan, now: float) -> list[Request]:

@@ -239,7 +239,7 @@ class VllmPolicy(QueuedPolicy):
                     continue
             chunks.append(n)
             ctxs.append(before)
-        plan.batch = BatchSummary.of(dec, chunks, ctxs, len(sampled), dec_sum)
+        plan.batch = BatchSummary.of_lists(dec, chunks, ctxs, len(sampled), dec_sum)
         return plan
 
     def update(self, plan: StepPlan, now: float) -> list[Request]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import signal
 from pathlib import Path
 
 import pytest
@@ -163,24 +162,18 @@ def test_bad_trace_input_one_line_exit_2(name, argv, fragments, tmp_path, capsys
     run_bad_case(argv(tmp_path), fragments, capsys)
 
 
-def _alarm(seconds: int):
-    def stop(*_):
-        raise AssertionError(f"still reading after {seconds} s")
-
-    signal.signal(signal.SIGALRM, stop)
-    signal.alarm(seconds)
-
-
-def test_csv_first_row_with_a_million_fields_is_refused_quickly(tmp_path, capsys):
+def test_csv_first_row_with_a_million_fields_is_read_in_one_linear_pass(tmp_path, capsys, monkeypatch):
     """H4: a first data row with 1,000,000 extra fields (pandas' C reader makes the surplus an index, about
-    0.5 ms a field) is read by one linear pass of the csv module instead."""
+    0.5 ms a field, and its python engine took minutes) is read by one pass of the csv module instead."""
+    import workloads.tracefmt.rows as rows
+
+    folded = []
+    real_fold = rows._read_folded
+    monkeypatch.setattr(rows, "_read_folded", lambda path, names: folded.append(path) or real_fold(path, names))
     path = _write(tmp_path, "a.csv", AZURE + "2023-11-16 18:15:46,374,44" + "," * 1_000_000 + "\n"
                   + "2023-11-16 18:15:47,1,2\n")
-    _alarm(60)  # a hang guard, not a speed target: the old read took ~500 s (bench/ holds speed targets)
-    try:
-        run_bad_case(_stats(path), ["a.csv:2", "expected 3 fields, found 1000003"], capsys)
-    finally:
-        signal.alarm(0)
+    run_bad_case(_stats(path), ["a.csv:2", "expected 3 fields, found 1000003"], capsys)
+    assert len(folded) == 1  # the first row's length was seen before pandas read the file
 
 
 def test_a_cap_past_every_length_is_no_cap(tmp_path, capsys):

@@ -45,14 +45,25 @@ def test_garbage_made_during_a_frozen_run_is_still_collected():
         assert gc.collect() >= 2
 
 
-def test_the_cli_freezes_the_heap_only_when_it_is_the_process():
-    """``main()`` of a process (no argv) freezes the heap for the interpreter's exit; a test or a notebook
-    calling ``main(argv)`` in-process keeps its collector as it was."""
+def test_the_cli_freezes_the_heap_only_as_the_process_ends():
+    """The console entry freezes the heap for the interpreter's exit; ``main`` called in-process (a test,
+    a notebook, a wrapper calling it again and again) keeps its collector as it was."""
     from sim.cli import main as cli
 
     gc.unfreeze()
-    assert cli.main(["models"]) == 0 and gc.get_freeze_count() == 0
-    code = ("import gc, sys; from sim.cli.main import main; sys.argv = ['servesim', 'models']; rc = main(); "
-            "print(rc, gc.get_freeze_count() > 0)")
+    assert cli.main(["models"]) == 0 and gc.get_freeze_count() == 0 and gc.isenabled()
+    code = ("import gc, sys; from sim.cli.main import entry; sys.argv = ['servesim', 'models']; rc = entry(); "
+            "print(rc, gc.get_freeze_count() > 0, gc.isenabled())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == "0 True"
+    assert out.strip().splitlines()[-1] == "0 True True"
+
+
+def test_what_a_run_left_in_cycles_is_finalised_before_the_freeze(tmp_path):
+    """A plug-in's finaliser still runs (here it writes a file): before_exit collects before it freezes, as
+    frozen garbage is never collected, not even at the interpreter's exit."""
+    done = tmp_path / "finalised"
+    code = (f"from sim.app.heap import before_exit\nclass Holder:\n    def __init__(self):\n"
+            f"        self.me = self\n    def __del__(self):\n        open({str(done)!r}, 'w').write('yes')\n"
+            f"Holder()\nbefore_exit()\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert done.read_text() == "yes"

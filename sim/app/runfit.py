@@ -38,7 +38,7 @@ from sim.app.progress import bar
 from sim.app.replay import Replay, prepare, simulate_replay, with_profile
 from sim.core.errors import ConfigError
 from sim.cost.hardware import get_gpu
-from sim.cost.profiles import CalibrationProfile, get_profile
+from sim.cost.profiles import MIN_EFFICIENCY, CalibrationProfile, get_profile
 from workloads.runs import RealRun
 
 TARGETS = ("ttft_mean_ms", "ttft_p90_ms", "e2el_mean_ms", "e2el_p90_ms", "itl_mean_ms")
@@ -116,7 +116,8 @@ def apply_theta(base: CalibrationProfile, fe: FrontendConfig | None, spec: list[
         if p.kind == "frontend":
             fe_kw[p.fields[0]] = float(v)
         elif p.kind == "scale":
-            prof_kw.update({f: min(1.0, getattr(base, f) * float(v)) for f in p.fields})
+            # an efficiency stays in the profile's range (a base at the fit's 2 % floor scaled by 0.3 is not)
+            prof_kw.update({f: max(MIN_EFFICIENCY, min(1.0, getattr(base, f) * float(v))) for f in p.fields})
         else:
             prof_kw[p.fields[0]] = float(v)
     new_fe = dataclasses.replace(fe, **fe_kw) if fe is not None and fe_kw else fe

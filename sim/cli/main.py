@@ -12,16 +12,17 @@ from pathlib import Path
 from typing import NoReturn
 
 # No collections while the libraries load (pandas, pyarrow, pydantic: ~70 ms of a 0.5 s import went to
-# collections that found no garbage); the collector is back on before any command runs.
+# collections that found no garbage); the collector is back as it was before any command runs.
 _COLLECTING = gc.isenabled()
 gc.disable()
-from sim.app.config import add_override_option  # noqa: E402
-from sim.app.heap import before_exit  # noqa: E402
-from sim.cli import intervals as cli_intervals  # noqa: E402
-from sim.core.errors import run_command  # noqa: E402
-
-if _COLLECTING:
-    gc.enable()
+try:
+    from sim.app.config import add_override_option
+    from sim.app.heap import before_exit
+    from sim.cli import intervals as cli_intervals
+    from sim.core.errors import run_command
+finally:
+    if _COLLECTING:
+        gc.enable()
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
@@ -182,8 +183,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rc = run_command(func, args)
         sys.stdout.flush()  # a reader that left shows here, not in the interpreter's final flush
-        if argv is None:  # the process ends with this command (not a test calling main in-process)
-            before_exit()
         return rc
     except KeyboardInterrupt:  # pragma: no cover
         return 130
@@ -193,5 +192,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by a closed pipe
 
 
+def entry() -> int:
+    """The ``servesim`` console command: ``main`` for a process that ends with it (sim/app/heap.py
+    before_exit); a caller that runs ``main`` in-process keeps its heap as it was."""
+    rc = main()
+    before_exit()
+    return rc
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(entry())

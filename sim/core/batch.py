@@ -26,10 +26,11 @@ class BatchSummary:
     num_logits:     rows that sample a token (decodes + prefills that finish their prompt this step).
     swap_out_blocks / swap_in_blocks: KV blocks copied GPU->CPU / CPU->GPU during this step.
 
-    The three columns are int64 arrays to whoever asks for them. A scheduler builds them as lists, and
-    every step is priced, so ``of`` keeps its lists and makes an array only on first use: the roofline
-    reads the lists (``prefill_chunks``, ``prefill_ctxs``) and sums, and turning ~100 ints into three
-    arrays each step cost more than pricing it.
+    The three columns are int64 arrays to whoever asks for them (and may be assigned). The built-in
+    schedulers build them as int lists, and every step is priced, so ``of_lists`` keeps those lists and
+    makes an array only on first use: the roofline reads the lists (``prefill_chunks``, ``prefill_ctxs``)
+    and sums, and turning ~100 ints into three arrays each step cost more than pricing it. Not a
+    dataclass any more (``dataclasses.replace`` does not apply; build a new one), compared by identity.
     """
 
     __slots__ = ("_dec", "_chunk", "_ctx", "_dec_list", "_chunk_list", "_ctx_list", "num_logits",
@@ -55,19 +56,25 @@ class BatchSummary:
 
     @classmethod
     def of(cls, decode_ctx: Sequence[int] | np.ndarray, prefill_chunk: Sequence[int] | np.ndarray,
-           prefill_ctx: Sequence[int] | np.ndarray, num_logits: int | np.integer,
-           decode_ctx_sum: int = -1) -> BatchSummary:
-        """From the lists a scheduler builds row by row (or arrays: a plug-in's); their sums are taken
-        here, cheaply, once (``decode_ctx_sum``: the decode contexts' sum, when the caller kept it while
-        building the list). Lists are kept as they are: the caller hands them over."""
-        b = cls(num_logits=int(num_logits))
-        if type(decode_ctx) is list and type(prefill_chunk) is list and type(prefill_ctx) is list:
-            b._dec = b._chunk = b._ctx = None
-            b._dec_list, b._chunk_list, b._ctx_list = decode_ctx, prefill_chunk, prefill_ctx
-        else:
-            b._dec, b._chunk, b._ctx = _array(decode_ctx), _array(prefill_chunk), _array(prefill_ctx)
-        b._prefill_tokens = int(sum(prefill_chunk))
-        b._decode_ctx_sum = int(sum(decode_ctx)) if decode_ctx_sum < 0 else decode_ctx_sum
+           prefill_ctx: Sequence[int] | np.ndarray, num_logits: int | np.integer) -> BatchSummary:
+        """From sequences or arrays (a plug-in policy's): made into int64 arrays, their sums taken once."""
+        b = cls(decode_ctx, prefill_chunk, prefill_ctx, num_logits=int(num_logits))
+        chunk, dec = b.prefill_chunk, b.decode_ctx
+        b._prefill_tokens = int(chunk.sum()) if len(chunk) else 0
+        b._decode_ctx_sum = int(dec.sum()) if len(dec) else 0
+        return b
+
+    @classmethod
+    def of_lists(cls, decode_ctx: list[int], prefill_chunk: list[int], prefill_ctx: list[int], num_logits: int,
+                 decode_ctx_sum: int) -> BatchSummary:
+        """From the int lists a scheduler built row by row, handed over (not copied: the caller does not
+        touch them again), with the decode contexts' sum it kept while building them. Arrays are made
+        only if someone asks for them; pricing reads the lists."""
+        b = cls(num_logits=num_logits)
+        b._dec = b._chunk = b._ctx = None
+        b._dec_list, b._chunk_list, b._ctx_list = decode_ctx, prefill_chunk, prefill_ctx
+        b._prefill_tokens = sum(prefill_chunk)
+        b._decode_ctx_sum = decode_ctx_sum
         return b
 
     # ---- the columns as arrays (made on first use from a scheduler's lists) ---------------------------
@@ -77,17 +84,29 @@ class BatchSummary:
             self._dec = _array(self._dec_list)
         return self._dec
 
+    @decode_ctx.setter
+    def decode_ctx(self, values: Sequence[int] | np.ndarray) -> None:
+        self._dec, self._dec_list, self._decode_ctx_sum, self._decode_ctx_max = _array(values), _NONE, -1, -1
+
     @property
     def prefill_chunk(self) -> np.ndarray:
         if self._chunk is None:
             self._chunk = _array(self._chunk_list)
         return self._chunk
 
+    @prefill_chunk.setter
+    def prefill_chunk(self, values: Sequence[int] | np.ndarray) -> None:
+        self._chunk, self._chunk_list, self._prefill_tokens = _array(values), _NONE, -1
+
     @property
     def prefill_ctx(self) -> np.ndarray:
         if self._ctx is None:
             self._ctx = _array(self._ctx_list)
         return self._ctx
+
+    @prefill_ctx.setter
+    def prefill_ctx(self, values: Sequence[int] | np.ndarray) -> None:
+        self._ctx, self._ctx_list = _array(values), _NONE
 
     # ---- the columns as lists (what pricing loops over) -------------------------------------------------
     def prefill_chunks(self) -> list[int]:

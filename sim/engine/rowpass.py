@@ -175,7 +175,7 @@ def decode_plan(like: Any, running: list[Request], left: list[int], c0: list[int
     plan = type(like)()
     plan.scheduled = scheduled
     plan.sampled = sampled
-    plan.batch = type(like.batch).of(computed, [], [], len(sampled), total)
+    plan.batch = type(like.batch).of_lists(computed, [], [], len(sampled), total)
     return plan
 
 

@@ -28,6 +28,7 @@ import pandas as pd
 
 from sim.core.errors import TraceFormatError
 from sim.core.request import RequestSpec
+from workloads.tracefmt.benchresult import MAX_CLOCK_S, MAX_TOKENS, show  # noqa: F401  (the importers take them from here)
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "p50", "p90", "p99")
@@ -153,16 +154,8 @@ def check_keys(where: str, obj: Mapping[str, Any], keys: Iterable[str], what: st
 
 # ---- field checks the importers share: one line naming the file, the record, the field and the value -------
 
-MAX_TOKENS = 10**9  # token counts past this are not a real request (workloads/gen/lengths.py MAX_LEN)
-# Engine and client timestamps (monotonic or epoch seconds): below 2**33 s (8.6e9; the year 2242 as epoch
-# seconds) a float64 still resolves a microsecond; past it a run's events collapse onto a few instants.
-MAX_CLOCK_S = 2.0**33
-
-
-def show(v: Any) -> str:
-    """A value as one short line (repr escapes line breaks)."""
-    text = repr(v)
-    return text if len(text) <= 60 else text[:57] + "..."
+# MAX_TOKENS (every token count) and MAX_CLOCK_S (every timestamp) are the trace readers' bounds; show() their
+# one-line rendering of a value (workloads/tracefmt/benchresult.py)
 
 
 def read_text(path: Path) -> str:
@@ -170,7 +163,7 @@ def read_text(path: Path) -> str:
     if path.is_dir():
         raise TraceFormatError(f"{path}: is a directory; expected a file")
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # a byte-order mark is not JSON (configs drop it too)
     except UnicodeDecodeError as e:
         raise TraceFormatError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
     except OSError as e:

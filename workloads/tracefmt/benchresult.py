@@ -29,17 +29,19 @@ import numpy as np
 
 from sim.core.errors import TraceFormatError
 from sim.core.spec import MAX_ARRIVAL_S
+from workloads.gen.lengths import MAX_LEN
 from workloads.tracefmt.core import Columns, LoadedTrace, TraceOptions, finish
 from workloads.tracefmt.rows import check_file, open_text
 
 DETAIL_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "errors")
-MAX_TOKENS = 10**9  # token counts past this are not a real request (workloads/gen/lengths.py MAX_LEN)
-# start_times are time.perf_counter() seconds (since boot); below 2**33 s a float64 still resolves a
-# microsecond, past it the sends of a run collapse onto a few instants
+MAX_TOKENS = MAX_LEN  # the bound on every token count (workloads/gen/lengths.py)
+# Engine and client timestamps (start_times are time.perf_counter() seconds since boot; engine ones monotonic
+# or epoch): below 2**33 s (8.6e9; the year 2242 as epoch seconds) a float64 still resolves a microsecond,
+# past it a run's events collapse onto a few instants. workloads/runs/model.py checks by the same bound.
 MAX_CLOCK_S = 2.0**33
 
 
-def _show(v: Any) -> str:
+def show(v: Any) -> str:
     """A value as one short line (repr escapes line breaks)."""
     text = repr(v)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -113,10 +115,10 @@ def _gaps(x: Any, i: int, ok: bool, path: Path) -> list[float]:
     if x is None and not ok:
         return []
     if not isinstance(x, list):
-        raise TraceFormatError(f"{path}: itls[{i}]: expected a list of numbers (seconds between chunks), got {_show(x)}")
+        raise TraceFormatError(f"{path}: itls[{i}]: expected a list of numbers (seconds between chunks), got {show(x)}")
     for j, g in enumerate(x):
         if isinstance(g, bool) or not isinstance(g, int | float):
-            raise TraceFormatError(f"{path}: itls[{i}][{j}]: expected a number (seconds), got {_show(g)}")
+            raise TraceFormatError(f"{path}: itls[{i}][{j}]: expected a number (seconds), got {show(g)}")
         if ok and not (math.isfinite(g) and g >= 0):
             raise TraceFormatError(f"{path}: itls[{i}][{j}]: {g} for a successful request; expected finite seconds >= 0")
     return [float(g) for g in x]
@@ -138,7 +140,7 @@ def bench_requests(res: dict[str, Any], path: Path) -> BenchRequests:
     for k in ("input_lens", "output_lens"):
         for i, x in enumerate(res[k]):
             if isinstance(x, bool) or not isinstance(x, int):
-                raise TraceFormatError(f"{path}: {k}[{i}]: expected integer token counts, got {_show(x)}")
+                raise TraceFormatError(f"{path}: {k}[{i}]: expected integer token counts, got {show(x)}")
             if not 0 <= x <= MAX_TOKENS:
                 raise TraceFormatError(f"{path}: {k}[{i}]: expected a token count from 0 to {MAX_TOKENS}, got {x}")
     prompt = np.asarray(res["input_lens"], dtype=np.int64)
