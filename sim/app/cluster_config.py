@@ -248,6 +248,9 @@ def cluster_from_dict(raw: dict[str, Any], base_dir: str | Path | None = None) -
         role = rep.get("role", "mixed")
         if role not in ROLES:
             raise ConfigError(f"{where}.role: expected one of {', '.join(ROLES)}, got {role!r}")
+        for key in ("name", "pool"):
+            if key in rep and (not isinstance(rep[key], str) or not rep[key]):
+                raise ConfigError(f"{where}.{key}: expected a non-empty string, got {rep[key]!r}")
         name = str(rep.get("name", f"r{len(replicas)}"))
         device = rep.get("device")
         if device is not None and not isinstance(device, str):

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
+from sim.core.errors import ConfigError
 from sim.core.request import RequestSpec
 from sim.core.typed import build
 from sim.engine.sources import OpenSource
@@ -129,6 +130,9 @@ def frontend_from_dict(raw: Any, policy: str | None = None) -> FrontendConfig | 
     if raw is None:
         return None
     fe = build(FrontendConfig, "[frontend]", raw)
+    if not fe.enabled and (extra := sorted(k for k in raw if k != "enabled")):  # a value that would do nothing
+        raise ConfigError(f"[frontend] {', '.join(extra)} with enabled = false: no front end is modelled, so "
+                          "they would be ignored; allowed: drop them or enabled = true")
     return fe if fe.enabled else None
 
 

@@ -16,6 +16,6 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from sim.app.schema import config_schema, section_schema
 
-    schema = section_schema(args.section) if args.section else config_schema()
+    schema = section_schema(args.section) if args.section is not None else config_schema()  # "" is no section
     print(json.dumps(schema, indent=2))
     return 0

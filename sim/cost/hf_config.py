@@ -67,6 +67,12 @@ def spec_from_hf(cfg: dict[str, Any], path: Path | str, name: str | None = None)
     nkv = _int(cfg, "num_key_value_heads", path, default=nh) or nh
     if nh % nkv:
         raise ConfigError(f"{path}: num_key_value_heads: must divide num_attention_heads ({nh}), got {nkv}")
+    if "head_dim" not in cfg and H % nh:  # transformers' own default is hidden_size // heads, exactly
+        raise ConfigError(f"{path}: hidden_size {H} is not a multiple of num_attention_heads {nh}; allowed: a "
+                          "multiple, or head_dim given")
+    for key in ("attention_bias", "tie_word_embeddings", "enable_bias", "use_sliding_window"):
+        if key in cfg and cfg[key] is not None and not isinstance(cfg[key], bool):
+            raise ConfigError(f"{path}: {key}: expected true or false, got {cfg[key]!r}")
     hd = _int(cfg, "head_dim", path, default=H // nh) or H // nh
     if hd < 1:
         raise ConfigError(f"{path}: hidden_size {H} / num_attention_heads {nh} gives head_dim 0; set head_dim")

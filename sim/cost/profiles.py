@@ -112,6 +112,9 @@ class CalibrationProfile:
     metadata: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     def __post_init__(self) -> None:
+        for name in ("gpu", "description"):
+            if not isinstance(getattr(self, name), str):
+                raise ConfigError(f"profile field {name}={getattr(self, name)!r}: must be a string")
         if self.source not in _SOURCES:
             raise ConfigError(f"profile source {self.source!r}: expected one of {_SOURCES}")
         for name in (

@@ -143,6 +143,10 @@ class LengthDist:
         if d == "fixed":
             if self.value is None or self.value < 1:
                 raise ConfigError(f"length fixed: value must be an integer >= 1, got {self.value}")
+            top = self.max_len if self.max_len is not None else self.value
+            if not self.min_len <= self.value <= top:  # min/max would silently replace the one value
+                raise ConfigError(f"length fixed: value {self.value} is outside [min, max] = [{self.min_len}, "
+                                  f"{'' if self.max_len is None else self.max_len}]; allowed: a value within them")
         elif d == "uniform":
             if self.low is None or self.high is None:
                 raise ConfigError("length uniform: low and high are required")
