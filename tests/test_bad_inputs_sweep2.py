@@ -102,6 +102,15 @@ CASES = [
      ["enable_chunked_prefill = True", "'static'"]),
     ("llamacpp-prefix-caching-knob", lambda t: q('engine.policy="llamacpp"', "engine.enable_prefix_caching=false"),
      ["enable_prefix_caching = False", "cache_prompt"]),
+    ("cost-usd-rate-with-usd", lambda t: q("cost.usd_rate=2"), ["usd_rate = 2", "currency USD"]),
+    ("cost-two-prices", lambda t: q("cost.gpu_hour_usd=1", "cost.gpu_hour_price=2"),
+     ["gpu_hour_usd = 1", "gpu_hour_price = 2"]),
+    ("cost-one-card-two-names", lambda t: q('cost.gpu_hour={"RTX 4090"=1.0, "4090"=2.0}'),
+     ["'RTX 4090' and '4090'", "one price per card"]),
+    ("goodput-and-set-slo", lambda t: ["run", QUICK, "--goodput", "ttft:100", "--set", "slo.ttft_ms=5000"],
+     ["--goodput", "slo.ttft_ms"]),
+    ("trace-limit-and-num-requests", lambda t: q(f'workload.trace="{_write(t, "t.jsonl", _ROWS)}"', "workload.limit=2",
+                                                 "workload.num_requests=3"), ["limit = 2", "num_requests = 3"]),
     ("size-knee-one-setting", lambda t: ["size", SIZING, "--goal", "knee", "--max-num-seqs", "8"],
      ["--goal knee", "--max-num-seqs 8", "two or more"]),
     ("size-jobs-huge", lambda t: ["size", SIZING, "--jobs", "100000"], ["--jobs", "100000", "per CPU"]),
@@ -153,6 +162,10 @@ def _vb_jsonl(tmp: Path) -> str:
     """A vLLM bench-style JSONL trace row (input_toks, output_toks, input_tok_ids) with a negative id."""
     return _write(tmp, "vb.jsonl", json.dumps({"input_toks": 3, "output_toks": 2, "arrival_time_ns": 0,
                                                        "input_tok_ids": [1, -2, 3]}) + "\n")
+
+
+_ROWS = "".join(json.dumps({"request_id": f"a{i}", "arrival_time": float(i), "prompt_len": 20, "output_len": 5}) + "\n"
+                for i in range(4))
 
 
 def _folder(p: Path) -> str:

@@ -278,6 +278,9 @@ def _build_trace(cfg, max_model_len, base_dir) -> OpenWorkload:
     if too_long not in TOO_LONG:
         raise ConfigError(f"{where}.too_long: expected one of {', '.join(TOO_LONG)}, got {too_long!r}")
     if "num_requests" in cfg:
+        if "limit" in cfg:  # the same cut under two names: one of them would be lost
+            raise ConfigError(f"{where}: limit = {cfg['limit']!r} and num_requests = {cfg['num_requests']!r} both cut "
+                              "the trace; allowed: one of them")
         opts["limit"] = read_int(cfg, "num_requests", where, lo=1, hi=MAX_REQUESTS)
     if too_long == "clip" and max_model_len is not None:
         opts["max_model_len"] = max_model_len

@@ -124,12 +124,19 @@ def cost_from_dict(raw: Any) -> CostConfig | None:
     if ps not in sets:
         raise ConfigError(f"[cost] price_set: unknown set {ps!r}; allowed: {', '.join(sets)}")
     per_gpu: dict[str, float] = {}
+    named: dict[str, str] = {}
     for name, price in given.get("gpu_hour", {}).items():
         try:
             gpu = get_gpu(str(name)).name
         except ConfigError as e:
             raise ConfigError(f"[cost] gpu_hour: {e}") from None
-        per_gpu[gpu] = price
+        if gpu in per_gpu and per_gpu[gpu] != price:  # two names of one card: one of the prices would be lost
+            raise ConfigError(f"[cost] gpu_hour: {named[gpu]!r} and {str(name)!r} are both {gpu} with prices "
+                              f"{per_gpu[gpu]:g} and {price:g}; allowed: one price per card")
+        per_gpu[gpu], named[gpu] = price, str(name)
+    if given.get("gpu_hour_usd") is not None and given.get("gpu_hour_price") is not None:
+        raise ConfigError(f"[cost] gpu_hour_usd = {given['gpu_hour_usd']:g} and gpu_hour_price = "
+                          f"{given['gpu_hour_price']:g}: two prices for every card; allowed: one of them")
     if given.get("currency") is not None:
         given["currency"] = given["currency"].upper()
     cfg = CostConfig(**{**given, "gpu_hour": per_gpu})
@@ -138,6 +145,9 @@ def cost_from_dict(raw: Any) -> CostConfig | None:
     if cfg.unit != set_cur and not own and not (set_cur == "USD" and cfg.usd_rate is not None):
         raise ConfigError(f"[cost] currency = {cfg.unit!r} but price set {ps!r} is in {set_cur}: give usd_rate "
                           f"({cfg.unit} per USD), your own prices (gpu_hour, gpu_hour_price) or another price_set")
+    if cfg.usd_rate is not None and cfg.unit == "USD":  # a rate from USD to USD would do nothing
+        raise ConfigError(f"[cost] usd_rate = {cfg.usd_rate:g} with currency USD: it converts USD prices to "
+                          "another currency; allowed: a currency other than USD, or no usd_rate")
     if cfg.gpu_hour_usd is not None and cfg.unit != "USD" and cfg.usd_rate is None:
         raise ConfigError(f"[cost] gpu_hour_usd is in USD but currency = {cfg.unit!r}: give usd_rate ({cfg.unit} "
                           "per USD) or gpu_hour_price in that currency")  # fmt: skip

@@ -76,7 +76,12 @@ def _run(args: argparse.Namespace) -> int:
         if on and not args.out:
             raise ConfigError(f"{flag}: only with --out (it is how steps.jsonl is written)")
     check_out_dir(args.out)  # before any simulation, so a bad --out does not waste the run
-    goodput = [f"slo.{k}={v!r}" for k, v in slo_from_goodput_args(args.goodput).items()]
+    slos = slo_from_goodput_args(args.goodput)
+    for o in args.overrides:  # --goodput is --set slo.K=V by another name: both for one K, one would be lost
+        key = o.split("=", 1)[0].strip()
+        if key.startswith("slo.") and key[4:] in slos:
+            raise ConfigError(f"--goodput and --set {o!r} both set slo.{key[4:]}; allowed: one of them")
+    goodput = [f"slo.{k}={v!r}" for k, v in slos.items()]
     # vLLM flags first, so --set and the [cost] / [slo] options win over them
     args.overrides = [*vllm_overrides(args), *args.overrides, *price_overrides(args), *goodput]
     if cli_cluster.is_cluster_file(args.config):  # [cluster] / [[replica]] configs: several engines
