@@ -111,6 +111,7 @@ CASES = [
      ["--goodput", "slo.ttft_ms"]),
     ("trace-limit-and-num-requests", lambda t: q(f'workload.trace="{_write(t, "t.jsonl", _ROWS)}"', "workload.limit=2",
                                                  "workload.num_requests=3"), ["limit = 2", "num_requests = 3"]),
+    ("size-slo-twice", lambda t: ["size", SIZING, "--slo", "ttft:100", "ttft:200"], ["ttft:200", "already 100 ms"]),
     ("size-knee-one-setting", lambda t: ["size", SIZING, "--goal", "knee", "--max-num-seqs", "8"],
      ["--goal knee", "--max-num-seqs 8", "two or more"]),
     ("size-jobs-huge", lambda t: ["size", SIZING, "--jobs", "100000"], ["--jobs", "100000", "per CPU"]),

@@ -91,6 +91,9 @@ def slo_from_args(pairs: Sequence[str], flag: str = "--slo", percentiles: bool =
             raise ConfigError(f"{flag} {pair!r}: the target must be a positive number of ms, got {text.strip()}")
         m = _PCT_SLO.match(f"{name}_ms")
         if name in LATENCY_METRICS or (percentiles and m and 0 <= float(m.group(1)) <= 100):
+            if f"{name}_ms" in out and out[f"{name}_ms"] != value:  # the later one would silently win
+                raise ConfigError(f"{flag} {pair!r}: {name} is already {out[f'{name}_ms']:g} ms; allowed: one "
+                                  "target per name")
             out[f"{name}_ms"] = value
         else:
             raise ConfigError(f"{flag} {pair!r}: unknown SLO name {name!r}; expected {allowed}, as NAME:MS")
