@@ -35,7 +35,6 @@ class LlamaCppOptions(PolicyOptions):
 
     LIMITS = {"max_num_seqs": 1, "max_num_batched_tokens": 2048}  # -np, -b
     ALIASES = {"n_parallel": "max_num_seqs", "n_batch": "max_num_batched_tokens"}
-    UNMODELLED = {"enable_prefix_caching": "llama.cpp reuses a slot's cached prompt: its knob is cache_prompt (LC-3)"}
 
     n_ctx: int = 4096  # -c: the total over all slots
     ctx_shift: bool = False

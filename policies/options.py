@@ -82,9 +82,6 @@ class PolicyOptions:
     LIMIT_FIELDS: ClassVar[tuple[str, ...]] = ()
     SCHEDULING_POLICIES: ClassVar[tuple[str, ...]] = ("fcfs",)
     VLLM_BUDGET_RULE: ClassVar[bool] = False
-    # Shared knobs the preset does not model, with why: set to anything but its own LIMITS value, refused
-    # (a knob that would do nothing is an error, not a no-op).
-    UNMODELLED: ClassVar[Mapping[str, str]] = {}
     # [engine] gpu_memory_utilization when the config leaves it out: vLLM's 0.9 of the total; 1.0 (the
     # whole card) for engines with no such cap, where it is only the card's share (two engines on a card).
     GPU_MEMORY_UTILIZATION: ClassVar[float] = 0.9

@@ -32,8 +32,6 @@ class StaticOptions(PolicyOptions):
     }
     LIMIT_FIELDS = ("max_new_tokens",)
     VLLM_BUDGET_RULE = True
-    UNMODELLED = {"enable_prefix_caching": "HF generate keeps no prefix cache between batches",
-                  "enable_chunked_prefill": "HF generate runs each batch's padded prompts in one pass (HF-1)"}
 
     max_new_tokens: int | None = None  # HF generate's max_new_tokens (None: the batch's longest output)
     GPU_MEMORY_UTILIZATION = 1.0  # HF reserves nothing: the whole card (a share of it when set)

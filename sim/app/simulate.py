@@ -143,10 +143,6 @@ def resolve(cfg: RunConfig) -> Setup:
         raise ConfigError(f"[engine] async_scheduling = true is modelled for preset 'vllm' only, not {e.policy!r}")
     async_scheduling = e.policy == "vllm" if e.async_scheduling is None else e.async_scheduling
     explicit = _explicit_limits(e, cls.ALIASES, parsed.aliases)
-    for key, why in cls.UNMODELLED.items():
-        if explicit[key] is not None and explicit[key] != cls.LIMITS.get(key, ...):
-            raise ConfigError(f"[engine] {key} = {explicit[key]!r}: not modelled for preset {e.policy!r} ({why}); "
-                              "allowed: leave it out")
 
     def pick(key: str, fallback: Any) -> Any:
         v = explicit[key]
