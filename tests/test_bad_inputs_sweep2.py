@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sim.cli.main import main
-from tests.test_bad_inputs import LLAMA, QUICK, SEED, SIZING, no_simulation, run_bad_case  # noqa: F401
+from tests.test_bad_inputs import QUICK, SEED, SIZING, _hf, no_simulation, run_bad_case  # noqa: F401
 from tests.test_bad_inputs_corpus import BASE, _toml, _write, q
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,12 +24,6 @@ def _profile(tmp: Path, **changes) -> str:
     data = json.loads(PROFILE.read_text())
     data.update(changes)
     return _write(tmp, "profile.json", json.dumps(data))
-
-
-def _hf(tmp: Path, **changes) -> str:
-    d = tmp / "hf"
-    d.mkdir(exist_ok=True)
-    return _write(d, "config.json", json.dumps({**LLAMA, **changes}))
 
 
 SESSIONS = """[model]

@@ -224,7 +224,7 @@ def _build_open(cfg, seed, max_model_len, base_dir) -> SyntheticOpenWorkload:
     if kind not in ARRIVAL_KINDS:
         raise ConfigError(f"{where}.arrival: expected one of {', '.join(ARRIVAL_KINDS)}, got {kind!r}")
     rate = read_float(cfg, "rate", where, lo=0.0, lo_open=True, allow_inf=True)
-    check_span(n, rate, where)
+    check_span(n, rate, f"{where}.rate")
     burstiness = read_float(cfg, "burstiness", where, default=1.0, lo=0.0, lo_open=True, allow_inf=True)
     rescale = cfg.get("rescale", True)
     if not isinstance(rescale, bool):

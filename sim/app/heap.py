@@ -46,9 +46,9 @@ def frozen() -> Iterator[None]:
 
 def before_exit() -> None:
     """The process is about to end: collect once, then freeze what is left, so the interpreter's
-    shutdown, which collects while it tears the modules down, does not scan every object again (~0.1 s
-    with pandas and pyarrow loaded, of a ~3 s ``servesim run``; the collection first costs ~0.05 s of
-    it). The collection runs the finalisers of what the run left in cycles (a plug-in's open log file
+    shutdown, which collects while it tears the modules down, does not scan every object again (a
+    quickstart run of 2,000 requests: 0.095-0.112 s from the command's end to the process's, 0.045-0.048 s
+    with this, of which the collection is 0.022-0.024 s). The collection runs the finalisers of what the run left in cycles (a plug-in's open log file
     among them: frozen garbage is never collected); what is alive is freed as its module goes. Only for
     a process that ends here (the console entry, ``sim.cli.main.entry``), never a library call."""
     gc.collect()

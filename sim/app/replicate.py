@@ -52,11 +52,16 @@ STABILITY_METRICS = ("offered_rate", "queue_growth", "final_queue", "finished_fr
 MAX_REPLICATIONS = 1000  # seeds per configuration (size, sweep, run --intervals): a 1e9 list is the memory
 
 
-def seed_list(base: int, n: int) -> list[int]:
-    """The seeds of ``n`` replications; the same list for every configuration compared (CRN)."""
+def check_replications(n: Any) -> int:
+    """``--replications`` (size, sweep, run --intervals): an integer from 1 to MAX_REPLICATIONS."""
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_REPLICATIONS:
         raise ConfigError(f"--replications: got {n!r}; allowed an integer in [1, {MAX_REPLICATIONS}]")
-    return [int(base) + i for i in range(n)]
+    return n
+
+
+def seed_list(base: int, n: int) -> list[int]:
+    """The seeds of ``n`` replications; the same list for every configuration compared (CRN)."""
+    return [int(base) + i for i in range(check_replications(n))]
 
 
 def t_interval(values: Iterable[float], level: float = DEFAULT_LEVEL) -> tuple[float, float, float]:

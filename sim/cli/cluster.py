@@ -61,15 +61,10 @@ def run(args: argparse.Namespace) -> int:
         write_cluster_outputs,
         write_comparison,
     )
-    from sim.cli.outpath import check_out_dir, steps_jsonl_wanted
+    from sim.cli.outpath import check_out_dir, check_steps_jsonl_flags, steps_jsonl_wanted
     from sim.cli.prices import price_overrides
 
-    for flag, on in (("--step-trace", getattr(args, "step_trace", False)),
-                     ("--steps-jsonl", getattr(args, "steps_jsonl", False))):
-        if on and not getattr(args, "out", None):  # as `run` refuses it: a flag that would do nothing
-            from sim.core.errors import ConfigError
-
-            raise ConfigError(f"{flag}: only with --out (it is how steps.jsonl is written)")
+    check_steps_jsonl_flags(args)
     check_out_dir(getattr(args, "out", None))
     cfgs = load_cluster(args.config, [*(getattr(args, "overrides", []) or []), *price_overrides(args)])
     wanted = list(getattr(args, "variant", []) or [])

@@ -32,10 +32,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.replications is None:
         args.replications = 5
-    from sim.app.replicate import MAX_REPLICATIONS
+    from sim.app.replicate import check_replications
 
-    if not 1 <= args.replications <= MAX_REPLICATIONS:
-        raise ConfigError(f"--replications: got {args.replications}; allowed an integer in [1, {MAX_REPLICATIONS}]")
+    check_replications(args.replications)
     if not 0 < args.level < 1:
         raise ConfigError(f"--level must be in (0, 1), got {args.level}")
     if args.out or args.step_trace:

@@ -63,7 +63,7 @@ def _run(args: argparse.Namespace) -> int:
     from sim.app.simulate import simulate
     from sim.cli import cluster as cli_cluster
     from sim.cli.catalog import vllm_overrides
-    from sim.cli.outpath import check_out_dir, steps_jsonl_wanted
+    from sim.cli.outpath import check_out_dir, check_steps_jsonl_flags, steps_jsonl_wanted
     from sim.cli.prices import price_overrides
 
     if args.intervals:  # replications + calibration residuals -> prediction intervals (sim/cli/intervals.py)
@@ -72,9 +72,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.replications is not None:  # a flag that would do nothing is refused, not ignored
         raise ConfigError(f"--replications {args.replications}: only with --intervals")
-    for flag, on in (("--step-trace", args.step_trace), ("--steps-jsonl", args.steps_jsonl)):
-        if on and not args.out:
-            raise ConfigError(f"{flag}: only with --out (it is how steps.jsonl is written)")
+    check_steps_jsonl_flags(args)
     check_out_dir(args.out)  # before any simulation, so a bad --out does not waste the run
     slos = slo_from_goodput_args(args.goodput)
     for o in args.overrides:  # --goodput is --set slo.K=V by another name: both for one K, one would be lost

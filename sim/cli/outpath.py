@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from sim.core.errors import ConfigError
+from sim.core.fields import short_path
 
 
 def check_out_dir(path: str | Path | None, flag: str = "--out") -> None:
@@ -20,27 +21,20 @@ def check_out_dir(path: str | Path | None, flag: str = "--out") -> None:
     try:
         _check_dir(p, flag)
     except OSError as exc:  # e.g. a name longer than the file system allows (ENAMETOOLONG)
-        raise ConfigError(f"{flag}: cannot use {_short(p)} ({exc.strerror or exc}); allowed: a writable directory "
+        raise ConfigError(f"{flag}: cannot use {short_path(p)} ({exc.strerror or exc}); allowed: a writable directory "
                           "path") from None
-
-
-def _short(p: Path) -> str:
-    s = str(p)
-    return repr(s if len(s) <= 120 else s[:60] + "..." + s[-40:])
 
 
 def _check_dir(p: Path, flag: str) -> None:
     if p.exists() and not p.is_dir():
         raise ConfigError(f"{flag}: {p} is an existing file, not a directory; allowed: a directory (new or existing)")
-    probe = p
-    while not probe.exists() and probe.parent != probe:  # the nearest folder that exists
-        probe = probe.parent
+    probe = _existing(p)
     if not probe.is_dir():
         raise ConfigError(f"{flag}: cannot make {p}: {probe} is a file; allowed: a writable directory")
     name_max = os.pathconf(probe, "PC_NAME_MAX")
     for part in p.parts[len(probe.parts):]:  # the folders and name still to be made
         if len(os.fsencode(part)) > name_max:
-            raise ConfigError(f"{flag}: a name of {len(os.fsencode(part))} bytes in {_short(p)}; allowed: at most "
+            raise ConfigError(f"{flag}: a name of {len(os.fsencode(part))} bytes in {short_path(p)}; allowed: at most "
                               f"{name_max} bytes a name on this file system")
     try:  # a file made and removed there: what a write needs, which os.access does not tell root
         fd, tmp = tempfile.mkstemp(dir=probe, prefix=".servesim-write-check-")
@@ -58,17 +52,18 @@ def check_out_file(path: str | Path | None, flag: str = "--out") -> None:
     try:
         is_dir = p.is_dir()
     except OSError as exc:
-        raise ConfigError(f"{flag}: cannot use {_short(p)} ({exc.strerror or exc}); allowed: a file path") from None
+        raise ConfigError(f"{flag}: cannot use {short_path(p)} ({exc.strerror or exc}); allowed: a file path") from None
     if is_dir:
         raise ConfigError(f"{flag}: {p} is a directory; allowed: a file path")
     check_out_dir(p.parent if str(p.parent) else ".", flag)
     name_max = os.pathconf(_existing(p.parent), "PC_NAME_MAX")
     if len(os.fsencode(p.name)) > name_max:
-        raise ConfigError(f"{flag}: a file name of {len(os.fsencode(p.name))} bytes ({_short(p)}); allowed: at most "
+        raise ConfigError(f"{flag}: a file name of {len(os.fsencode(p.name))} bytes ({short_path(p)}); allowed: at most "
                           f"{name_max} bytes on this file system")
 
 
 def _existing(p: Path) -> Path:
+    """The nearest of ``p`` and its parents that exists."""
     while not p.exists() and p.parent != p:
         p = p.parent
     return p
@@ -88,3 +83,11 @@ def steps_jsonl_wanted(args: argparse.Namespace, recorded: bool) -> bool:
     recorded (``--step-trace`` or ``simulation.record_step_trace``: each step's rows). Not by default:
     steps.parquet holds the same counts, and as JSON text they are ~4.5 GB for a million requests."""
     return bool(getattr(args, "steps_jsonl", False) or getattr(args, "step_trace", False) or recorded)
+
+
+def check_steps_jsonl_flags(args: argparse.Namespace) -> None:
+    """``--step-trace`` / ``--steps-jsonl`` without ``--out`` would do nothing: refused (run and cluster)."""
+    for flag, on in (("--step-trace", getattr(args, "step_trace", False)),
+                     ("--steps-jsonl", getattr(args, "steps_jsonl", False))):
+        if on and not getattr(args, "out", None):
+            raise ConfigError(f"{flag}: only with --out (it is how steps.jsonl is written)")

@@ -135,14 +135,18 @@ def run(args: argparse.Namespace) -> int:
     check_range("", "--min-attainment", args.min_attainment, 0, 1, lo_open=True)
     check_range("", "--level", args.level, 0, 1, lo_open=True, hi_open=True)
     check_range("", "--tol", args.tol, 0, 1, lo_open=True, hi_open=True)
-    check_range("", "--replications", args.replications, 1, 1000)
-    if args.goal == "knee" and args.max_num_seqs is not None and len(set(args.max_num_seqs)) < 2:
+    from sim.app.replicate import check_replications
+
+    check_replications(args.replications)
+    if args.goal == "knee" and args.max_num_seqs is not None and len(args.max_num_seqs) < 2:  # distinct already
         raise ConfigError(f"--goal knee with --max-num-seqs {','.join(map(str, args.max_num_seqs))}: a knee is on a "
                           "curve; allowed: two or more values (or leave --max-num-seqs out)")
     if args.knee_gain is not None and args.goal != "knee":  # a flag that would do nothing is refused
         raise ConfigError(f"--knee-gain {args.knee_gain:g}: only with --goal knee")
     if args.knee_gain is None:
-        args.knee_gain = 0.1
+        from sim.app.knee import DEFAULT_KNEE_GAIN
+
+        args.knee_gain = DEFAULT_KNEE_GAIN
     card_only = [f for f, v in (("--dtypes", args.dtypes), ("--kv-dtypes", args.kv_dtypes), ("--tp", args.tp),
                                 ("--instances-per-gpu", args.instances_per_gpu)) if v]  # fmt: skip
     if card_only and not args.gpus:

@@ -106,9 +106,9 @@ def run(args: argparse.Namespace) -> int:
                               f"add --grid {SEQS_KEY}=V1,V2,... or leave --knee-gain out")
     knee_gain = DEFAULT_KNEE_GAIN if args.knee_gain is None else args.knee_gain
     slo = parse_slo_args(args.slo) if args.slo else None
-    from sim.app.replicate import seed_list
+    from sim.app.replicate import check_replications
 
-    seed_list(0, args.replications)  # its range check, before anything runs
+    check_replications(args.replications)  # before anything runs
     from sim.app.sweep import check_jobs
 
     check_jobs(args.jobs)

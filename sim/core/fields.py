@@ -66,9 +66,14 @@ def missing_file(path: Any, what: str) -> str | None:
         if p.exists():  # a device, a pipe, a socket
             return f"{p}: not a regular file; expected a {what}"
     except OSError as exc:  # e.g. a name longer than the file system allows
-        s = str(p)
-        return f"{what} {s if len(s) <= 120 else s[:60] + '...' + s[-40:]!r}: {exc.strerror or exc}"
+        return f"{what} {short_path(p)}: {exc.strerror or exc}"
     return f"{what} not found: {p}"
+
+
+def short_path(p: Any) -> str:
+    """A path for a one-line message: quoted, and its middle cut when it is long."""
+    s = str(p)
+    return repr(s if len(s) <= 120 else s[:60] + "..." + s[-40:])
 
 
 def read_utf8(path: Any, kind: str = "TOML", error: type[Exception] = ConfigError) -> str:
@@ -76,7 +81,10 @@ def read_utf8(path: Any, kind: str = "TOML", error: type[Exception] = ConfigErro
     from pathlib import Path
 
     p = Path(path)
-    data = p.read_bytes()
+    try:
+        data = p.read_bytes()
+    except OSError as exc:  # unreadable (permissions, a name too long, a directory)
+        raise error(f"{p}: cannot read it ({exc.strerror or exc})") from None
     try:
         return data.decode("utf-8").removeprefix("\ufeff")  # a byte-order mark (Windows editors) is not text
     except UnicodeDecodeError as exc:

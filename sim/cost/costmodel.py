@@ -304,7 +304,7 @@ class RooflineCostModel:
         swaps = batch.swap_in_blocks + batch.swap_out_blocks
         if npf:
             chunks = batch.prefill_chunks()
-            mt = n + sum(chunks)
+            mt = n + batch.num_prefill_tokens
             mg = self._padded(mt) if self._pad_mixed else mt
         elif n:
             mg = self._padded(n)

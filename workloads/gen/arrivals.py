@@ -54,8 +54,9 @@ def _check_burstiness(b: float) -> float:
     if isinstance(b, bool) or not isinstance(b, int | float | np.integer | np.floating):
         raise ConfigError(f"arrival burstiness must be a number, got {b!r}")
     b = float(b)
-    # vLLM asserts burstiness > 0; NaN is refused too. Below 1e-6 a gamma's shape underflows and its gaps
-    # come out NaN (a burstiness that small is every request at one instant, then a gap past any horizon).
+    # vLLM asserts burstiness > 0; NaN is refused too. At 5e-324 the gamma's scale 1/(rate·b) overflows and
+    # every gap is NaN; already at 1e-6 twenty draws are all 0 (every request at one instant), so nothing
+    # below that describes a load.
     if not b >= MIN_BURSTINESS:
         raise ConfigError(f"arrival burstiness must be >= {MIN_BURSTINESS:g} (1 = Poisson, inf = constant), got {b}")
     return b
@@ -96,11 +97,12 @@ def poisson(rate: float, n: int, rng: np.random.Generator, *, rescale: bool = Tr
     return gamma(rate, n, rng, 1.0, rescale=rescale)
 
 
-def check_span(n: int, rate: float, where: str) -> None:
+def check_span(n: int, rate: float, name: str) -> None:
     """Refuse a rate that spreads ``n`` arrivals beyond the simulated clock's range (MAX_ARRIVAL_S):
-    said before anything is generated, not as a failure mid-run or as latencies that all read 0."""
+    said before anything is generated, not as a failure mid-run or as latencies that all read 0.
+    ``name``: the option, for the message (``workload.rate``, ``trace option rate``)."""
     if n / rate > MAX_ARRIVAL_S:
-        raise ConfigError(f"{where}.rate: {rate:g} req/s spreads {n} arrivals over ~{n / rate:.3g} s, beyond the "
+        raise ConfigError(f"{name}: {rate:g} req/s spreads {n} arrivals over ~{n / rate:.3g} s, beyond the "
                           f"simulated clock's {MAX_ARRIVAL_S:g} s; allowed: rate >= {n / MAX_ARRIVAL_S:.3g}")
 
 

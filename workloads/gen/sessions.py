@@ -331,7 +331,7 @@ def build_session_workload(
         if kind not in ARRIVAL_KINDS:
             raise ConfigError(f"{where}.arrival: expected one of {', '.join(ARRIVAL_KINDS)}, got {kind!r}")
         rate = read_float(cfg, "rate", where, lo=0.0, lo_open=True, allow_inf=True)
-        check_span(n, rate, where)
+        check_span(n, rate, f"{where}.rate")
         burst = read_float(cfg, "burstiness", where, default=1.0, lo=0.0, lo_open=True, allow_inf=True)
         try:
             starts = ArrivalConfig(kind, rate, burst).sample(n, rng["starts"])

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from sim.core.errors import TraceFormatError
+from sim.core.fields import load_json
 from sim.core.request import RequestSpec
 from sim.core.spec import MAX_ARRIVAL_S
 from workloads.runs.model import (
@@ -36,7 +37,6 @@ from workloads.runs.model import (
     Stage,
     integer,
     number,
-    parse_json,
     read_text,
     show,
     stats_from_requests,
@@ -142,7 +142,7 @@ def _meta(path: Path) -> dict[str, Any]:
     """meta.json beside requests.jsonl ({} when there is none): a mapping whose tables are mappings."""
     if not path.exists():
         return {}
-    meta = parse_json(read_text(path), str(path))
+    meta = load_json(path, "run metadata", TraceFormatError)
     if not isinstance(meta, dict):
         raise TraceFormatError(f"{path}: expected a JSON object (the run's metadata), got {show(meta)}")
     for key in ("engine_kwargs", "kv_cache", "hardware"):

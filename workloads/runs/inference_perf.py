@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from sim.core.errors import TraceFormatError
+from sim.core.fields import load_json
 from sim.core.request import RequestSpec
 from workloads.runs.model import (
     MAX_CLOCK_S,
@@ -49,7 +50,6 @@ from workloads.runs.model import (
     check_keys,
     integer,
     number,
-    parse_json,
     read_text,
     show,
     stats_from_requests,
@@ -100,7 +100,7 @@ def _yaml(path: Path) -> dict[str, Any]:
 
 
 def _json(path: Path) -> Any:
-    return parse_json(read_text(path), str(path))
+    return load_json(path, "inference-perf result", TraceFormatError)
 
 
 def _mapping(where: str, key: str, v: Any) -> dict[str, Any]:

@@ -16,7 +16,6 @@ queued − sent lag, see ``clocks``).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from sim.core.errors import TraceFormatError
+from sim.core.fields import missing_file, read_utf8
 from sim.core.request import RequestSpec
 from workloads.tracefmt.benchresult import MAX_CLOCK_S, MAX_TOKENS, show  # noqa: F401  (the importers take them from here)
 
@@ -159,26 +159,11 @@ def check_keys(where: str, obj: Mapping[str, Any], keys: Iterable[str], what: st
 
 
 def read_text(path: Path) -> str:
-    """A run file's UTF-8 text; unreadable bytes, a directory or an OS error are one line naming the file."""
-    if path.is_dir():
-        raise TraceFormatError(f"{path}: is a directory; expected a file")
-    try:
-        return path.read_text(encoding="utf-8-sig")  # a byte-order mark is not JSON (configs drop it too)
-    except UnicodeDecodeError as e:
-        raise TraceFormatError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
-    except OSError as e:
-        raise TraceFormatError(f"{path}: cannot read it ({e.strerror or e})") from None
-
-
-def parse_json(text: str, where: str) -> Any:
-    """``json.loads`` with its failures (bad syntax, nesting past the recursion limit) as one line."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise TraceFormatError(f"{where}: not valid JSON ({e})") from None
-    except RecursionError:
-        raise TraceFormatError(f"{where}: JSON nested too deeply to read (deeper than Python's recursion "
-                               "limit)") from None
+    """A run file's UTF-8 text (sim/core/fields.py read_utf8); missing, a directory, unreadable or not UTF-8
+    is one line naming the file."""
+    if (why := missing_file(path, "run file")) is not None:
+        raise TraceFormatError(why)
+    return read_utf8(path, "text", TraceFormatError)
 
 
 def number(where: str, key: str, v: Any, *, lo: float | None = None, lo_open: bool = False,

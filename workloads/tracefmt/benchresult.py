@@ -31,7 +31,7 @@ from sim.core.errors import TraceFormatError
 from sim.core.spec import MAX_ARRIVAL_S
 from workloads.gen.lengths import MAX_LEN
 from workloads.tracefmt.core import Columns, LoadedTrace, TraceOptions, finish
-from workloads.tracefmt.rows import check_file, open_text
+from workloads.tracefmt.rows import READ_ERRORS, cannot_read, check_file, open_text
 
 DETAIL_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "errors")
 MAX_TOKENS = MAX_LEN  # the bound on every token count (workloads/gen/lengths.py)
@@ -60,11 +60,8 @@ def read_bench_result(path: str | Path) -> dict[str, Any]:
     try:
         with open_text(path) as f:
             text = f.read()
-    except UnicodeDecodeError as e:
-        raise TraceFormatError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason}); a vllm bench result is "
-                               "UTF-8 JSON") from None
-    except (OSError, EOFError) as e:
-        raise TraceFormatError(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    except READ_ERRORS as e:  # not UTF-8, unreadable, a truncated .gz
+        raise cannot_read(path, e) from None
     deep = f"{path}: JSON nested too deeply to read (deeper than Python's recursion limit); not a vllm bench result"
     try:
         obj = json.loads(text)

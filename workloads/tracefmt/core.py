@@ -41,6 +41,7 @@ from sim.core.errors import ConfigError, TraceFormatError
 from sim.core.hash_prefixes import share_hash_id_prefixes
 from sim.core.request import RequestSpec, Segment
 from sim.core.spec import MAX_ARRIVAL_S
+from workloads.gen.arrivals import check_span
 from workloads.gen.lengths import MAX_LEN, clip_to_context
 from workloads.tracefmt.jsonl import LoadedTrace as _JsonlTrace
 
@@ -288,11 +289,8 @@ def _check_rate_span(rate: Any, n: int) -> None:
     """Refuse a ``rate`` whose ``n`` drawn arrivals end past the clock, before drawing them (a subnormal
     rate would draw inf/NaN times and numpy warnings). A rate that is no positive number is left to
     the arrival process, which names it."""
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
-        return
-    if n / rate > MAX_ARRIVAL_S:
-        raise ConfigError(f"trace option rate: {rate:g} req/s spreads the {n} requests over {n / rate:.3g} s, beyond "
-                          f"the simulated clock's {MAX_ARRIVAL_S:g} s; allowed: rate >= {n / MAX_ARRIVAL_S:.3g}")
+    if not isinstance(rate, bool) and isinstance(rate, int | float) and rate > 0:
+        check_span(n, rate, "trace option rate")
 
 
 def _beyond_the_clock(cols: Columns, opts: TraceOptions, order: np.ndarray, t_trace: np.ndarray) -> None:

@@ -31,7 +31,6 @@ import gzip
 import io
 import json
 import math
-import zlib
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,6 +42,7 @@ from sim.core.errors import ConfigError, TraceFormatError
 from sim.core.fields import MAX_PRIORITY
 from sim.core.request import RequestSpec
 from workloads.gen.lengths import MAX_LEN, clip_to_context
+from workloads.tracefmt.rows import READ_ERRORS
 
 FIELDS = (
     "arrival_time",
@@ -58,7 +58,6 @@ FIELDS = (
     "output_key",
 )
 MAX_REPORTED = 20  # skipped-row messages kept in LoadedTrace.errors
-_READ_ERRORS = (UnicodeDecodeError, OSError, EOFError, zlib.error)  # not UTF-8, unreadable, a truncated .gz
 
 
 @dataclass(frozen=True)
@@ -272,7 +271,7 @@ def load_jsonl(
     try:
         with _open(path, "r") as f:
             lines = list(enumerate(f, start=1))
-    except _READ_ERRORS as e:
+    except READ_ERRORS as e:
         why = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else "cannot read"
         raise TraceFormatError(f"{path}: {why}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     for lineno, line in lines:
