@@ -23,6 +23,7 @@ from sim.cost.hardware import GpuSpec
 from sim.cost.models import ModelSpec, activation_dtype_bytes, kv_dtype_bytes, normalize_dtype
 from sim.cost.profiles import CalibrationProfile, get_profile
 from sim.cost.quant import select_kernel
+from sim.cost.smooth import pow_c, smooth
 
 
 @runtime_checkable
@@ -36,11 +37,6 @@ class CostModel(Protocol):
     ) -> np.ndarray: ...
 
     def breakdown(self, batch: BatchSummary) -> dict[str, float]: ...
-
-
-def _smooth(flops: Any, nbytes: Any, peak: float, bw: float, p: float, t0: float) -> Any:
-    """Smooth roofline ((F/P)^p + (B/BW)^p)^(1/p) + t0 (costmodel.md §0 item 2); numpy-vectorized."""
-    return ((flops / peak) ** p + (nbytes / bw) ** p) ** (1.0 / p) + t0
 
 
 class RooflineCostModel:
@@ -178,7 +174,7 @@ class RooflineCostModel:
     def _gemm(self, k: float, n: float, M: np.ndarray, b_w: float | None = None) -> np.ndarray:
         b_w = self._b_w if b_w is None else b_w
         pr = self.profile
-        return _smooth(
+        return smooth(
             2.0 * M * k * n,
             k * n * b_w + M * (k + n) * self._b_a,
             self._gemm_peak,
@@ -206,11 +202,11 @@ class RooflineCostModel:
             E, k, ie = m.num_experts, m.experts_per_tok, self._ie
             router = self._gemm(H, E, M)
             # costmodel.md §1.2: distinct experts touched E_eff = E·(1 − (1 − k/E)^M) under uniform routing.
-            e_eff = E * (1.0 - (1.0 - k / E) ** M)
+            e_eff = E * (1.0 - pow_c(1.0 - k / E, M))
             w = self._n_mats * H * ie / t
             flops = 2.0 * M * k * w
             nbytes = e_eff * w * self._b_w + M * k * (2 * H + self._n_mats * ie / t) * self._b_a
-            experts = _smooth(
+            experts = smooth(
                 flops, nbytes, self._gemm_peak, self._gemm_bw, pr.roofline_p, 2 * pr.t0_gemm_s
             )  # fused MoE: two grouped kernels (w13, w2)
             layer = router + experts
@@ -244,7 +240,7 @@ class RooflineCostModel:
         H, V = m.hidden_size, m.vocab_size
         vr = V / self.tp
         b16 = self._b_a
-        lm = _smooth(
+        lm = smooth(
             2.0 * S * H * vr,
             H * vr * b16 + S * (H + vr) * b16,
             self._head_peak,

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 
 from sim.cost.collectives import allreduce_seconds
-from sim.cost.costmodel import _smooth
 from sim.cost.hardware import GpuSpec
 from sim.cost.profiles import CalibrationProfile
+from sim.cost.smooth import smooth
 
 
 def _col(df: pd.DataFrame, name: str, default: float = 0.0) -> np.ndarray:
@@ -25,7 +25,7 @@ def gemm(p: CalibrationProfile, gpu: GpuSpec, df: pd.DataFrame) -> np.ndarray:
     """Smooth roofline of one GEMM (costmodel.md §0 item 2); weights read once for all m rows."""
     m, k, n = _col(df, "m"), _col(df, "k"), _col(df, "n")
     bw, ba = _col(df, "w_bytes", 2.0), _col(df, "a_bytes", 2.0)
-    return _smooth(
+    return smooth(
         2.0 * m * k * n,
         k * n * bw + m * (k + n) * ba,
         gpu.bf16_flops * p.eta_compute,
