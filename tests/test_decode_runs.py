@@ -679,3 +679,74 @@ def test_runs_are_sized_by_the_steps_that_can_start_before_the_next_arrival(asyn
     bound = ff._steps_before(span, 4)
     fastest = float(cost.decode_step_times(1, np.zeros(1))[0])
     assert span / fastest <= bound <= span / fastest + 3
+
+
+# ---- b2. grow_stepped: a segment of one-token schedules taken as events ---------------------------
+def _segment_setup(seed: int, bs: int, num_blocks: int, lag: int) -> tuple[KVCacheManager, list[Request]]:
+    """A manager holding running rows (unique, shared-prefix and duplicated content) and free cached
+    blocks left by finished ones, each row at ``lag`` tokens in flight (1: async scheduling)."""
+    rng = random.Random(seed)
+    kv = KVCacheManager(num_blocks, bs, True, 10**6)
+    rows: list[Request] = []
+    for i in range(rng.randint(1, 14)):
+        req = Request(_spec(rng, i, bs))
+        hits, hit_tokens = kv.get_computed_blocks(req)
+        if kv.allocate_slots(req, req.num_tokens - hit_tokens, hit_tokens, hits) is None:
+            continue
+        req.num_computed_tokens = req.num_tokens
+        if not lag:
+            req.num_output_tokens += 1
+            req.num_tokens += 1
+        if rng.random() < 0.3:
+            kv.free(req)  # its hashed blocks stay cached, free: pops evict them
+        else:
+            rows.append(req)
+    return kv, rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), bs=st.sampled_from([1, 2, 3, 4, 16]), num_blocks=st.integers(40, 400),
+       lag=st.sampled_from([0, 1]), m=st.integers(1, 40))  # fmt: skip
+def test_grow_stepped_leaves_the_state_of_schedule_by_schedule_rounds(seed, bs, num_blocks, lag, m):
+    """``grow_stepped`` takes a segment's pops and registrations as events in (schedule, row) order; the
+    state (block tables, free queue order, each hash's block and duplicates, cached counts) is the one
+    rounds of ``grow_decodes(rows scheduled, 1)`` leave, as the fast-forwards did before. With ``lag``
+    (async) a row that finishes at the segment's end takes one schedule less, and every row lands m."""
+    ref, rows_r = _segment_setup(seed, bs, num_blocks, lag)
+    new, rows_n = _segment_setup(seed, bs, num_blocks, lag)
+    if not rows_r:
+        return
+    rng = random.Random(seed + 1)
+    steps = [m - 1 if lag and rng.random() < 0.3 else m for _ in rows_r]
+    c0 = [r.num_computed_tokens for r in rows_r]
+    need = kv_need = ref.decode_run_blocks(c0, ref.num_blocks_held_rows(rows_r), steps, m)[m]
+    if kv_need > ref.num_free_blocks:
+        return  # the fast-forward never plans a segment its free blocks do not cover
+    for j in range(1, m + 1):
+        sched = [r for r, s in zip(rows_r, steps, strict=True) if s >= j]
+        ref.grow_decodes(sched, 1)
+        for r in sched:
+            r.num_computed_tokens += 1
+        for r in rows_r:
+            r.num_output_tokens += 1
+            r.num_tokens += 1
+    free0 = new.num_free_blocks
+    assert new.grow_stepped(rows_n, steps, lag)
+    assert free0 - new.num_free_blocks == need
+    for r, s in zip(rows_n, steps, strict=True):
+        r.num_computed_tokens += s
+        r.num_output_tokens += m
+        r.num_tokens += m
+    assert _state(new, rows_n) == _state(ref, rows_r)
+
+
+def test_grow_stepped_refuses_a_row_it_cannot_take_and_changes_nothing():
+    kv = KVCacheManager(64, 4, True, 40)
+    req = Request(RequestSpec("a", 0.0, 30, 100, segments=((("s", 0), 30),)))
+    assert kv.allocate_slots(req, 30) is not None
+    req.num_computed_tokens = req.num_tokens = 30
+    stranger = Request(RequestSpec("b", 0.0, 8, 100))
+    before = _state(kv, [req])
+    assert not kv.grow_stepped([req], [11], 1)  # past max_model_len 40
+    assert not kv.grow_stepped([req, stranger], [2, 2], 1)  # a row without a block table
+    assert _state(kv, [req]) == before

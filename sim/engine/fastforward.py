@@ -150,10 +150,12 @@ def apply_run(policy: Any, run: DecodeRun, end_times: list[float]) -> list[Reque
         segment_free(free0, cum, a, b, cached0, free_out, cached_out)  # uncached free blocks go first
         if lazy:
             kv.grow_decodes(rows, m, computed=[base[i] + a for i in alive])
+        elif kv.grow_stepped(rows, [m] * len(rows), 0):
+            # Hashed content registers each block when it completes, in step then row order as vLLM
+            # does: two rows completing blocks of the same content in one run must register them in
+            # that order (the first registered is the one a later lookup returns).
+            advance(rows, m)
         else:
-            # Hashed content registers each block when it completes, step by step and row by row
-            # as vLLM does: two rows completing blocks of the same content in one run must register
-            # them in that order (the first registered is the one a later lookup returns).
             for _ in range(m):
                 kv.grow_decodes(rows, 1)
                 for req in rows:

@@ -96,9 +96,9 @@ def apply_async(policy: Any, rows: list[Request], c0: list[int], fin: list[int],
     ``cached_start``: the cached-free blocks when the run was planned (a disaggregated decode replica's
     pool gains cached blocks when a KV transfer lands mid-run, which must not show before it).
 
-    Rows whose blocks get hashed are stepped schedule by schedule in row order, their counters current
-    at each allocation (it registers the blocks its known tokens complete: all but the newest, in
-    flight); the others grow once per segment and their counters move once."""
+    Rows whose blocks get hashed grow as schedule-by-schedule rounds would, in schedule then row order
+    (``grow_stepped``: each allocation registers the blocks its known tokens complete, all but the
+    newest, in flight); the others grow once per segment. Either way the counters move once."""
     kv = policy.kv
     lazy = not kv.enable_caching or not any(r.spec.shares_content for r in rows)
     free_after = [0] * k
@@ -124,6 +124,12 @@ def apply_async(policy: Any, rows: list[Request], c0: list[int], fin: list[int],
                 kv.grow_decodes([rows[i] for i in done], m - 1, computed=[c0[i] + a for i in done])
             if go_on:
                 kv.grow_decodes([rows[i] for i in go_on], m, computed=[c0[i] + a for i in go_on], lag=1)
+        elif kv.grow_stepped([rows[i] for i in alive], [m - 1 if fin[i] == b else m for i in alive], 1):
+            for i in alive:  # schedules a+1..b (a finishing row's last is b - 1), and m landings
+                req = rows[i]
+                req.num_computed_tokens += m - 1 if fin[i] == b else m
+                req.num_output_tokens += m  # inlined add_output_tokens
+                req.num_tokens += m
         else:
             everyone = [rows[i] for i in alive]
             later = [rows[i] for i in go_on]

@@ -80,6 +80,85 @@ class DecodeGrowth:
         if grow:
             self._grow(grow, total)
 
+    def grow_stepped(self, reqs: list[Request], steps: list[int], lag: int) -> bool:
+        """``steps[i]`` one-token schedules of each row, with the state as many rounds of
+        ``grow_decodes(rows still scheduled, 1)`` leave, the rows' counters moved by the caller after.
+
+        Row i's schedule j (1-based) has ``num_computed_tokens + j - 1`` tokens computed and ``lag`` fewer
+        known (async scheduling: the newest token is in flight), so it may pop a block (its next slot
+        starts one) and register the full blocks its known tokens complete. Only those steps matter
+        (about 2 in ``block_size``): they are taken as events, in the order the rounds take them (step,
+        then row), which is all that is observable: pops come off the free queue in that order, and
+        registrations under one hash keep it (a pop evicts only free blocks and a registration names
+        only held ones, so the pops of all the steps can go first, grow_decodes' argument). Returns
+        False, changing nothing, when a row is not a held row within max_model_len for every step (the
+        caller then steps it round by round)."""
+        bs = self.block_size
+        caching = self.enable_caching
+        max_len = self.max_model_len
+        table = self._reqs
+        states: list[Any] = []
+        for i in range(len(reqs)):
+            req = reqs[i]
+            st = table.get(req.request_id)
+            if st is None or req.num_computed_tokens + steps[i] > max_len:
+                return False
+            states.append(st)
+        # events (step, row, kind): kind 0 where the slot starts a block, 1 where it completes one
+        events: list[tuple[int, int, int]] = []
+        for i in range(len(reqs)):
+            c0 = reqs[i].num_computed_tokens
+            m = steps[i]
+            j = 1 + (-c0) % bs
+            while j <= m:
+                events.append((j, i, 0))
+                j += bs
+            if bs > 1:
+                j = 1 + (bs - 1 - c0) % bs
+                while j <= m:
+                    events.append((j, i, 1))
+                    j += bs
+        events.sort()
+        # Walk the events: each row's blocks held and registered so far; pops counted, registrations kept.
+        held = [len(st.blocks) for st in states]
+        cached = [st.num_cached for st in states]
+        pops: list[int] = []  # row of each popped block, in pop order
+        regs: list[tuple[int, int, int]] = []  # (row, from, to) in registration order
+        top = [0] * len(reqs)  # the most full blocks a row registers (its hashes are computed once)
+        for j, i, _kind in events:
+            c = reqs[i].num_computed_tokens + j - 1
+            need = -(-(c + 1) // bs) - held[i]
+            while need > 0:
+                pops.append(i)
+                held[i] += 1
+                need -= 1
+            if caching:
+                full = (c + 1 - lag) // bs
+                if full > cached[i]:
+                    if full > held[i]:
+                        full = held[i]
+                    regs.append((i, cached[i], full))
+                    cached[i] = full
+                    if full > top[i]:
+                        top[i] = full
+        pool = self.pool
+        if len(pops) > pool.num_free_blocks:
+            raise RuntimeError(f"decode run promised {len(pops)} blocks, {pool.num_free_blocks} are free")
+        new = pool.get_new_blocks(len(pops)) if pops else []
+        for p in range(len(pops)):
+            states[pops[p]].blocks.append(new[p])
+        hashes: list[list[int] | None] = [None] * len(reqs)
+        for i in range(len(reqs)):
+            if top[i] and reqs[i].spec.shares_content:
+                hashes[i] = reqs[i].block_hashes(bs, top[i] * bs)
+        for i, lo, hi in regs:
+            h = hashes[i]
+            if h is not None:
+                pool.cache_full_blocks(states[i].blocks, h, lo, hi)
+        for i in range(len(reqs)):
+            states[i].num_cached = cached[i]
+        return True
+
     def _grow(self, grow: list[tuple[Any, int, int, Request | None]], total: int) -> None:
         """Pop ``total`` blocks and hand each row its share, in row order; hashed rows register theirs."""
         pool = self.pool
