@@ -142,6 +142,29 @@ def test_duplicate_hash_keeps_existing_answer_and_survives_eviction_of_one_copy(
     pool.check_invariants()
 
 
+def test_prefix_walk_takes_a_hint_only_where_it_is_the_lookup_answer():
+    """``longest_cached_prefix`` tries the block registered after the previous hit in its table before
+    the map: taken only if it carries the hash and no other block does (else the map's oldest answers)."""
+    pool = BlockPool(12, enable_caching=True)
+    z = pool.get_new_blocks(1)[0]
+    pool.cache_full_blocks([z], [6], 0, 1)  # hash 6's first holder
+    x, y, w = pool.get_new_blocks(3)
+    pool.cache_full_blocks([x, y, w], [5, 6, 8], 0, 3)  # x -> y -> w hinted; y duplicates 6
+    assert x.next_hint is y and y.next_hint is w and y.dup and z.dup and not x.dup
+    assert pool.longest_cached_prefix([5, 6, 8], 3) == [x, z, w]  # 6: the oldest (z), not the hint (y)
+    assert pool.longest_cached_prefix([5, 6, 8], 2) == [x, z]
+    # y's copy evicted: z alone holds 6 again (no longer dup), and y is reused for other content
+    pool.free_blocks([w, y])
+    pool.free_blocks([z])  # queue: the unused blocks, then w, y, z (hashed blocks join the back)
+    while y.block_hash is not None:
+        pool.get_new_blocks(1)
+    assert not z.dup and pool.get_cached_block(6) is z
+    pool.cache_full_blocks([y], [9], 0, 1)
+    assert pool.longest_cached_prefix([5, 7], 2) == [x]  # x's stale hint (y, now under 9) is not taken
+    assert pool.longest_cached_prefix([5, 6, 9], 3) == [x, z, y]  # the map still finds 9
+    pool.check_invariants()
+
+
 def test_cache_full_blocks_skips_same_hash_and_rejects_conflict():
     pool = BlockPool(4, enable_caching=True)
     blocks = pool.get_new_blocks(2)

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 class KVBlock:
     """One KV block. ``block_hash`` is set while the block is registered in the prefix cache."""
 
-    __slots__ = ("block_id", "ref_cnt", "block_hash", "is_null", "qpos")
+    __slots__ = ("block_id", "ref_cnt", "block_hash", "is_null", "qpos", "dup", "next_hint")
 
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
@@ -38,6 +38,10 @@ class KVBlock:
         self.block_hash: int | None = None
         self.is_null = False
         self.qpos = -1  # hashed blocks: absolute position of the latest entry in the back FIFO
+        self.dup = False  # registered under a hash that other blocks hold too (a dict entry)
+        # The block registered after this one in the same block table: where a prefix walk most likely
+        # finds the next hash (a guess, checked against the hash; see longest_cached_prefix).
+        self.next_hint: KVBlock | None = None
 
     def __repr__(self) -> str:
         return f"KVBlock(id={self.block_id}, ref={self.ref_cnt}, hash={self.block_hash}, null={self.is_null})"
@@ -303,11 +307,22 @@ class BlockPool:
         prefix lookup, in one loop that touches only the hit blocks and the first miss."""
         cached = self._cached
         hit: list[KVBlock] = []
+        prev: KVBlock | None = None
         for i in range(max_blocks):
-            entry = cached.get(hashes[i])
+            h = hashes[i]
+            # The block registered after the previous hit in its table usually holds the next hash: a
+            # block carrying hash h is the lookup's answer when no other block holds h (not dup), which
+            # saves the map's lookup (cache misses in a map of every cached block).
+            cand = prev.next_hint if prev is not None else None
+            if cand is not None and not cand.dup and cand.block_hash == h:
+                hit.append(cand)
+                prev = cand
+                continue
+            entry = cached.get(h)
             if entry is None:
                 break
-            hit.append(entry if isinstance(entry, KVBlock) else next(iter(entry.values())))
+            prev = entry if isinstance(entry, KVBlock) else next(iter(entry.values()))
+            hit.append(prev)
         return hit
 
     def cache_full_blocks(
@@ -321,8 +336,12 @@ class BlockPool:
         if not self.enable_caching:
             return
         cached = self._cached
+        prev = blocks[start - 1] if start > 0 else None
         for i in range(start, end):
             blk = blocks[i]
+            if prev is not None:
+                prev.next_hint = blk
+            prev = blk
             if blk.is_null:
                 continue
             h = hashes[i]
@@ -334,10 +353,12 @@ class BlockPool:
                 continue
             blk.block_hash = h
             self._num_cached += 1
-            entry = cached.get(h)
-            if entry is None:
-                cached[h] = blk
-            elif isinstance(entry, KVBlock):
+            entry = cached.setdefault(h, blk)
+            if entry is blk:
+                continue
+            blk.dup = True
+            if isinstance(entry, KVBlock):
+                entry.dup = True
                 cached[h] = {entry.block_id: entry, blk.block_id: blk}
             else:
                 entry[blk.block_id] = blk
@@ -345,14 +366,17 @@ class BlockPool:
     def _evict(self, blk: KVBlock) -> None:
         h = blk.block_hash
         assert h is not None
-        entry = self._cached[h]
-        if entry is blk:
+        if not blk.dup:  # the hash's only block: the map's entry is this block
             del self._cached[h]
         else:
+            entry = self._cached[h]
             assert type(entry) is dict
             del entry[blk.block_id]
             if len(entry) == 1:
-                self._cached[h] = next(iter(entry.values()))
+                last = next(iter(entry.values()))
+                last.dup = False
+                self._cached[h] = last
+            blk.dup = False
         blk.block_hash = None
         self._num_cached -= 1
 
@@ -362,6 +386,7 @@ class BlockPool:
             return False
         for b in self.blocks:
             b.block_hash = None
+            b.dup = False
         self._cf_start = self._base + len(self._back)  # nothing queued so far holds reusable content
         self._cached.clear()
         self._num_cached = 0
@@ -416,6 +441,8 @@ class BlockPool:
                 fail(f"hash {h} maps to an empty set")
             for b in members:
                 n_mapped += 1
+                if b.dup != (len(members) > 1):
+                    fail(f"block {b.block_id}: dup flag {b.dup} but hash {h} has {len(members)} blocks")
                 if b.block_hash != h:
                     fail(f"map says hash {h} -> block {b.block_id}, block says {b.block_hash}")
         if not (n_hashed == n_mapped == self._num_cached):
