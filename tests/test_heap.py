@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from sim.app.heap import frozen, paused
+from sim.app.progress import _run, run_env
 
 
 def test_paused_turns_collection_off_and_restores_it_even_on_error():
@@ -32,6 +33,66 @@ def test_frozen_hides_what_exists_and_gives_it_back():
         assert gc.get_freeze_count() > before
         raise ValueError("inside")
     assert gc.get_freeze_count() == 0
+
+
+def test_a_run_turns_automatic_collection_off_and_collects_its_young_generations_itself():
+    """Inside ``frozen`` the collector's own thresholds never fire (they rescanned the run's live objects
+    every few hundred allocations); the run loop collects generations 0-1 every ``young_every`` events,
+    so a cycle made during the run is freed then, and the collector is on again afterwards."""
+    import simpy
+
+    class Node:
+        pass
+
+    env = simpy.Environment()
+    seen: list[tuple[int, bool, int]] = []  # (event, collector on, cycles freed so far)
+    freed: list[int] = []
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "stop":
+            freed.append(info["collected"])
+
+    def proc():
+        for i in range(40):
+            a, b = Node(), Node()
+            a.other, b.other = b, a  # garbage only the collector frees
+            del a, b
+            seen.append((i, gc.isenabled(), sum(freed)))
+            yield env.timeout(1.0)
+
+    env.process(proc())
+    gc.callbacks.append(on_gc)
+    try:
+        with frozen() as collect:
+            assert collect and not gc.isenabled()
+            _run(env, None, None, every=4, young_every=8)
+    finally:
+        gc.callbacks.remove(on_gc)
+    assert gc.isenabled()
+    assert not any(on for _, on, _ in seen)
+    assert seen[-1][2] >= 2 * 30, "the cycles were freed by the loop's collections, every 8 events"
+    assert len(freed) >= 4, "about one collection per 8 of the ~42 events"
+
+
+def test_run_env_leaves_a_collector_that_was_off_off_and_collects_nothing():
+    import simpy
+
+    env = simpy.Environment()
+
+    def proc():
+        yield env.timeout(1.0)
+
+    env.process(proc())
+    gc.disable()
+    freed: list[int] = []
+    cb = lambda phase, info: freed.append(1) if phase == "stop" else None  # noqa: E731
+    gc.callbacks.append(cb)
+    try:
+        run_env(env)
+        assert not gc.isenabled() and not freed
+    finally:
+        gc.callbacks.remove(cb)
+        gc.enable()
 
 
 def test_garbage_made_during_a_frozen_run_is_still_collected():

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import simpy
 from simpy.core import EmptySchedule
 
-from sim.app.heap import frozen
+from sim.app.heap import YOUNG_EVERY, collect_young, frozen
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -60,30 +60,38 @@ def bar(total: int | None, desc: str, *, enabled: bool, stream: TextIO | None = 
 def run_env(env: simpy.Environment, progress: tqdm | _NoBar | None = None, count: Callable[[], int] | None = None,
             every: int = EVERY) -> None:  # fmt: skip
     """``env.run()`` (no ``until``), updating ``progress`` to ``count()`` every ``every`` events; what
-    exists when the run starts is kept out of the garbage collector's scans (sim/app/heap.py)."""
-    with frozen():
-        _run(env, progress, count, every)
+    exists when the run starts is kept out of the garbage collector's scans, and the young generations
+    are collected every YOUNG_EVERY events instead of by the collector's own thresholds (sim/app/heap.py)."""
+    with frozen() as collect:
+        _run(env, progress, count, every, YOUNG_EVERY if collect else 0)
 
 
 def _run(env: simpy.Environment, progress: tqdm | _NoBar | None, count: Callable[[], int] | None,
-         every: int) -> None:  # fmt: skip
-    if progress is None or progress.disable or count is None:
-        env.run()
-        return
-    step, done = env.step, 0
+         every: int, young_every: int = 0) -> None:  # fmt: skip
+    """SimPy's run loop (``Environment.run`` steps until the schedule is empty), in chunks of ``every``
+    events: between chunks the bar is updated and, every ``young_every`` events (0: never), the young
+    generations collected."""
+    pb = progress if progress is not None and not progress.disable and count is not None else None
+    step, done, since = env.step, 0, 0
     try:
         while True:
             for _ in range(every):
                 step()
-            n = count()
-            progress.update(n - done)
-            done = n
-            progress.set_postfix_str(f"t={env.now:.0f} s", refresh=False)
+            if pb is not None:
+                n = count()
+                pb.update(n - done)
+                done = n
+                pb.set_postfix_str(f"t={env.now:.0f} s", refresh=False)
+            since += every
+            if young_every and since >= young_every:
+                collect_young()
+                since = 0
     except EmptySchedule:
         pass
     finally:
-        progress.update(count() - done)
-        progress.close()
+        if pb is not None:
+            pb.update(count() - done)
+            pb.close()
 
 
 def run_bar(what: Any, desc: str, enabled: bool) -> tqdm | None:
