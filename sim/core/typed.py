@@ -18,12 +18,39 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 import annotated_types as at
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
+from pydantic_core import PydanticCustomError
 
 from sim.core.errors import ConfigError
 
 # TOML values as they are: no "8" -> 8, no true -> 1; ints are accepted for floats; nan / inf rejected.
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+
+def _exact_literals(ann: Any) -> Any:
+    """``ann`` with each ``Literal[...]`` inside it checked for the options' own types first: pydantic's
+    literal check compares by equality, even strict, so ``16.0`` passed as ``16`` and ``true`` as ``1``
+    (a block_size of ``true`` ran with 1-token blocks)."""
+    origin = typing.get_origin(ann)
+    if origin is Literal:
+        options = typing.get_args(ann)
+        kinds = {type(o) for o in options}
+        shown = [repr(o) for o in options]
+        expected = shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"  # as pydantic says it
+
+        def exact(v: Any) -> Any:
+            if type(v) not in kinds:
+                raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+            return v
+
+        return typing.Annotated[ann, BeforeValidator(exact)]
+    if origin is typing.Annotated:
+        inner, *meta = typing.get_args(ann)
+        return typing.Annotated[(_exact_literals(inner), *meta)]
+    if isinstance(ann, types.UnionType) or origin is typing.Union:
+        args = tuple(_exact_literals(a) for a in typing.get_args(ann))
+        return typing.Union[args]  # noqa: UP007  (built from a tuple)
+    return ann
 
 
 @functools.cache
@@ -36,10 +63,11 @@ def section_model(cls: type) -> type[BaseModel]:
         if f.metadata.get("derived"):
             continue
         doc = f.metadata.get("doc")
+        ann = _exact_literals(hints[f.name])
         if f.default is not dataclasses.MISSING:
-            fields[f.name] = (hints[f.name], Field(default=f.default, description=doc))
+            fields[f.name] = (ann, Field(default=f.default, description=doc))
         else:
-            fields[f.name] = (hints[f.name], Field(default_factory=f.default_factory, description=doc))
+            fields[f.name] = (ann, Field(default_factory=f.default_factory, description=doc))
     return create_model(f"{cls.__name__}Model", __config__=STRICT, __doc__=cls.__doc__, **fields)
 
 
@@ -72,7 +100,7 @@ def check_value(where: str, key: str, value: Any, annotation: Any) -> Any:
 
 @functools.cache
 def _value_model(key: str, annotation: Any) -> type[BaseModel]:
-    return create_model("Value", __config__=STRICT, **{key: (annotation, ...)})
+    return create_model("Value", __config__=STRICT, **{key: (_exact_literals(annotation), ...)})
 
 
 # ---- one line per error ---------------------------------------------------------------------------------
