@@ -40,10 +40,11 @@ def azure_specs(path: Path) -> list[RequestSpec]:
 
     df = pd.read_csv(path)
     t = pd.to_datetime(df["TIMESTAMP"], format="mixed")
-    sec = (t - t.iloc[0]).dt.total_seconds().to_numpy()
+    sec = (t - t.iloc[0]).dt.total_seconds().tolist()  # plain floats and ints: no numpy scalar per row
     return [
-        RequestSpec(request_id=f"r{i}", arrival_time=float(a), prompt_len=max(int(p), 1), output_len=max(int(o), 1))
-        for i, (a, p, o) in enumerate(zip(sec, df["ContextTokens"], df["GeneratedTokens"], strict=True))
+        RequestSpec(request_id=f"r{i}", arrival_time=a, prompt_len=max(p, 1), output_len=max(o, 1))
+        for i, (a, p, o) in enumerate(zip(sec, df["ContextTokens"].tolist(), df["GeneratedTokens"].tolist(),
+                                          strict=True))
     ]
 
 
