@@ -104,19 +104,19 @@ class DecodeGrowth:
             if st is None or req.num_computed_tokens + steps[i] > max_len:
                 return False
             states.append(st)
-        # events (step, row, kind): kind 0 where the slot starts a block, 1 where it completes one
-        events: list[tuple[int, int, int]] = []
+        # events (step, row): where the row's slot starts a block, and where it completes one
+        events: list[tuple[int, int]] = []
         for i in range(len(reqs)):
             c0 = reqs[i].num_computed_tokens
             m = steps[i]
             j = 1 + (-c0) % bs
             while j <= m:
-                events.append((j, i, 0))
+                events.append((j, i))
                 j += bs
             if bs > 1:
                 j = 1 + (bs - 1 - c0) % bs
                 while j <= m:
-                    events.append((j, i, 1))
+                    events.append((j, i))
                     j += bs
         events.sort()
         # Walk the events: each row's blocks held and registered so far; pops counted, registrations kept.
@@ -124,8 +124,7 @@ class DecodeGrowth:
         cached = [st.num_cached for st in states]
         pops: list[int] = []  # row of each popped block, in pop order
         regs: list[tuple[int, int, int]] = []  # (row, from, to) in registration order
-        top = [0] * len(reqs)  # the most full blocks a row registers (its hashes are computed once)
-        for j, i, _kind in events:
+        for j, i in events:
             c = reqs[i].num_computed_tokens + j - 1
             need = -(-(c + 1) // bs) - held[i]
             while need > 0:
@@ -139,18 +138,16 @@ class DecodeGrowth:
                         full = held[i]
                     regs.append((i, cached[i], full))
                     cached[i] = full
-                    if full > top[i]:
-                        top[i] = full
         pool = self.pool
         if len(pops) > pool.num_free_blocks:
             raise RuntimeError(f"decode run promised {len(pops)} blocks, {pool.num_free_blocks} are free")
         new = pool.get_new_blocks(len(pops)) if pops else []
         for p in range(len(pops)):
             states[pops[p]].blocks.append(new[p])
-        hashes: list[list[int] | None] = [None] * len(reqs)
+        hashes: list[list[int] | None] = [None] * len(reqs)  # each row's, computed once (to its last registration)
         for i in range(len(reqs)):
-            if top[i] and reqs[i].spec.shares_content:
-                hashes[i] = reqs[i].block_hashes(bs, top[i] * bs)
+            if cached[i] > states[i].num_cached and reqs[i].spec.shares_content:
+                hashes[i] = reqs[i].block_hashes(bs, cached[i] * bs)
         for i, lo, hi in regs:
             h = hashes[i]
             if h is not None:
