@@ -49,6 +49,14 @@ def test_quantization_names_the_weights_and_wins_over_dtype():
     assert translate("--dtype half -q fp8").overrides == ['model.dtype="fp8"']
     t = translate("-q bitsandbytes")
     assert t.overrides == [] and "its bits come from the checkpoint's quantization_config" in t.ignored[0]
+    assert translate("-q gguf").ignored and translate("--quantization=MODELOPT_FP4").ignored  # vLLM's names
+
+
+@pytest.mark.parametrize("text", ["-q bogusquant", "--quantization=int3", "--quantization awqq"])
+def test_a_quantization_vllm_does_not_have_is_refused(text):
+    """vLLM refuses a --quantization outside its choices; ignoring it would run the wrong model silently."""
+    with pytest.raises(ConfigError, match=r"not a vLLM quantization method \(one of .*gptq"):
+        translate(text)
 
 
 @pytest.mark.parametrize("text, words", [

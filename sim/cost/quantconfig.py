@@ -19,6 +19,16 @@ _INT_METHODS = ("awq", "gptq", "awq_marlin", "gptq_marlin", "marlin", "gptq_marl
 _FP8_METHODS = ("fp8", "fbgemm_fp8", "ptpc_fp8", "fp_quant")
 _4BIT_METHODS = ("mxfp4", "nvfp4", "bitnet")  # about half a byte per weight: priced as int4
 KNOWN = (*_INT_METHODS, *_FP8_METHODS, *_4BIT_METHODS, "bitsandbytes", "compressed-tensors", "modelopt")
+# vLLM's ``--quantization`` choices (QuantizationMethods in vllm/model_executor/layers/quantization/
+# __init__.py), the union over 0.8-0.11 and main as of late 2025: names dropped since stay accepted, as a
+# user may copy an older command line. A name outside these (and servesim's own dtypes) vLLM refuses too.
+VLLM_METHODS = (
+    "aqlm", "awq", "awq_marlin", "auto-round", "bitblas", "bitsandbytes", "compressed-tensors", "cpu_awq",
+    "deepgemm_fp8", "deepspeedfp", "experts_int8", "fbgemm_fp8", "fp8", "fp_quant", "gguf", "gptq",
+    "gptq_bitblas", "gptq_marlin", "gptq_marlin_24", "hqq", "inc", "ipex", "marlin", "modelopt",
+    "modelopt_fp4", "modelopt_mixed", "moe_wna16", "mxfp4", "neuron_quant", "petit_nvfp4", "ptpc_fp8", "qqq",
+    "quark", "rtn", "squeezellm", "torchao", "tpu_int8",
+)
 FLOAT_DTYPES = ("bf16", "fp16", "fp32")
 
 
