@@ -154,6 +154,7 @@ class LengthDist:
                 raise ConfigError(
                     f"length uniform: need 1 <= low <= high, got low={self.low} high={self.high}"
                 )
+            self._check_reaches_range(self.low, self.high, "low..high is")
         elif d == "normal":
             if self.mean is None or self.std is None:
                 raise ConfigError("length normal: mean and std are required")
@@ -192,6 +193,18 @@ class LengthDist:
             arr = np.array(np.rint(arr), dtype=np.int64)
             arr.setflags(write=False)
             object.__setattr__(self, "values", arr)
+            self._check_reaches_range(int(arr.min()), int(arr.max()),
+                                      f"values{' of ' + self.source if self.source not in (None, 'values') else ''} lie in")
+
+    def _check_reaches_range(self, lo: int, hi: int, what: str) -> None:
+        """Refuse lengths that all lie outside [min, max]: every one would be clipped to the same bound, a
+        fixed length in disguise (as a fixed value outside them is refused)."""
+        top = self.max_len
+        if hi < self.min_len or (top is not None and lo > top):
+            bounds = f"min {self.min_len}" if top is None else f"[min, max] = [{self.min_len}, {top}]"
+            raise ConfigError(f"length {self.dist}: {what} [{lo}, {hi}], outside {bounds}, so every length would "
+                              f"be clipped to {self.min_len if hi < self.min_len else top}; allowed: lengths that "
+                              "reach it")
 
     def _check_lognormal_range(self) -> None:
         """Refuse a lognormal whose draws all round below ``min`` (as a normal with mean < 1 is refused):
