@@ -17,6 +17,7 @@ from policies.base import PolicyLimits, StepPlan, register
 from policies.common import QueuedPolicy
 from policies.options import MemoryRule, PolicyOptions, invalid
 from sim.core.batch import BatchSummary
+from sim.core.errors import ConfigError
 from sim.core.request import Request, Status
 
 
@@ -52,6 +53,13 @@ class StaticPolicy(QueuedPolicy):
     name = "static"
 
     def __init__(self, limits: PolicyLimits, options: StaticOptions | None = None) -> None:
+        # Both default to False here (StaticOptions.LIMITS), so True is the user's: refused, not ignored.
+        if limits.enable_chunked_prefill:
+            raise ConfigError("[engine] enable_chunked_prefill = true: HF transformers generate runs every "
+                              "prompt of a batch in one forward pass (HF-1); allowed: false")
+        if limits.enable_prefix_caching:
+            raise ConfigError("[engine] enable_prefix_caching = true: HF transformers generate has no prefix "
+                              "cache (each batch starts from an empty cache); allowed: false")
         super().__init__(limits)
         self.batch: list[Request] = []
         self.pad_len = 0  # padded prompt length of the current batch (HF-1)
