@@ -60,6 +60,11 @@ CASES = [
                                          "--set", "engine.constant_step_s=1e300"], ["constant_step_s", "1e+300"]),
     ("constant_step_s-nan", lambda t: ["run", QUICK, "--set", "engine.constant_step_s=nan"],
      ["constant_step_s", "nan"]),
+    # a knob of another cost model: it would change nothing
+    ("constant_step_s-roofline", lambda t: ["run", QUICK, "--set", "engine.constant_step_s=0.5"],
+     ["constant_step_s = 0.5", "'roofline'", 'cost_model = "constant"']),
+    ("vllm-args-bad-quantization", lambda t: ["run", QUICK, "--vllm-args", "-q bogusquant"],
+     ["--quantization 'bogusquant'", "not a vLLM quantization method", "gptq"]),
     ("gpu_memory_utilization-nan", lambda t: ["run", QUICK, "--set", "engine.gpu_memory_utilization=nan"],
      ["gpu_memory_utilization", "nan"]),
     ("queue_timeout_s-inf", lambda t: ["run", QUICK, "--set", "engine.queue_timeout_s=inf"],

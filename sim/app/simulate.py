@@ -190,6 +190,11 @@ def resolve(cfg: RunConfig) -> Setup:
                 f"({limit_kw['max_num_seqs']}), as vLLM requires (a step must fit a token per running sequence)"
             )
     limits = PolicyLimits(**limit_kw)
+    step_default = EngineConfig.__dataclass_fields__["constant_step_s"].default
+    if e.cost_model != "constant" and e.constant_step_s != step_default:  # it would do nothing
+        raise ConfigError(f"[engine] constant_step_s = {e.constant_step_s:g} applies to cost_model = \"constant\" "
+                          f"only (this run's is {e.cost_model!r}); allowed: leave it out, or set cost_model = "
+                          '"constant"')
     if e.cost_model == "constant":
         cost = make_cost_model("constant", step_s=e.constant_step_s)
         profile_meta = {"cost_model": "constant", "step_s": e.constant_step_s}
