@@ -76,6 +76,8 @@ def test_preset_and_policy_must_agree():
         ({"preset": "orca", "enable_chunked_prefill": True}, "ORCA-3"),
         ({"preset": "static", "enable_chunked_prefill": True, "max_num_batched_tokens": 8192}, "HF-1"),
         ({"preset": "hf-static", "enable_prefix_caching": True}, "has no prefix cache"),
+        ({"preset": "llamacpp", "enable_prefix_caching": True}, "no paged prefix cache.*cache_prompt"),
+        ({"preset": "ollama", "enable_chunked_prefill": True}, "num_batch tokens at a time"),
         ({"preset": "sarathi", "enable_chunked_prefill": False}, "SAR-2"),
         ({"preset": "llamacpp", "n_ctx": 10_000_000}, "n_ctx"),
         ({"preset": "ollama", "num_ctx": 4096, "num_parallel": 1000}, "num_ctx x num_parallel"),
