@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.base import PolicyLimits, StepPlan, register
-from policies.options import MemoryRule, PolicyOptions, fixed_token_pool, invalid, no_paged_cache
+from policies.options import MemoryRule, PolicyOptions, fixed_token_pool, invalid, refuse_switches
 from policies.slots import Slot, SlotPolicy, common_prefix
 from sim.core.errors import ConfigError
 from sim.core.request import Request, RequestSpec
@@ -57,8 +57,10 @@ class LlamaCppOptions(PolicyOptions):
                           free_fraction=1.0, context_knob="n_ctx", context_tokens=self.n_ctx, max_model_len=max(1, self.n_ctx // n_par))
 
     def from_memory(self, plan: Any, limits: dict[str, Any], explicit: Any) -> LlamaCppOptions:
-        no_paged_cache(explicit, "llama.cpp", "a slot keeps its last prompt's KV for the next, LC-3: cache_prompt",
-                       "n_batch")
+        # the engine's settings are not PolicyLimits fields here: only what the user set says they were asked
+        refuse_switches(explicit, enable_prefix_caching="llama.cpp has no paged prefix cache (a slot keeps its "
+                        "last prompt's KV for the next, LC-3: cache_prompt)", enable_chunked_prefill="llama.cpp "
+                        "always evaluates a prompt n_batch tokens at a time (size the pieces with n_batch)")
         fixed_token_pool(self.n_ctx, "n_ctx", plan, limits,  # LC-1: n_ctx tokens of KV up front
                          "; llama.cpp fails to allocate it (lower -c or offload fewer layers)")
         return self

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.base import PolicyLimits, StepPlan, register
-from policies.options import MemoryRule, PolicyOptions, fixed_token_pool, invalid, no_paged_cache
+from policies.options import MemoryRule, PolicyOptions, fixed_token_pool, invalid, refuse_switches
 from policies.slots import Slot, SlotPolicy, common_prefix
 from sim.core.request import Request
 
@@ -58,8 +58,9 @@ class OllamaOptions(PolicyOptions):
                           free_fraction=1.0, context_knob="num_ctx x num_parallel", context_tokens=self.num_ctx * n_par, max_model_len=max(1, self.num_ctx))
 
     def from_memory(self, plan: Any, limits: dict[str, Any], explicit: Any) -> OllamaOptions:
-        no_paged_cache(explicit, "Ollama", "a slot keeps its last prompt's KV for the next, OL-4: multiuser_cache",
-                       "num_batch")
+        refuse_switches(explicit, enable_prefix_caching="Ollama has no paged prefix cache (a slot keeps its "
+                        "last prompt's KV for the next, OL-4: multiuser_cache)", enable_chunked_prefill="Ollama "
+                        "always evaluates a prompt num_batch tokens at a time (size the pieces with num_batch)")
         # OL-1: the runner gets num_ctx x OLLAMA_NUM_PARALLEL tokens of KV.
         fixed_token_pool(self.num_ctx * limits["max_num_seqs"], "num_ctx x num_parallel", plan, limits,
                          "; Ollama would offload layers to the CPU instead (llm/memory.go), which is not modelled")

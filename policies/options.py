@@ -169,17 +169,12 @@ class PolicyOptions:
         return self
 
 
-def no_paged_cache(explicit: Mapping[str, Any], engine: str, reuse: str, batch_knob: str) -> None:
-    """A slot engine (llama.cpp, Ollama) has neither vLLM's paged prefix cache nor its chunked-prefill
-    switch: asking for either is refused with the engine's own rule (``reuse``: how it reuses a prompt;
-    ``batch_knob``: the knob that sizes its prompt pieces), not run as if it were not asked."""
-    if explicit.get("enable_prefix_caching"):
-        raise ConfigError(f"[engine] enable_prefix_caching = true: {engine} has no paged prefix cache ({reuse}); "
-                          "allowed: leave it out")
-    if explicit.get("enable_chunked_prefill") is not None:
-        raise ConfigError(f"[engine] enable_chunked_prefill: {engine} always evaluates a prompt {batch_knob} "
-                          "tokens at a time, with no switch; allowed: leave it out (size the pieces with "
-                          f"{batch_knob})")
+def refuse_switches(values: Mapping[str, Any], **why: str) -> None:
+    """Shared switches an engine does not have (``enable_prefix_caching``, ``enable_chunked_prefill``):
+    one set true in ``values`` is refused with the engine's rule ``why[key]``, not run as if unasked."""
+    for key, rule in why.items():
+        if values.get(key):
+            raise ConfigError(f"[engine] {key} = true: {rule}; allowed: false")
 
 
 def fixed_token_pool(total: int, knob: str, plan: Any, limits: dict[str, Any], hint: str = "") -> None:

@@ -12,12 +12,11 @@ ORCA-4 (n_workers > 1 pipeline stages in flight) is not modelled: the engine run
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
-from policies.options import PolicyOptions
-from sim.core.errors import ConfigError
+from policies.options import PolicyOptions, refuse_switches
 from sim.core.request import Status
 
 
@@ -37,12 +36,8 @@ class OrcaPolicy(QueuedPolicy):
     name = "orca"
 
     def __init__(self, limits: PolicyLimits, options: OrcaOptions | None = None) -> None:
-        if limits.enable_chunked_prefill:
-            raise ConfigError(
-                "[engine] enable_chunked_prefill: Orca runs a whole prompt in one iteration (ORCA-3)"
-            )
-        if limits.enable_prefix_caching:
-            raise ConfigError("[engine] enable_prefix_caching: Orca has no prefix cache")
+        refuse_switches(asdict(limits), enable_chunked_prefill="Orca runs a whole prompt in one iteration (ORCA-3)",
+                        enable_prefix_caching="Orca has no prefix cache")
         super().__init__(limits)
 
     def _max_tokens(self, req) -> int:

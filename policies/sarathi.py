@@ -16,12 +16,12 @@ modelled. Unlike vLLM V1, a step that preempted may still admit (the Sarathi cod
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
-from policies.options import MemoryRule, PolicyOptions, invalid
+from policies.options import MemoryRule, PolicyOptions, invalid, refuse_switches
 from policies.preemption import preempt_recompute
 from sim.core.errors import ConfigError
 from sim.core.request import Request, Status
@@ -58,8 +58,7 @@ class SarathiPolicy(QueuedPolicy):
         watermark = (options or SarathiOptions()).watermark
         if not limits.enable_chunked_prefill:
             raise ConfigError("[engine] enable_chunked_prefill: Sarathi-Serve always chunks prefills (SAR-2)")
-        if limits.enable_prefix_caching:
-            raise ConfigError("[engine] enable_prefix_caching: Sarathi-Serve has no prefix cache")
+        refuse_switches(asdict(limits), enable_prefix_caching="Sarathi-Serve has no prefix cache")
         super().__init__(limits)
         self.watermark_blocks = int(watermark * limits.num_gpu_blocks)
 

@@ -8,16 +8,15 @@ tokens) until the longest row ends, and every result is returned at the batch's 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from policies.base import PolicyLimits, StepPlan, register
 from policies.common import QueuedPolicy
-from policies.options import MemoryRule, PolicyOptions, invalid
+from policies.options import MemoryRule, PolicyOptions, invalid, refuse_switches
 from sim.core.batch import BatchSummary
-from sim.core.errors import ConfigError
 from sim.core.request import Request, Status
 
 
@@ -54,12 +53,9 @@ class StaticPolicy(QueuedPolicy):
 
     def __init__(self, limits: PolicyLimits, options: StaticOptions | None = None) -> None:
         # Both default to False here (StaticOptions.LIMITS), so True is the user's: refused, not ignored.
-        if limits.enable_chunked_prefill:
-            raise ConfigError("[engine] enable_chunked_prefill = true: HF transformers generate runs every "
-                              "prompt of a batch in one forward pass (HF-1); allowed: false")
-        if limits.enable_prefix_caching:
-            raise ConfigError("[engine] enable_prefix_caching = true: HF transformers generate has no prefix "
-                              "cache (each batch starts from an empty cache); allowed: false")
+        refuse_switches(asdict(limits), enable_chunked_prefill="HF transformers generate runs every prompt of a "
+                        "batch in one forward pass (HF-1)", enable_prefix_caching="HF transformers generate has no "
+                        "prefix cache (each batch starts from an empty cache)")
         super().__init__(limits)
         self.batch: list[Request] = []
         self.pad_len = 0  # padded prompt length of the current batch (HF-1)

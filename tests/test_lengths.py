@@ -116,7 +116,7 @@ def test_empirical_from_csv(tmp_path):
     assert set(np.unique(x)) == {1, 5, 7}  # 0 is clipped to min 1
     # some values past max are clipped; all of them past it is refused (the file named)
     assert LengthDist("empirical", values=np.array([10, 90]), max_len=50).sample(200, rng(1)).max() == 50
-    with pytest.raises(ConfigError, match=r"values of .*lens\.csv:ContextTokens lie in \[100, 300\]"):
+    with pytest.raises(ConfigError, match=r"values of .*lens\.csv:ContextTokens \[100, 300\] is outside"):
         LengthDist.from_config({"dist": "empirical", "csv": "lens.csv", "column": "ContextTokens", "max": 50},
                                "prompt", tmp_path)
     assert load_csv_column(p, "ContextTokens").tolist() == [100, 300, 200]
@@ -164,8 +164,8 @@ def test_same_generator_state_same_lengths():
         ({"dist": "empirical", "values": [1, "x"]}, r"prompt\.values\[1\]"),
         ({"dist": "empirical", "csv": "a.csv"}, r"prompt\.column: required"),
         # every length outside [min, max]: all clipped to one bound, a fixed length in disguise
-        ({"dist": "empirical", "values": [5000, 6000], "max": 4000}, r"values lie in \[5000, 6000\].*clipped to 4000"),
-        ({"dist": "uniform", "low": 10, "high": 20, "min": 30}, r"low\.\.high is \[10, 20\].*clipped to 30"),
+        ({"dist": "empirical", "values": [5000, 6000], "max": 4000}, r"values \[5000, 6000\] is outside.*clipped to 4000"),
+        ({"dist": "uniform", "low": 10, "high": 20, "min": 30}, r"low\.\.high \[10, 20\] is outside min 30.*clipped to 30"),
         ({"dist": "uniform", "low": 10, "high": 20, "max": 5}, r"clipped to 5"),
     ],
 )

@@ -48,7 +48,7 @@ def _word(flag: str, text: str) -> str:
 def _quantization(flag: str, text: str) -> str | None:
     """servesim's weight dtype for a ``--quantization`` method; None where the bits are in the checkpoint."""
     from sim.cost.modelspec import normalize_dtype
-    from sim.cost.quantconfig import _4BIT_METHODS, _FP8_METHODS, KNOWN, VLLM_METHODS
+    from sim.cost.quantconfig import _4BIT_METHODS, _FP8_METHODS, QUANT_METHODS
 
     method = _word(flag, text).lower()
     if method in _FP8_METHODS:
@@ -58,10 +58,10 @@ def _quantization(flag: str, text: str) -> str | None:
     try:
         normalize_dtype(method)
     except ConfigError:
-        if method in VLLM_METHODS or method in KNOWN:
+        if method in QUANT_METHODS:
             return None
         raise ConfigError(f"--vllm-args {flag} {text!r}: not a vLLM quantization method (one of "
-                          f"{', '.join(sorted(set(VLLM_METHODS) | set(KNOWN)))})") from None
+                          f"{', '.join(QUANT_METHODS)})") from None
     return method  # awq, gptq, ...: model.dtype takes vLLM's method names
 
 

@@ -29,6 +29,7 @@ VLLM_METHODS = (
     "modelopt_fp4", "modelopt_mixed", "moe_wna16", "mxfp4", "neuron_quant", "petit_nvfp4", "ptpc_fp8", "qqq",
     "quark", "rtn", "squeezellm", "torchao", "tpu_int8",
 )
+QUANT_METHODS = tuple(sorted({*VLLM_METHODS, *KNOWN}))  # what ``--quantization`` may name
 FLOAT_DTYPES = ("bf16", "fp16", "fp32")
 
 

@@ -143,10 +143,7 @@ class LengthDist:
         if d == "fixed":
             if self.value is None or self.value < 1:
                 raise ConfigError(f"length fixed: value must be an integer >= 1, got {self.value}")
-            top = self.max_len if self.max_len is not None else self.value
-            if not self.min_len <= self.value <= top:  # min/max would silently replace the one value
-                raise ConfigError(f"length fixed: value {self.value} is outside [min, max] = [{self.min_len}, "
-                                  f"{'' if self.max_len is None else self.max_len}]; allowed: a value within them")
+            self._check_reaches_range(self.value, self.value, "value")  # min/max would replace the one value
         elif d == "uniform":
             if self.low is None or self.high is None:
                 raise ConfigError("length uniform: low and high are required")
@@ -154,7 +151,7 @@ class LengthDist:
                 raise ConfigError(
                     f"length uniform: need 1 <= low <= high, got low={self.low} high={self.high}"
                 )
-            self._check_reaches_range(self.low, self.high, "low..high is")
+            self._check_reaches_range(self.low, self.high, "low..high")
         elif d == "normal":
             if self.mean is None or self.std is None:
                 raise ConfigError("length normal: mean and std are required")
@@ -193,17 +190,18 @@ class LengthDist:
             arr = np.array(np.rint(arr), dtype=np.int64)
             arr.setflags(write=False)
             object.__setattr__(self, "values", arr)
-            self._check_reaches_range(int(arr.min()), int(arr.max()),
-                                      f"values{' of ' + self.source if self.source not in (None, 'values') else ''} lie in")
+            where = "" if self.source in (None, "values") else f" of {self.source}"
+            self._check_reaches_range(int(arr.min()), int(arr.max()), f"values{where}")
 
     def _check_reaches_range(self, lo: int, hi: int, what: str) -> None:
-        """Refuse lengths that all lie outside [min, max]: every one would be clipped to the same bound, a
-        fixed length in disguise (as a fixed value outside them is refused)."""
+        """Refuse lengths (``what``, from lo to hi) that all lie outside [min, max]: every one would be clipped
+        to the same bound, a fixed length in disguise (or another length than the fixed one given)."""
         top = self.max_len
         if hi < self.min_len or (top is not None and lo > top):
             bounds = f"min {self.min_len}" if top is None else f"[min, max] = [{self.min_len}, {top}]"
-            raise ConfigError(f"length {self.dist}: {what} [{lo}, {hi}], outside {bounds}, so every length would "
-                              f"be clipped to {self.min_len if hi < self.min_len else top}; allowed: lengths that "
+            span = str(lo) if lo == hi else f"[{lo}, {hi}]"
+            raise ConfigError(f"length {self.dist}: {what} {span} is outside {bounds}, so every length would be "
+                              f"clipped to {self.min_len if hi < self.min_len else top}; allowed: lengths that "
                               "reach it")
 
     def _check_lognormal_range(self) -> None:
