@@ -132,19 +132,22 @@ def test_list_pricing_of_the_other_cost_models_and_plug_ins():
 N = len(COUNT_COLUMNS)
 
 
-def test_extend_from_lists_widens_a_column_and_rolls_back_a_bad_one():
+def test_extend_from_lists_widens_a_column_and_refuses_a_bad_one_before_it_moves():
     s = StepStore(10)
     counts: list = [0] * N
     counts[COUNT_COLUMNS.index("num_decode_tokens")] = [5, 300, 70_000]  # int8 -> int32 mid-list
     counts[COUNT_COLUMNS.index("num_free_blocks")] = [9, 8, 7]
     counts[COUNT_COLUMNS.index("num_waiting")] = np.int64(2)
     s.extend([0.0, 0.1, 0.2], [0.1, 0.1, 0.1], counts, usable_blocks=10)
-    assert s.counts[COUNT_COLUMNS.index("num_decode_tokens")].typecode == "i"
-    bad = list(counts)
-    bad[COUNT_COLUMNS.index("num_running")] = [1, 2.5, 3]
-    with pytest.raises(TypeError, match=r"num_running: integer values expected, got 2\.5"):
-        s.extend([0.3, 0.4, 0.5], [0.1, 0.1, 0.1], bad, usable_blocks=10)
-    assert len(s) == 3 and all(a is None or len(a) == 3 for a in s.counts)  # the store as it was
     cols = s.columns()
+    assert s.counts[COUNT_COLUMNS.index("num_decode_tokens")].typecode == "i"
     assert cols["num_decode_tokens"].tolist() == [5, 300, 70_000] and cols["num_waiting"].tolist() == [2, 2, 2]
     assert cols["start"].tolist() == [0.0, 0.1, 0.2] and cols["num_running"].tolist() == [0, 0, 0]
+    bad = list(counts)
+    bad[COUNT_COLUMNS.index("num_running")] = [1, 2.5, 3]
+    s.extend([0.3, 0.4, 0.5], [0.1, 0.1, 0.1], bad, usable_blocks=10)
+    with pytest.raises(TypeError, match=r"num_running: integer values expected, got 2\.5"):
+        s.flush()
+    # Refused before anything moved: the typed columns hold the first three steps only.
+    assert s.stored == 3 and len(s.duration) == 3 and all(a is None or len(a) == 3 for a in s.counts)
+    assert s.counts[COUNT_COLUMNS.index("num_decode_tokens")].tolist() == [5, 300, 70_000]

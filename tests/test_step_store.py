@@ -33,6 +33,7 @@ def test_counts_widen_and_zero_columns_stay_empty():
             _row(num_free_blocks=3, num_decode_tokens=200)]  # fmt: skip
     for j, r in enumerate(rows):
         s.append(float(j), 0.5, r, 1.0 - r[COUNT_COLUMNS.index("num_free_blocks")] / usable)
+    s.flush()  # the buffered steps into the typed columns
     typecodes = {c: (a.typecode if a is not None else None) for c, a in zip(COUNT_COLUMNS, s.counts, strict=True)}
     assert typecodes["num_prefill_tokens"] == "i" and typecodes["num_waiting"] == "q"
     assert typecodes["num_running"] == "b" and typecodes["num_swap_out_blocks"] == "b"
@@ -68,16 +69,18 @@ def test_decode_runs_extend_from_arrays_and_constants():
     cols = s.columns(release=True)
     assert cols["num_decode_tokens"].tolist() == [5, 70_000, 1] and cols["num_waiting"].tolist() == [2, 2, 0]
     assert cols["start"].tolist() == [0.0, 0.1, 0.2] and len(s) == 0  # released: the store starts over
-    with pytest.raises(TypeError, match="num_running"):
-        bad = [0] * N
-        bad[COUNT_COLUMNS.index("num_running")] = np.array([1.5])
-        s.extend(np.array([0.0]), np.array([0.1]), bad, usable_blocks=10)
+    bad = [0] * N
+    bad[COUNT_COLUMNS.index("num_running")] = np.array([1.5])
+    s.extend(np.array([0.0]), np.array([0.1]), bad, usable_blocks=10)
+    with pytest.raises(TypeError, match="num_running: integer values expected, got 1.5"):
+        s.columns()  # refused when the buffer goes into the typed columns
 
 
 def test_a_count_beyond_int64_is_refused_by_name():
     s = StepStore(10)
-    with pytest.raises(ResultsIntegrityError, match="num_running"):
-        s.append(0.0, 1.0, _row(num_free_blocks=10, num_running=2**63), 0.0)
+    s.append(0.0, 1.0, _row(num_free_blocks=10, num_running=2**63), 0.0)
+    with pytest.raises(ResultsIntegrityError, match=f"num_running: value {2**63} does not fit in int64"):
+        s.column("num_running")
 
 
 def _recorders(seed: int) -> list:

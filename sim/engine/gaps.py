@@ -15,28 +15,47 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from sim.engine.step_store import StepStore
+from sim.engine.step_store import StepStore, float_bytes
 
 RUNS_PER_BLOCK = 1 << 12  # decode runs rebuilt at once (~2·10^5 gaps)
+FLUSH = 1 << 14  # gaps buffered in a list before they go into the typed arrays
 
 
 class GapStore:
-    """One recorder's gaps: single gaps (weight 1), each run's first gaps (weight 1) and its steps."""
+    """One recorder's gaps: single gaps (weight 1), each run's first gaps (weight 1) and its steps.
+
+    New gaps go to plain lists (``single_buf``: the compiled token stamping appends there, a pointer
+    each, where ``array.append`` parses every float) that move into the typed arrays FLUSH at a time."""
 
     def __init__(self) -> None:
         self.single = array("d")
+        self.single_buf: list[float] = []
         self.first = array("d")  # the runs' first gaps, run after run
+        self.first_buf: list[float] = []
         self.run_first = array("q")  # per run: how many first gaps it has
         self.run_step = array("q")  # per run: its first step's row in the step store
         self.run_len = array("q")  # per run: its steps
 
     def add_run(self, first_gaps: list[float], step: int, k: int) -> None:
-        self.first.extend(first_gaps)
+        buf = self.first_buf
+        buf.extend(first_gaps)
+        if len(buf) >= FLUSH:
+            self.flush()
         self.run_first.append(len(first_gaps))
         self.run_step.append(step)
         self.run_len.append(k)
 
+    def flush(self) -> None:
+        """Move the buffered gaps into the typed arrays (readers call this first)."""
+        if self.single_buf:
+            self.single.frombytes(float_bytes(self.single_buf))
+            self.single_buf = []
+        if self.first_buf:
+            self.first.frombytes(float_bytes(self.first_buf))
+            self.first_buf = []
+
     def __len__(self) -> int:
+        self.flush()
         return len(self.single) + len(self.first) + int(np.frombuffer(self.run_len, dtype=np.int64).sum()) - len(
             self.run_len
         )
@@ -44,6 +63,7 @@ class GapStore:
     def blocks(self, steps: StepStore, rows: int = 1 << 18) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(values float64, weights int64) in the sample's order, in blocks (``rows`` single gaps, or
         RUNS_PER_BLOCK runs' gaps, at a time)."""
+        self.flush()
         single = np.frombuffer(self.single, dtype=np.float64)
         for i in range(0, len(single), rows):
             v = single[i : i + rows]

@@ -14,6 +14,7 @@ import pandas as pd
 from sim.core.policy import StepPlan
 from sim.core.request import Request
 from sim.engine.fastforward import DecodeRun
+from sim.engine.gaps import FLUSH as GAP_FLUSH
 from sim.engine.gaps import GapStore, GapTable
 from sim.engine.rowpass import stamp_run, stamp_tokens
 from sim.engine.runcalc import finishes_per_step
@@ -45,7 +46,10 @@ class Recorder:
     # ---- tokens ----------------------------------------------------------------------------------
     def on_tokens(self, sampled: list[Request], now: float) -> None:
         """First-token and inter-token times of the rows that sampled in a step ending at ``now``."""
-        stamp_tokens(sampled, now, self.gaps.single)
+        buf = self.gaps.single_buf
+        stamp_tokens(sampled, now, buf)
+        if len(buf) >= GAP_FLUSH:
+            self.gaps.flush()
 
     # ---- steps -----------------------------------------------------------------------------------
     def on_step(

@@ -9,17 +9,17 @@ native fields; a run's arithmetic is in sim/engine/runcalc.py, its planning in s
 from __future__ import annotations
 
 import math
-from array import array
 from typing import Any
 
 from sim.core.request import Request
 from sim.engine.runcalc import segment_free
 
 
-def stamp_tokens(sampled: list[Request], now: float, gaps: array) -> None:
+def stamp_tokens(sampled: list[Request], now: float, gaps: list[float]) -> None:
     """First-token and inter-token times of the rows that sampled in a step ending at ``now``: a row's
-    first token sets its ``first_token_time``, a later one appends its gap to ``gaps``."""
-    add = gaps.append  # bound once: a method looked up on a non-native object costs more than the append
+    first token sets its ``first_token_time``, a later one appends its gap to ``gaps`` (a list: the
+    compiled append is a C call; the recorder moves it into a typed array now and then)."""
+    add = gaps.append
     for req in sampled:
         last = req.last_token_time
         if last is None:
