@@ -135,3 +135,27 @@ def test_horizon_leaves_requests_in_flight_and_not_arrived():
     assert [s.request_id for s in src.remaining()] == ["r2"]
     assert all(r.status is Status.RUNNING for r in eng.requests)
     assert eng.env.now >= 20.0
+
+
+def test_a_new_request_starts_every_field_at_its_declared_default():
+    """Request's ``__init__`` is written out (sim/core/request.py): a field added to the dataclass and
+    forgotten there would start unset or stale; this compares each field with its declaration."""
+    import dataclasses
+
+    from sim.core.request import Request
+
+    spec = RequestSpec("r7", 2.5, 100, 20, priority=3)
+    req = Request(spec)
+    from_spec = {"spec": spec, "request_id": "r7", "prompt_len": 100, "output_len": 20, "priority": 3,
+                 "arrival_time": 2.5, "num_tokens": 100}  # fmt: skip
+    fields = dataclasses.fields(Request)
+    assert {f.name for f in fields} >= set(from_spec)
+    for f in fields:
+        if f.name in from_spec:
+            want = from_spec[f.name]
+        elif f.default_factory is not dataclasses.MISSING:
+            want = f.default_factory()
+        else:
+            want = f.default
+        assert getattr(req, f.name) == want, f.name
+    assert Request(spec)._hashes is not req._hashes  # a fresh list each

@@ -46,6 +46,27 @@ def test_frame_has_the_dtypes_of_the_python_values():
     assert str(requests_frame([RequestLog.of(cases[1])])["priority"].dtype) == "object"  # beyond int64
 
 
+def test_rows_buffered_across_flushes_give_the_frame_of_the_python_values(monkeypatch):
+    """Rows go into the columns FLUSH at a time: a column that turns into a list (beyond int64, a numpy
+    integer), a float time after int ones and a missing time, each in a later batch, read as before."""
+    import numpy as np
+
+    from sim.engine import request_log
+
+    monkeypatch.setattr(request_log, "FLUSH", 3)
+    rows = [(_req(i, queued_time=0, finish_time=None if i == 4 else 2.0 + i), i % 2, "finished") for i in range(5)]
+    rows += [(_req(5, queued_time=0.5, priority=2**70), 1, "finished"),
+             (_req(6, num_cached_tokens=7), np.int64(0), "in_flight"),
+             (_req(7), 0, "in_flight")]  # fmt: skip
+    log = RequestLog.of(rows)
+    assert len(log) == len(rows) and 0 < len(log._rows) < 3  # the last rows still buffered
+    got = requests_frame([log])
+    pd.testing.assert_frame_equal(got, _reference(rows))
+    assert [str(got[c].dtype) for c in ("queued_time", "priority", "replica")] == ["float64", "object", "int64"]
+    only_ints = RequestLog.of(rows[:5])
+    assert str(requests_frame([only_ints])["queued_time"].dtype) == "int64"
+
+
 def test_sorted_restores_key_order_and_empties_the_log():
     log = RequestLog()
     for key in (3, 0, 2, 1):

@@ -33,7 +33,7 @@ class Status(Enum):
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # tests subclass it
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True, init=False)
 class Request:
     """Engine-side state. Hot fields are plain attributes; latencies derive from the timestamps."""
 
@@ -69,14 +69,39 @@ class Request:
     _segs: tuple[Segment, ...] | None = None  # _content_segments(), built on first use
     _seg_ends: list[int] | None = None  # cumulative token ends of _segs
 
-    def __post_init__(self) -> None:
-        s = self.spec
-        self.request_id = s.request_id
-        self.prompt_len = s.prompt_len
-        self.output_len = s.output_len
-        self.priority = s.priority
-        self.arrival_time = s.arrival_time
-        self.num_tokens = s.prompt_len + self.num_output_tokens
+    def __init__(self, spec: RequestSpec) -> None:
+        """Written out (the dataclass keeps its repr): a generated ``__init__`` is interpreted code that
+        sets 30 fields through descriptors, 2.1 us a request against ~0.2 us compiled. Every caller
+        passes the spec alone; the progress fields start as the annotations above say."""
+        self.spec = spec
+        self.request_id = spec.request_id
+        self.prompt_len = spec.prompt_len
+        self.output_len = spec.output_len
+        self.priority = spec.priority
+        self.arrival_time = spec.arrival_time
+        self.status = Status.WAITING
+        self.num_computed_tokens = 0
+        self.num_output_tokens = 0
+        self.num_tokens = spec.prompt_len
+        self.num_cached_tokens = -1
+        self.num_preemptions = 0
+        self.num_discarded_tokens = 0
+        self.num_swaps = 0
+        self.queued_time = None
+        self.scheduled_time = None
+        self.first_token_time = None
+        self.last_token_time = None
+        self.finish_time = None
+        self.finish_reason = None
+        self.seq = 0
+        self.num_output_placeholders = 0
+        self.num_in_flight_tokens = 0
+        self._hashes = []
+        self._hash_bs = 0
+        self._shared = None
+        self._shared_blocks = 0
+        self._segs = None
+        self._seg_ends = None
 
     def add_output_tokens(self, k: int = 1) -> None:
         """The one way to count generated tokens: keeps ``num_tokens`` in step (hot loops inline it)."""

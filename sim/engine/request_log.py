@@ -40,6 +40,12 @@ _INTS = ("replica", "prompt_len", "output_len", "num_output_tokens", "num_cached
          "priority")  # fmt: skip
 _CAST = ("prompt_len", "output_len", "num_output_tokens", "num_cached_tokens", "num_preemptions")  # always int64
 _NAN = float("nan")
+FLUSH = 1 << 13  # rows buffered before they go into the columns
+
+
+def _all_int(vals: Sequence[object]) -> bool:
+    """Whether every value is exactly an int (numpy's or a bool are not: pandas types them otherwise)."""
+    return set(map(type, vals)) == {int}
 
 
 class RequestLog:
@@ -56,9 +62,13 @@ class RequestLog:
         self.int_times = dict.fromkeys(_TIMES, True)
         # Typed while every value is an int that fits; a plain list of the values otherwise.
         self.ints: dict[str, array | list] = {c: array("q") for c in _INTS}
+        # Rows added since the last flush, one tuple each (_ROW's order): a row is one tuple built in
+        # the caller, and the columns take FLUSH rows at a time in C (zip, array.extend) instead of a
+        # dozen appends and checks per request.
+        self._rows: list[tuple] = []
 
     def __len__(self) -> int:
-        return len(self.request_id)
+        return len(self.request_id) + len(self._rows)
 
     @classmethod
     def of(cls, rows: Iterable[tuple[Request, int, str]]) -> RequestLog:
@@ -68,36 +78,48 @@ class RequestLog:
         return log
 
     def add(self, req: Request, replica: int, status: str, key: int = 0) -> None:
-        self.keys.append(key)
-        self.request_id.append(req.request_id)
-        self.status.append(status)
-        self.finish_reason.append(req.finish_reason)
-        times, int_times = self.times, self.int_times
-        for c, v in (("arrival_time", req.arrival_time), ("queued_time", req.queued_time),
-                     ("scheduled_time", req.scheduled_time), ("first_token_time", req.first_token_time),
-                     ("finish_time", req.finish_time)):  # fmt: skip
-            if v is None:
-                v = _NAN
-            if int_times[c] and type(v) is not int:
-                int_times[c] = False
-            times[c].append(v)
-        ints = self.ints
-        for c, v in (("replica", replica), ("prompt_len", req.prompt_len), ("output_len", req.output_len),
-                     ("num_output_tokens", req.num_output_tokens), ("num_cached_tokens", req.num_cached_tokens),
-                     ("num_preemptions", req.num_preemptions), ("priority", req.priority)):  # fmt: skip
-            col = ints[c]
-            if type(v) is int and type(col) is array:
-                try:
-                    col.append(v)
-                    continue
-                except OverflowError:
-                    pass
+        rows = self._rows
+        rows.append((key, req.request_id, status, req.finish_reason, req.arrival_time, req.queued_time,
+                     req.scheduled_time, req.first_token_time, req.finish_time, replica, req.prompt_len,
+                     req.output_len, req.num_output_tokens, req.num_cached_tokens, req.num_preemptions,
+                     req.priority))  # fmt: skip
+        if len(rows) >= FLUSH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Move the buffered rows into the columns (every reader calls it first)."""
+        rows = self._rows
+        if not rows:
+            return
+        self._rows = []
+        cols = list(zip(*rows))  # noqa: B905  (rows of one length)
+        self.keys.extend(cols[0])
+        self.request_id.extend(cols[1])
+        self.status.extend(cols[2])
+        self.finish_reason.extend(cols[3])
+        for c, vals in zip(_TIMES, cols[4:9]):  # noqa: B905
+            if None in vals:
+                vals = tuple(_NAN if v is None else v for v in vals)
+            if self.int_times[c] and not _all_int(vals):
+                self.int_times[c] = False
+            self.times[c].extend(vals)
+        for c, vals in zip(_INTS, cols[9:]):  # noqa: B905
+            col = self.ints[c]
             if type(col) is array:
-                col = ints[c] = col.tolist()
-            col.append(v)
+                if _all_int(vals):
+                    n0 = len(col)
+                    try:
+                        col.extend(vals)
+                        continue
+                    except OverflowError:  # beyond int64: the column becomes a list of the values
+                        del col[n0:]
+                col = self.ints[c] = col.tolist()
+            col.extend(vals)
 
     def extend(self, other: RequestLog) -> None:
         """Append ``other``'s rows (keys included)."""
+        self.flush()
+        other.flush()
         self.keys.extend(other.keys)
         self.request_id.extend(other.request_id)
         self.status.extend(other.status)
@@ -115,6 +137,7 @@ class RequestLog:
 
     def sorted(self) -> RequestLog:
         """The rows in key order (stable); this log is left empty."""
+        self.flush()
         order = np.argsort(np.frombuffer(self.keys, dtype=np.int64), kind="stable")
         out = RequestLog()
         out.int_times = dict(self.int_times)
@@ -136,6 +159,8 @@ class RequestLog:
 def requests_frame(parts: Sequence[RequestLog]) -> pd.DataFrame:
     """One row per request, the parts' rows in turn; each column with the dtype pandas gives the Python
     values (str, int64, float64; an int64 time column when every value was an int)."""
+    for p in parts:
+        p.flush()
     n = sum(len(p) for p in parts)
     if n == 0:
         df = pd.DataFrame({c: [] for c in REQUEST_COLUMNS})
