@@ -121,3 +121,25 @@ def finish_order(fin: list[int], k: int) -> list[int]:
             out[count[f]] = i
             count[f] += 1
     return out
+
+
+def buffered_columns(pending: list, ncols: int) -> list[list]:
+    """The step store's buffer (sim/engine/step_store.py) as one list per column, in step order: an
+    entry of ``ncols`` values is one step's counts, an entry (k, counts) a run of k steps whose counts
+    are each a list of k values or one value for all k (an int; a numpy integer from a plug-in). The
+    values are not checked here: packing them into int64 does that, naming the column."""
+    cols: list[list] = [[] for _ in range(ncols)]
+    for e in pending:
+        if len(e) != 2:
+            for i in range(ncols):
+                cols[i].append(e[i])
+            continue
+        k: int = e[0]
+        counts = e[1]
+        for i in range(ncols):
+            v = counts[i]
+            if isinstance(v, int) or not hasattr(v, "__len__"):
+                cols[i].extend([v] * k)
+            else:
+                cols[i].extend(v)
+    return cols

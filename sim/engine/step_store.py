@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sim.core.errors import ResultsIntegrityError
-from sim.engine.runcalc import start_breaks
+from sim.engine.runcalc import buffered_columns, start_breaks
 
 COUNT_COLUMNS = (
     "num_prefill_tokens",
@@ -52,8 +52,9 @@ class StepStore:
     (None: stored as given).
 
     Appends go to a buffer of plain lists (a step's counts tuple as given, a run's lists as given) that
-    goes into the typed columns FLUSH steps at a time through numpy: ``array.append`` / ``extend`` parse
-    every value with ``PyArg_Parse`` (~170 instructions, 6 % of a run's), a list append is one pointer.
+    goes into the typed columns FLUSH steps at a time (transposed in compiled code, packed by ``struct``):
+    ``array.append`` / ``extend`` parse every value with ``PyArg_Parse`` (~170 instructions, 6 % of a
+    run's), a list append is one pointer.
     A value that is not an integer, or does not fit in int64, is refused by column name when the buffer
     is flushed (at the latest when the store is read)."""
 
@@ -206,26 +207,8 @@ class StepStore:
         self._pending, self._dur, self._st, self._kv = [], [], [], []
 
     def _buffered_columns(self, m: int) -> list:
-        """The buffered counts as one list per column (rows transposed in C, runs' lists extended)."""
-        cols: list[list] = [[] for _ in COUNT_COLUMNS]
-        rows: list[tuple] = []
-        for e in self._pending:
-            if len(e) != 2:  # a step's counts
-                rows.append(e)
-                continue
-            if rows:
-                for c, vals in zip(cols, zip(*rows)):  # noqa: B905  (same length by construction)
-                    c.extend(vals)
-                rows = []
-            k, counts = e
-            for c, v in zip(cols, counts):  # noqa: B905
-                if isinstance(v, (int, np.integer)):
-                    c.extend([v] * k)
-                else:
-                    c.extend(v)
-        if rows:
-            for c, vals in zip(cols, zip(*rows)):  # noqa: B905
-                c.extend(vals)
+        """The buffered counts as one list per column (sim/engine/runcalc.py, compiled)."""
+        cols = buffered_columns(self._pending, len(COUNT_COLUMNS))
         for i, c in enumerate(cols):
             if len(c) != m:
                 raise ResultsIntegrityError(f"step column {COUNT_COLUMNS[i]}: {len(c)} values for {m} steps")
