@@ -38,6 +38,7 @@ MODULES = (
     "sim.core.batch",
     "sim.core.hash_prefixes",
     "sim.kv.block_pool",
+    "sim.kv.table",
     "sim.kv.manager",
     "sim.kv.rows",
     "sim.kv.growth",

@@ -62,6 +62,9 @@ class Request:
     # num_output_placeholders; reset by a preemption) and tokens scheduled in batches not yet applied.
     num_output_placeholders: int = 0
     num_in_flight_tokens: int = 0
+    # spec.shares_content, copied: the KV manager reads it for every running row, and a compiled read of
+    # the (interpreted) spec's field is a generic attribute lookup
+    shares_content: bool = False
     _hashes: list[int] = field(default_factory=list)
     _hash_bs: int = 0
     _shared: list[int] | None = None  # spec.prefix_hashes' list for _hash_bs, if it applies
@@ -96,6 +99,7 @@ class Request:
         self.seq = 0
         self.num_output_placeholders = 0
         self.num_in_flight_tokens = 0
+        self.shares_content = spec.shares_content
         self._hashes = []
         self._hash_bs = 0
         self._shared = None

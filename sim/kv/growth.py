@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from mypy_extensions import trait
 
 from sim.core.request import Request
+from sim.kv.table import RequestBlocks
 
 if TYPE_CHECKING:
     from sim.kv.block_pool import BlockPool
@@ -26,7 +27,7 @@ class DecodeGrowth:
     enable_caching: bool
     max_model_len: int
     pool: BlockPool
-    _reqs: dict[str, Any]
+    _reqs: dict[str, RequestBlocks]
 
     def allocate_slots(self, req: Request, num_new_tokens: int) -> Any:  # KVCacheManager's
         raise NotImplementedError
@@ -49,14 +50,14 @@ class DecodeGrowth:
         max_len = self.max_model_len
         table = self._reqs
         # (state, new blocks, full blocks to count as cached, the request when it registers them)
-        grow: list[tuple[Any, int, int, Request | None]] = []
+        grow: list[tuple[RequestBlocks, int, int, Request | None]] = []
         total = 0
         for i, req in enumerate(reqs):
             c = req.num_computed_tokens if computed is None else computed[i]
             if c % bs and (c + k) // bs == c // bs and (c + k) % bs:
                 continue
             st = table.get(req.request_id)
-            hashed = caching and req.spec.shares_content
+            hashed = caching and req.shares_content
             if st is None or c + k > max_len or (hashed and computed is not None):
                 if computed is not None:
                     raise ValueError(f"request {req.request_id}: grow_decodes(computed=...) needs a held, "
@@ -97,7 +98,7 @@ class DecodeGrowth:
         caching = self.enable_caching
         max_len = self.max_model_len
         table = self._reqs
-        states: list[Any] = []
+        states: list[RequestBlocks] = []
         for i in range(len(reqs)):
             req = reqs[i]
             st = table.get(req.request_id)
@@ -146,7 +147,7 @@ class DecodeGrowth:
             states[pops[p]].blocks.append(new[p])
         hashes: list[list[int] | None] = [None] * len(reqs)  # each row's, computed once (to its last registration)
         for i in range(len(reqs)):
-            if cached[i] > states[i].num_cached and reqs[i].spec.shares_content:
+            if cached[i] > states[i].num_cached and reqs[i].shares_content:
                 hashes[i] = reqs[i].block_hashes(bs, cached[i] * bs)
         for i, lo, hi in regs:
             h = hashes[i]
@@ -156,7 +157,7 @@ class DecodeGrowth:
             states[i].num_cached = cached[i]
         return True
 
-    def _grow(self, grow: list[tuple[Any, int, int, Request | None]], total: int) -> None:
+    def _grow(self, grow: list[tuple[RequestBlocks, int, int, Request | None]], total: int) -> None:
         """Pop ``total`` blocks and hand each row its share, in row order; hashed rows register theirs."""
         pool = self.pool
         if total > pool.num_free_blocks:

@@ -24,22 +24,12 @@ from sim.core.request import Request
 from sim.kv.block_pool import BlockPool, KVBlock
 from sim.kv.growth import DecodeGrowth
 from sim.kv.rows import RowBatchOps
+from sim.kv.table import RequestBlocks
 
 if TYPE_CHECKING:
     from sim.kv.swap import CpuBlockPool
 
 _NO_BLOCKS: tuple[KVBlock, ...] = ()  # allocate_slots' answer when no block was needed
-
-class _ReqKV:
-    """A request's blocks (head first) and how many leading full blocks are (or would be) cached."""
-
-    __slots__ = ("blocks", "num_cached")
-
-    def __init__(self) -> None:
-        self.blocks: list[KVBlock] = []
-        # vLLM's num_cached_block: full blocks registered so far. For a request that does not share
-        # content it counts the blocks vLLM *would* have registered, so a preemption can register them.
-        self.num_cached = 0
 
 
 class KVCacheManager(DecodeGrowth, RowBatchOps):
@@ -71,7 +61,7 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
         # move a request's table between self.pool and a CPU BlockPool of this size.
         self.num_cpu_blocks = num_cpu_blocks
         self._cpu: CpuBlockPool | None = None  # built on first use (``cpu``)
-        self._reqs: dict[str, _ReqKV] = {}
+        self._reqs: dict[str, RequestBlocks] = {}
         # KV-8 counters; vLLM's PrefixCacheStats.record puts a resumed request in the preempted_*
         # counters only, never in both.
         self._queries = 0
@@ -95,7 +85,7 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
         num_tokens = req.num_tokens
         preempted = req.num_preemptions > 0
         hit: list[KVBlock] = []
-        if req.spec.shares_content or preempted:
+        if req.shares_content or preempted:
             max_blocks = (num_tokens - 1) // self.block_size
             if max_blocks > 0:
                 hashes = req.block_hashes(self.block_size, max_blocks * self.block_size)
@@ -170,7 +160,7 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
             st = self._reqs.get(req.request_id)
             t = req.num_tokens
             if (st is not None and c <= t and c < self.max_model_len
-                    and not (caching and req.spec.shares_content)
+                    and not (caching and req.shares_content)
                     and not (new_computed_blocks or num_new_computed_tokens or full_sequence_must_fit
                              or watermark_blocks)):
                 blocks = st.blocks
@@ -236,7 +226,7 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
 
         # Commit: nothing above changed any state.
         if st is None:
-            st = self._reqs[req.request_id] = _ReqKV()
+            st = self._reqs[req.request_id] = RequestBlocks()
         if hits:
             pool.touch(hits)
             st.blocks.extend(hits)
@@ -253,7 +243,7 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
             if num_full > st.num_cached:
                 if num_full > len(st.blocks):
                     num_full = len(st.blocks)
-                if req.spec.shares_content:
+                if req.shares_content:
                     hashes = req.block_hashes(self.block_size, num_full * self.block_size)
                     pool.cache_full_blocks(st.blocks, hashes, st.num_cached, num_full)
                 st.num_cached = num_full
@@ -269,7 +259,7 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
         if num_full > st.num_cached:
             if num_full > len(st.blocks):
                 num_full = len(st.blocks)
-            if req.spec.shares_content:
+            if req.shares_content:
                 hashes = req.block_hashes(self.block_size, num_full * self.block_size)
                 self.pool.cache_full_blocks(st.blocks, hashes, st.num_cached, num_full)
             st.num_cached = num_full
@@ -279,12 +269,12 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
         st = self._reqs.pop(req.request_id, None)
         if st is None:
             return
-        if preempted and self.enable_caching and not req.spec.shares_content and st.num_cached:
+        if preempted and self.enable_caching and not req.shares_content and st.num_cached:
             # Register what vLLM would have registered at allocation, so the resume can hit it.
             n = min(st.num_cached, len(st.blocks))
             hashes = req.block_hashes(self.block_size, n * self.block_size)
             self.pool.cache_full_blocks(st.blocks, hashes, 0, n)
-        if req.spec.shares_content or not self.enable_caching:
+        if req.shares_content or not self.enable_caching:
             self.pool.free_blocks(reversed(st.blocks))
         else:
             # The blocks vLLM would have hashed (the first num_cached) go to the back of the free queue,
@@ -416,11 +406,11 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
         if need > self.pool.num_free_blocks:
             return None
         copied = self.cpu.take(req.request_id)
-        st = self._reqs[req.request_id] = _ReqKV()
+        st = self._reqs[req.request_id] = RequestBlocks()
         st.blocks = self.pool.get_new_blocks(need)
         num_full = min(req.num_computed_tokens, req.num_tokens) // self.block_size
         if self.enable_caching and num_full:
-            if req.spec.shares_content:
+            if req.shares_content:
                 hashes = req.block_hashes(self.block_size, num_full * self.block_size)
                 self.pool.cache_full_blocks(st.blocks, hashes, 0, num_full)
         st.num_cached = num_full

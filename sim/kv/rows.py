@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from mypy_extensions import trait
 
 from sim.core.request import Request
+from sim.kv.table import RequestBlocks
 
 if TYPE_CHECKING:
     from sim.kv.block_pool import BlockPool
@@ -27,7 +28,7 @@ class RowBatchOps:
     enable_caching: bool
     max_model_len: int
     pool: BlockPool
-    _reqs: dict[str, Any]
+    _reqs: dict[str, RequestBlocks]
 
     # KVCacheManager's row-by-row calls
     def allocate_slots(self, req: Request, num_new_tokens: int) -> Any:
@@ -52,7 +53,7 @@ class RowBatchOps:
                 continue
             st = table.get(req.request_id)
             t = req.num_tokens
-            if st is None or c > t or c >= max_len or (caching and req.spec.shares_content):
+            if st is None or c > t or c >= max_len or (caching and req.shares_content):
                 if self.allocate_slots(req, 1) is None:
                     return done
                 done += 1
@@ -82,7 +83,7 @@ class RowBatchOps:
             t = req.num_tokens
             num_full = (num_tokens if num_tokens < t else t) // bs
             if num_full > st.num_cached:
-                if req.spec.shares_content:
+                if req.shares_content:
                     self.cache_blocks(req, num_tokens)
                 else:
                     n = len(st.blocks)
