@@ -19,8 +19,8 @@ Sources: vLLM 0.33 v1/core/sched/scheduler.py, async_scheduler.py, v1/engine/cor
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
-from itertools import islice, repeat
+from collections.abc import Iterator
+from itertools import repeat
 
 from mypy_extensions import mypyc_attr
 
@@ -119,13 +119,16 @@ class VllmPolicy(QueuedPolicy):
             # handled below. Synchronous: rows below max_model_len (or they would have finished). Async:
             # one token in flight, whose successor is neither the row's last nor past max_model_len.
             j = i
+            end = min(len(running), i + budget)  # indexed, not islice: compiled, a typed list read
             if not asyn:
-                for req in islice(running, i, i + budget):
+                while j < end:
+                    req = running[j]
                     if req.num_tokens - req.num_computed_tokens != 1:
                         break
                     j += 1
             else:
-                for req in islice(running, i, i + budget):
+                while j < end:
+                    req = running[j]
                     c = req.num_computed_tokens
                     if (req.num_output_placeholders != 1 or c != req.num_tokens or c >= max_len - 1
                             or c + 1 >= req.prompt_len + req.output_len):
@@ -250,7 +253,7 @@ class VllmPolicy(QueuedPolicy):
         sampled = plan.sampled  # in the order of plan.scheduled
         scheduled = plan.scheduled
         if len(sampled) == len(scheduled):  # the usual batch: every row samples
-            rows: Iterable[tuple[Request, int]] = scheduled
+            rows: list[tuple[Request, int]] = scheduled
         else:  # rows that do not sample only give back their in-flight tokens
             rows = self._sampling_rows(plan)
         max_len = self.limits.max_model_len

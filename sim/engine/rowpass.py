@@ -18,14 +18,14 @@ from sim.engine.runcalc import segment_free
 def stamp_tokens(sampled: list[Request], now: float, gaps: list[float]) -> None:
     """First-token and inter-token times of the rows that sampled in a step ending at ``now``: a row's
     first token sets its ``first_token_time``, a later one appends its gap to ``gaps`` (a list: the
-    compiled append is a C call; the recorder moves it into a typed array now and then)."""
-    add = gaps.append
+    compiled ``gaps.append`` is a C call, a bound one is not; the recorder moves it into a typed array
+    now and then)."""
     for req in sampled:
         last = req.last_token_time
         if last is None:
             req.first_token_time = now
         else:
-            add(now - last)
+            gaps.append(now - last)
         req.last_token_time = now
 
 

@@ -4,7 +4,8 @@ each step, the clock over the steps, and the per-step counts the recorder keeps.
 A run is typically tens of steps over tens of rows, where numpy's fixed cost per call (a microsecond
 or more, ~85 calls per run) was most of the run's price; these loops cost a fraction of that. Every
 float is summed in the order the engine's clock adds step by step (((start + d0) + d1) + ...), so a
-run's boundaries are those of stepping, to the bit.
+run's boundaries are those of stepping, to the bit. A list item is incremented as ``a[i] = a[i] + x``:
+mypyc compiles ``a[i] += x`` on a list item as a generic ``PyNumber_InPlaceAdd``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ def run_rows(last: list[int], computed: list[int], k: int) -> tuple[list[int], l
             f = k
         if f < 0:
             raise ValueError(f"run_rows: row {i} ends at step {f}")
-        count[f] += 1
-        ctx[f] += computed[i]
+        count[f] = count[f] + 1
+        ctx[f] = ctx[f] + computed[i]
     rows = [0] * k
     sums = [0] * k
     n = 0
@@ -62,9 +63,10 @@ def at_least(fin: list[int], k: int) -> list[int]:
     """out[j] for j = 0..k: the rows whose last step ``fin`` (1-based) is j or later."""
     out = [0] * (k + 1)
     for f in fin:
-        out[f if f < k else k] += 1
+        j = f if f < k else k
+        out[j] = out[j] + 1
     for j in range(k - 1, -1, -1):
-        out[j] += out[j + 1]
+        out[j] = out[j] + out[j + 1]
     return out
 
 
@@ -73,7 +75,7 @@ def finishes_per_step(fin: list[int], k: int) -> list[int]:
     out = [0] * k
     for f in fin:
         if 1 <= f <= k:
-            out[f - 1] += 1
+            out[f - 1] = out[f - 1] + 1
     return out
 
 
@@ -108,7 +110,7 @@ def finish_order(fin: list[int], k: int) -> list[int]:
     count = [0] * (k + 2)
     for f in fin:
         if 1 <= f <= k:
-            count[f] += 1
+            count[f] = count[f] + 1
     pos = 0
     for j in range(1, k + 1):
         c = count[j]
@@ -119,7 +121,7 @@ def finish_order(fin: list[int], k: int) -> list[int]:
         f = fin[i]
         if 1 <= f <= k:
             out[count[f]] = i
-            count[f] += 1
+            count[f] = count[f] + 1
     return out
 
 

@@ -130,7 +130,7 @@ class DecodeGrowth:
             need = -(-(c + 1) // bs) - held[i]
             while need > 0:
                 pops.append(i)
-                held[i] += 1
+                held[i] = held[i] + 1
                 need -= 1
             if caching:
                 full = (c + 1 - lag) // bs
@@ -196,7 +196,7 @@ class DecodeGrowth:
             if s < 0 and s <= last:
                 raise ValueError(f"decode_run_blocks: row {i} holds {held[i]} blocks for {computed[i]} tokens")
             while s <= last:
-                out[s] += 1
+                out[s] = out[s] + 1
                 s += bs
         total = 0
         for j in range(k + 1):

@@ -37,7 +37,7 @@ class RowBatchOps:
     def cache_blocks(self, req: Request, num_tokens: int) -> None:
         raise NotImplementedError
 
-    def allocate_decode_slots(self, reqs: Sequence[Request]) -> int:
+    def allocate_decode_slots(self, reqs: list[Request]) -> int:
         """``allocate_slots(req, 1)`` for each row in order, up to the first that does not fit: how many
         got their slot. One call for a stretch of decode rows; allocate_slots's O(1) path, inlined."""
         bs = self.block_size
