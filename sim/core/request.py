@@ -10,7 +10,7 @@ content of the tokens it covers, chained with its parent's hash as vLLM does (en
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from itertools import accumulate
@@ -186,9 +186,11 @@ class Request:
             self._seg_ends = list(accumulate(n for _, n in segs))
         return segs
 
-    def _segment_idents(self, first: int, last: int, bs: int) -> Iterator[tuple]:
+    def _segment_idents(self, first: int, last: int, bs: int) -> list[tuple]:
         """``_content`` of blocks ``first..last-1`` (no token ids), walking the segments once: a cursor
-        stays on the first segment that ends after the block's start (sessions' prompts have many)."""
+        stays on the first segment that ends after the block's start (sessions' prompts have many). A list,
+        not a generator: compiled, a generator's step is a generic call per block."""
+        out: list[tuple] = []
         segs = self._content_segments()
         ends: list[int] = self._seg_ends  # type: ignore[assignment]  # set by _content_segments
         nseg = len(segs)
@@ -199,7 +201,7 @@ class Request:
             if j < nseg:
                 key, n = segs[j]
                 if hi <= pos + n:  # the usual case: the block lies in one segment
-                    yield ((key, lo - pos, hi - pos),)
+                    out.append(((key, lo - pos, hi - pos),))
                     if hi == pos + n:
                         pos += n
                         j += 1
@@ -219,10 +221,11 @@ class Request:
                     break
                 p += n
                 k += 1
-            yield tuple(parts)
+            out.append(tuple(parts))
             while j < nseg and pos + segs[j][1] <= hi:
                 pos += segs[j][1]
                 j += 1
+        return out
 
     def _content(self, lo: int, hi: int) -> tuple:
         """Identity of tokens [lo, hi) as (segment key, start, end) triples."""

@@ -25,7 +25,7 @@ are expensive at tens of thousands of blocks (bench/README.md, speed.py), hence 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import cast
+from typing import TypeVar, cast
 
 
 class KVBlock:
@@ -53,6 +53,16 @@ class KVBlock:
 # because of the KV-5 cap) each fill their own copy; vLLM keeps both registered (its
 # BlockHashToBlockMap), a lookup returns the oldest, and evicting one leaves the other hittable.
 _Entry = KVBlock | dict[int, KVBlock]
+
+_T = TypeVar("_T")
+
+
+def _as_list(xs: Iterable[_T]) -> list[_T]:
+    """``xs`` itself when it is a list, else a list of it. Compiled, a loop over a typed list reads each
+    item's fields in place; over a sequence or an iterable, each item is a generic object (an attribute
+    lookup, a comparison, an iterator step per block)."""
+    return cast(list[_T], xs) if type(xs) is list else list(xs)
+
 
 _COMPACT_AT = 4096  # drop the consumed head of the back FIFO once it is this long and over half the list
 
@@ -210,10 +220,8 @@ class BlockPool:
         A double free raises ValueError and changes nothing.
 
         One pass per block: a block is touched once (its fields are cache misses at this pool's size)."""
-        # Typed lists (a list is taken as it is): compiled, a block's fields are then read in place, where
-        # an item of a list-or-tuple is a generic object (three attribute lookups a block, 3 % of a run)
-        first: list[KVBlock] = cast(list[KVBlock], reuse_first) if type(reuse_first) is list else list(reuse_first)
-        last: list[KVBlock] = cast(list[KVBlock], reuse_last) if type(reuse_last) is list else list(reuse_last)
+        # typed lists (_as_list): three generic attribute lookups a block were 3 % of a run
+        first, last = _as_list(reuse_first), _as_list(reuse_last)
         zero_first = self._decref(first)
         back = self._back
         n0 = len(back)
@@ -272,7 +280,7 @@ class BlockPool:
         back, head, base, cf_start = self._back, self._head, self._base, self._cf_start
         nback = len(back)
         holes = left = cf_left = 0
-        for b in blocks:
+        for b in _as_list(blocks):
             if b.ref_cnt == 0:
                 if b.is_null:
                     continue
@@ -309,18 +317,21 @@ class BlockPool:
         """``get_cached_block`` of ``hashes[0..]`` up to the first miss (at most ``max_blocks``): the
         prefix lookup, in one loop that touches only the hit blocks and the first miss."""
         cached = self._cached
+        hs = _as_list(hashes)
         hit: list[KVBlock] = []
         prev: KVBlock | None = None
         for i in range(max_blocks):
-            h = hashes[i]
+            h = hs[i]
             # The block registered after the previous hit in its table usually holds the next hash: a
             # block carrying hash h is the lookup's answer when no other block holds h (not dup), which
             # saves the map's lookup (cache misses in a map of every cached block).
             cand = prev.next_hint if prev is not None else None
-            if cand is not None and not cand.dup and cand.block_hash == h:
-                hit.append(cand)
-                prev = cand
-                continue
+            if cand is not None and not cand.dup:
+                ch = cand.block_hash  # a local: compiled, an optional int compares unboxed once narrowed
+                if ch is not None and ch == h:
+                    hit.append(cand)
+                    prev = cand
+                    continue
             entry = cached.get(h)
             if entry is None:
                 break
@@ -339,15 +350,16 @@ class BlockPool:
         if not self.enable_caching:
             return
         cached = self._cached
-        prev = blocks[start - 1] if start > 0 else None
+        bl, hs = _as_list(blocks), _as_list(hashes)
+        prev = bl[start - 1] if start > 0 else None
         for i in range(start, end):
-            blk = blocks[i]
+            blk = bl[i]
             if prev is not None:
                 prev.next_hint = blk
             prev = blk
             if blk.is_null:
                 continue
-            h = hashes[i]
+            h = hs[i]
             if blk.block_hash is not None:
                 if blk.block_hash != h:
                     raise ValueError(
