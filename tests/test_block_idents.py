@@ -1,12 +1,13 @@
-"""Block identities walked once over the segments (Request._segment_idents) equal the per-block walk
-(Request._content) for any segment layout, output and block size: the prefix cache sees the same hashes."""
+"""Block hashes walked once over the segments (Request._segment_hashes) equal the per-block walk
+(``content_hash`` of Request._content, block by block) for any segment layout, output and block size:
+the prefix cache sees the same hashes."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.core.request import Request, RequestSpec
+from sim.core.request import NONE_HASH, Request, RequestSpec, content_hash
 
 
 @settings(max_examples=300, deadline=None)
@@ -28,8 +29,13 @@ def test_one_pass_equals_per_block(lens, keys, tail, out, bs, first):
     req = Request(RequestSpec("r", 0.0, prompt, out, segments=segs))
     last = (prompt + out) // bs
     first = min(first, last)
-    one_pass = list(req._segment_idents(first, last, bs))
-    per_block = [req._content(i * bs, (i + 1) * bs) for i in range(first, last)]
+    parent = 12345 if first else NONE_HASH
+    one_pass: list[int] = []
+    req._segment_hashes(first, last, bs, parent, one_pass)
+    per_block = []
+    for i in range(first, last):
+        parent = content_hash(parent, req._content(i * bs, (i + 1) * bs))
+        per_block.append(parent)
     assert one_pass == per_block
     # and the cached chain grown in two calls equals one call
     a = Request(RequestSpec("r", 0.0, prompt, out, segments=segs))

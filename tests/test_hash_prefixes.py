@@ -35,9 +35,9 @@ class CountingRequest(Request):
     """Counts the block identities it builds (each one is a block hashed): a subclass rather than a
     patched method, as a compiled Request's methods cannot be patched (sim/native.py)."""
 
-    def _segment_idents(self, first, last, bs):
+    def _segment_hashes(self, first, last, bs, parent, out):
         SEEN[0] += max(last - first, 0)
-        return super()._segment_idents(first, last, bs)
+        return super()._segment_hashes(first, last, bs, parent, out)
 
 
 @settings(max_examples=120, deadline=None)

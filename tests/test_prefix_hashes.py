@@ -55,9 +55,9 @@ def test_a_later_turn_computes_only_its_new_blocks():
     calls = []
 
     class Spy(Request):  # a subclass, not a patched method: a compiled Request's cannot be (sim/native.py)
-        def _segment_idents(self, first, last, bs):
+        def _segment_hashes(self, first, last, bs, parent, out):
             calls.append((first, last))
-            return super()._segment_idents(first, last, bs)
+            return super()._segment_hashes(first, last, bs, parent, out)
 
     t1 = Spy(conv.spec(1, 0.0, ph))
     t1.block_hashes(16, conv.prompt_len(1))
