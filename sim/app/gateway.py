@@ -56,6 +56,8 @@ class Gateway:
         # Front replicas built from equal configs answer the fit check alike (a policy's
         # rejection_reason reads its limits, never its load): one question per group, not per replica.
         self._fit_group = _fit_groups(self.front)
+        self._one_group = bool(self.front) and max(self._fit_group) == 0
+        self._front_views = [r.view for r in self.front]
         self.router = router
         self.devices = devices
         self.disagg: PDCoordinator | None = None  # the P/D hooks, when the cluster has them
@@ -171,6 +173,9 @@ class Gateway:
             if why is not None:
                 return [], [why]
             spec = self.disagg.prefill_spec(spec)
+        if self._one_group:  # every front replica answers alike: one question, one list of all
+            why = self.front[0].rejection_reason(spec)
+            return (list(self._front_views), []) if why is None else ([], [why] * len(self.front))
         cands: list[ReplicaView] = []
         reasons: list[str] = []
         answers: list[str | None] = []  # by fit group
