@@ -47,11 +47,15 @@ def spans_decades(samples: Iterable[tuple[np.ndarray, np.ndarray | None]], ratio
                 keep = np.isfinite(bv) & (bv > 0) & (bw > 0)
                 yield bv[keep], bw[keep]
 
-    kept = sum(len(v) for v, _ in positive())
+    kept, top = 0, 0.0  # one pass for the count and the maximum (each pass reads every block)
+    for v, _ in positive():
+        if len(v):
+            kept += len(v)
+            top = max(top, float(v.max()))
     if kept < 2:
         return False
     lo = float(weighted_percentiles_blocks(positive, [1.0])[0])
-    return bool(lo > 0 and max(float(v.max()) for v, _ in positive() if len(v)) / lo > ratio)
+    return bool(lo > 0 and top / lo > ratio)
 
 
 def _num(v: Any) -> str:
