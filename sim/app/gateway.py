@@ -56,7 +56,7 @@ class Gateway:
         # Front replicas built from equal configs answer the fit check alike (a policy's
         # rejection_reason reads its limits, never its load): one question per group, not per replica.
         self._fit_group = _fit_groups(self.front)
-        self._one_group = bool(self.front) and max(self._fit_group) == 0
+        self._group_first = [self.front[self._fit_group.index(g)] for g in range(max(self._fit_group, default=-1) + 1)]
         self._front_views = [r.view for r in self.front]
         self.router = router
         self.devices = devices
@@ -173,22 +173,12 @@ class Gateway:
             if why is not None:
                 return [], [why]
             spec = self.disagg.prefill_spec(spec)
-        if self._one_group:  # every front replica answers alike: one question, one list of all
-            why = self.front[0].rejection_reason(spec)
-            return (list(self._front_views), []) if why is None else ([], [why] * len(self.front))
-        cands: list[ReplicaView] = []
-        reasons: list[str] = []
-        answers: list[str | None] = []  # by fit group
-        for r, g in zip(self.front, self._fit_group, strict=True):
-            if g < len(answers):
-                why = answers[g]
-            else:
-                why = r.rejection_reason(spec)
-                answers.append(why)
-            if why is None:
-                cands.append(r.view)
-            else:
-                reasons.append(why)
+        answers = [r.rejection_reason(spec) for r in self._group_first]  # one question per fit group
+        if all(why is None for why in answers):  # the usual case: every front replica would queue it
+            return list(self._front_views), []
+        groups = self._fit_group
+        cands = [v for v, g in zip(self._front_views, groups, strict=True) if answers[g] is None]
+        reasons = [why for g in groups if (why := answers[g]) is not None]
         return cands, reasons
 
     def _enforce_queue_limits(self, now: float) -> None:
