@@ -62,9 +62,9 @@ class RequestLog:
         self.int_times = dict.fromkeys(_TIMES, True)
         # Typed while every value is an int that fits; a plain list of the values otherwise.
         self.ints: dict[str, array | list] = {c: array("q") for c in _INTS}
-        # Rows added since the last flush, one tuple each (_ROW's order): a row is one tuple built in
-        # the caller, and the columns take FLUSH rows at a time in C (zip, array.extend) instead of a
-        # dozen appends and checks per request.
+        # Rows added since the last flush, one tuple each (key, request_id, status, finish_reason, the
+        # _TIMES, the _INTS, in add()'s order): the columns take FLUSH rows at a time in C (zip,
+        # array.extend) instead of a dozen appends and checks per request.
         self._rows: list[tuple] = []
 
     def __len__(self) -> int:
