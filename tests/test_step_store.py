@@ -156,3 +156,59 @@ def test_starts_are_rebuilt_exactly_where_steps_follow_each_other(idle: float, m
         np.testing.assert_array_equal(s.column("start", lo, hi), want[lo:hi])
     np.testing.assert_array_equal(s.columns()["start"], want)
     assert s.end_time() == float((want + s.column("duration")).max())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_buffered_steps_of_every_shape_land_as_given_across_flushes(seed: int, monkeypatch) -> None:
+    """Steps and decode runs whose counts are lists, one int for the run, numpy arrays or numpy ints,
+    negative or past int32, some columns one value throughout a flush and others not: the typed
+    columns (bounded and packed in one compiled pass, or through int64) hold every value as given."""
+    import sim.engine.step_store as ss
+
+    monkeypatch.setattr(ss, "FLUSH", 64)
+    rng = np.random.default_rng(seed)
+    s, want = StepStore(100), []
+    t = 0.0
+    const_col = int(rng.integers(0, N))  # this one is a single value for whole flushes at a time
+    while len(want) < 700:
+        k = int(rng.integers(1, 30))
+        counts: list = []
+        for i in range(N):
+            shape = rng.integers(0, 5)
+            if i == const_col:
+                v: object = 3 if len(want) < 300 else -(2**40)
+            elif shape == 0:
+                v = int(rng.integers(-5, 5)) * (10 ** int(rng.integers(0, 12)))
+            elif shape == 1:
+                v = [int(x) for x in rng.integers(-200, 200_000, k)]
+            elif shape == 2:
+                v = rng.integers(0, 300, k)
+            elif shape == 3:
+                v = [np.int64(x) for x in rng.integers(0, 9, k)]
+            else:
+                v = 0
+            counts.append(v)
+        if rng.random() < 0.3 and k == 1 or rng.random() < 0.1:
+            row = [int(c if np.ndim(c) == 0 else c[0]) for c in counts]
+            s.append(t, 0.01, row, 1.0 - row[FREE_I] / 100)
+            want.append(row)
+            t += 0.01
+        else:
+            s.extend([t + 0.01 * j for j in range(k)], [0.01] * k, counts, 100)
+            want += [[int(c) if np.ndim(c) == 0 else int(c[j]) for c in counts] for j in range(k)]
+            t += 0.01 * k
+    cols = s.columns()
+    for i, c in enumerate(COUNT_COLUMNS):
+        assert cols[c].tolist() == [r[i] for r in want], c
+
+
+FREE_I = COUNT_COLUMNS.index("num_free_blocks")
+
+
+def test_a_run_with_too_few_values_in_a_column_is_refused_by_name():
+    s = StepStore(10)
+    counts: list = [0] * N
+    counts[COUNT_COLUMNS.index("num_running")] = [1, 2]  # a run of 3 steps
+    s.extend([0.0, 0.1, 0.2], [0.1, 0.1, 0.1], counts, 10)
+    with pytest.raises(ResultsIntegrityError, match="step column num_running: 2 values for 3 steps"):
+        s.column("num_running")

@@ -125,20 +125,78 @@ def finish_order(fin: list[int], k: int) -> list[int]:
     return out
 
 
-def buffered_columns(pending: list, ncols: int) -> list[list]:
+def column_bounds(pending: list, ncols: int) -> list[tuple[int, int, int] | None]:
+    """Per column of the step store's buffer (the entries ``buffered_columns`` reads): (lowest, highest,
+    number of values) when every value is a Python int, else None (a numpy integer from a plug-in, or a
+    bad value, which packing then names). A run's single value counts once for its k steps, so a
+    column that holds one value throughout costs nothing per step."""
+    out: list[tuple[int, int, int] | None] = []
+    for i in range(ncols):
+        lo = 0
+        hi = 0
+        cnt = 0
+        ok = True
+        for e in pending:
+            k = 1
+            if not isinstance(e, tuple):  # a list (a caller's own); the recorder's entries are tuples
+                v: object = e[i] if len(e) != 2 else e[1][i]
+                k = 1 if len(e) != 2 else e[0]
+            elif len(e) != 2:
+                v = e[i]
+            else:
+                k = e[0]
+                v = e[1][i]
+            if isinstance(v, int):
+                x: int = v
+                if not cnt:
+                    lo = x
+                    hi = x
+                elif x < lo:
+                    lo = x
+                elif x > hi:
+                    hi = x
+                cnt += k
+            elif isinstance(v, list):
+                for y in v:
+                    if not isinstance(y, int):
+                        ok = False
+                        break
+                    z: int = y
+                    if not cnt:
+                        lo = z
+                        hi = z
+                    elif z < lo:
+                        lo = z
+                    elif z > hi:
+                        hi = z
+                    cnt += 1
+            else:
+                ok = False
+            if not ok:
+                break
+        out.append((lo, hi, cnt) if ok else None)
+    return out
+
+
+def buffered_columns(pending: list, ncols: int, skip: list[bool] | None = None) -> list[list]:
     """The step store's buffer (sim/engine/step_store.py) as one list per column, in step order: an
     entry of ``ncols`` values is one step's counts, an entry (k, counts) a run of k steps whose counts
     are each a list of k values or one value for all k (an int; a numpy integer from a plug-in). The
-    values are not checked here: packing them into int64 does that, naming the column."""
+    values are not checked here: packing them into int64 does that, naming the column. A column with
+    ``skip[i]`` (one value throughout, known from ``column_bounds``) is left empty."""
     cols: list[list] = [[] for _ in range(ncols)]
+    take = [skip is None or not skip[i] for i in range(ncols)]
     for e in pending:
         if len(e) != 2:
             for i in range(ncols):
-                cols[i].append(e[i])
+                if take[i]:
+                    cols[i].append(e[i])
             continue
         k: int = e[0]
         counts = e[1]
         for i in range(ncols):
+            if not take[i]:
+                continue
             v = counts[i]
             if isinstance(v, int) or not hasattr(v, "__len__"):
                 cols[i].extend([v] * k)

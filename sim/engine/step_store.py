@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sim.core.errors import ResultsIntegrityError
-from sim.engine.runcalc import buffered_columns, start_breaks
+from sim.engine.runcalc import buffered_columns, column_bounds, start_breaks
 
 COUNT_COLUMNS = (
     "num_prefill_tokens",
@@ -43,6 +43,7 @@ FLUSH = 1 << 13  # buffered steps before they go into the typed columns
 _WIDER = {"b": "h", "h": "i", "i": "q"}
 _DTYPE = {"b": np.int8, "h": np.int16, "i": np.int32, "q": np.int64}
 _RANGE = {c: (int(np.iinfo(t).min), int(np.iinfo(t).max)) for c, t in _DTYPE.items()}
+_INT64 = _RANGE["q"]
 assert [array(c).itemsize for c in "bhiq"] == [1, 2, 4, 8]
 
 
@@ -177,26 +178,43 @@ class StepStore:
 
     # ---- the buffer into the typed columns ------------------------------------------------------
     def flush(self) -> None:
-        """Move the buffered steps into the typed columns (every reader calls this first)."""
+        """Move the buffered steps into the typed columns (every reader calls this first). A column of
+        Python ints is bounded in one compiled pass (runcalc.column_bounds): one value throughout (the
+        zero swap counts, a run's waiting queue) is repeated by ``array``, the others packed straight
+        into the column's width; anything else goes through int64, which names a bad value."""
         if not self._dur:
             return
         m = len(self._dur)
-        cols = self._buffered_columns(m)
-        for i, vals in enumerate(cols):  # the counts first: a bad one is refused before anything moves
-            cols[i] = _as_int64(COUNT_COLUMNS[i], vals)
-        for i, v in enumerate(cols):
+        bounds = column_bounds(self._pending, len(COUNT_COLUMNS))
+        const = [b is not None and b[0] == b[1] for b in bounds]
+        cols: list = buffered_columns(self._pending, len(COUNT_COLUMNS), const)
+        for i, b in enumerate(bounds):  # the counts first: a bad one is refused before anything moves
+            n = len(cols[i]) if b is None or not const[i] else b[2]
+            if n != m:
+                raise ResultsIntegrityError(f"step column {COUNT_COLUMNS[i]}: {n} values for {m} steps")
+            if b is None or not _INT64[0] <= b[0] <= b[1] <= _INT64[1]:
+                v = cols[i] = _as_int64(COUNT_COLUMNS[i], cols[i] if not const[i] else [b[0]] * m)
+                bounds[i] = (int(v.min()), int(v.max()), m) if m else (0, 0, 0)
+        for i, b in enumerate(bounds):
+            assert b is not None
+            lo, hi, _ = b
             a = self.counts[i]
             if a is None:
-                if not v.any():
+                if lo == hi == 0:
                     continue
                 a = self.counts[i] = array("b", bytes(self.stored))
-            lo, hi = int(v.min()), int(v.max())
             low, high = _RANGE[a.typecode]
             if not low <= lo <= hi <= high:
                 self._fit(i, lo, hi)
                 a = self.counts[i]
                 assert a is not None
-            a.frombytes(v.astype(_DTYPE[a.typecode]).tobytes())
+            v = cols[i]
+            if isinstance(v, np.ndarray):
+                a.frombytes(v.astype(_DTYPE[a.typecode]).tobytes())
+            elif const[i]:
+                a.extend(array(a.typecode, (lo,)) * m)
+            else:
+                a.frombytes(struct.pack(f"{m}{a.typecode}", *v))
         self.duration.frombytes(float_bytes(self._dur))
         if self._st:
             assert self.start is not None
@@ -205,14 +223,6 @@ class StepStore:
             self.kv_usage.frombytes(float_bytes(self._kv))
         self.stored += m
         self._pending, self._dur, self._st, self._kv = [], [], [], []
-
-    def _buffered_columns(self, m: int) -> list:
-        """The buffered counts as one list per column (sim/engine/runcalc.py, compiled)."""
-        cols = buffered_columns(self._pending, len(COUNT_COLUMNS))
-        for i, c in enumerate(cols):
-            if len(c) != m:
-                raise ResultsIntegrityError(f"step column {COUNT_COLUMNS[i]}: {len(c)} values for {m} steps")
-        return cols
 
     # ---- reading --------------------------------------------------------------------------------
     def end_time(self) -> float | None:
