@@ -11,6 +11,7 @@ from sim.core.errors import ResultsIntegrityError
 from sim.engine.step_store import COUNT_COLUMNS, StepStore
 
 N = len(COUNT_COLUMNS)
+FREE_I = COUNT_COLUMNS.index("num_free_blocks")
 
 
 def _row(**over: int) -> list[int]:
@@ -200,9 +201,6 @@ def test_buffered_steps_of_every_shape_land_as_given_across_flushes(seed: int, m
     cols = s.columns()
     for i, c in enumerate(COUNT_COLUMNS):
         assert cols[c].tolist() == [r[i] for r in want], c
-
-
-FREE_I = COUNT_COLUMNS.index("num_free_blocks")
 
 
 def test_a_run_with_too_few_values_in_a_column_is_refused_by_name():

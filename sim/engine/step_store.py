@@ -194,7 +194,7 @@ class StepStore:
                 raise ResultsIntegrityError(f"step column {COUNT_COLUMNS[i]}: {n} values for {m} steps")
             if b is None or not _INT64[0] <= b[0] <= b[1] <= _INT64[1]:
                 v = cols[i] = _as_int64(COUNT_COLUMNS[i], cols[i] if not const[i] else [b[0]] * m)
-                bounds[i] = (int(v.min()), int(v.max()), m) if m else (0, 0, 0)
+                bounds[i] = (int(v.min()), int(v.max()), m)
         for i, b in enumerate(bounds):
             assert b is not None
             lo, hi, _ = b
