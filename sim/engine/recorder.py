@@ -6,10 +6,9 @@ its k rows at once from arrays. Nothing here knows SimPy or scheduling rules.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from sim.core.policy import StepPlan
 from sim.core.request import Request
@@ -19,6 +18,9 @@ from sim.engine.gaps import GapStore, GapTable
 from sim.engine.rowpass import stamp_run, stamp_tokens
 from sim.engine.runcalc import finishes_per_step
 from sim.engine.step_store import COUNT_COLUMNS, StepStore
+
+if TYPE_CHECKING:  # pandas (and the pyarrow it loads: ~0.3 s) only where a frame is built
+    import pandas as pd
 
 STEP_COLUMNS = ("start", "duration", *COUNT_COLUMNS[:COUNT_COLUMNS.index("num_finished") + 1], "kv_usage",
                 *COUNT_COLUMNS[COUNT_COLUMNS.index("num_finished") + 1 :])  # fmt: skip
@@ -161,6 +163,8 @@ class Recorder:
         """The step table, int64 / float64 columns (sim/engine/step_store.py keeps them narrower), each
         its own block (no consolidated copy); ``release``: the store is emptied as the frame is built, so
         the run's last reader never holds the steps twice (a million-request run has ~10^7 steps)."""
+        import pandas as pd
+
         df = pd.DataFrame(self.steps.columns(release=release), copy=False)
         df.insert(0, "replica", self.replica)
         df.insert(0, "step", np.arange(len(df), dtype=np.int64))
@@ -223,6 +227,8 @@ class StepTable:
 
     def frame(self, lo: int = 0, hi: int | None = None) -> pd.DataFrame:
         """Rows [lo, hi) of ``whole()``, its columns and dtypes (index from 0)."""
+        import pandas as pd
+
         cols = self.columns(FRAME_COLUMNS, lo, hi)
         return pd.DataFrame({c: v.astype(np.float64 if c in ("start", "duration", "kv_usage") else np.int64)
                              for c, v in cols.items()}, copy=False)  # fmt: skip
@@ -232,6 +238,8 @@ class StepTable:
         built, so the steps are never held twice, and this table is empty after."""
         if self.recorders is None:
             raise RuntimeError("StepTable.whole: the frame was built already")
+        import pandas as pd
+
         frames = [r.steps_frame(release=True) for r in self.recorders]
         self.recorders, self.parts, self.offsets = None, [], np.zeros(1, dtype=np.int64)
         return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)

@@ -12,11 +12,14 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Sequence
 from itertools import chain
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from sim.core.request import Request
+
+if TYPE_CHECKING:  # pandas (and the pyarrow it loads: ~0.3 s) only where the frame is built
+    import pandas as pd
 
 REQUEST_COLUMNS = (
     "request_id",
@@ -159,6 +162,8 @@ class RequestLog:
 def requests_frame(parts: Sequence[RequestLog]) -> pd.DataFrame:
     """One row per request, the parts' rows in turn; each column with the dtype pandas gives the Python
     values (str, int64, float64; an int64 time column when every value was an int)."""
+    import pandas as pd
+
     for p in parts:
         p.flush()
     n = sum(len(p) for p in parts)
