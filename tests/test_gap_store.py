@@ -13,6 +13,16 @@ from sim.engine.gaps import GapTable
 from tests.test_outputs_unchanged import CASES
 
 QS = [50, 90, 95, 99, 0, 100, 33.3]
+# rank selection's (RADIX_BITS, SPLIT_BITS, GATHER) (sim/app/rank_select.py): 4 cells split in 2 until a
+# wanted cell holds <= 3 / (its share) entries, i.e. down to single keys; a middle setting; the default
+RADIX = ((2, 1, 3), (5, 3, 200), (16, 10, 1 << 21))
+
+
+def _radix(monkeypatch: pytest.MonkeyPatch, cells: tuple[int, int, int]) -> None:
+    import sim.app.rank_select as rank_select
+
+    for name, value in zip(("RADIX_BITS", "SPLIT_BITS", "GATHER"), cells, strict=True):
+        monkeypatch.setattr(rank_select, name, value)
 
 
 @pytest.mark.parametrize("kind", ["uniform", "ties", "lognormal", "constant", "dropped"])
@@ -34,10 +44,10 @@ def test_block_statistics_are_the_arrays_statistics(kind: str, monkeypatch: pyte
         return zip(np.split(v, cuts), np.split(w, cuts), strict=True)
 
     expected = stats.stats_ms("itl", v, QS, w)
-    for leaf, pivots in ((128, 3), (1000, 64), (1 << 20, 4096)):
+    for leaf, cells in ((128, RADIX[0]), (1000, RADIX[1]), (1 << 20, RADIX[2])):
         monkeypatch.setattr(stats, "LEAF", leaf)
-        monkeypatch.setattr(stats, "PIVOTS", pivots)
-        assert stats.stats_ms_blocks("itl", blocks, QS) == expected, (leaf, pivots)
+        _radix(monkeypatch, cells)
+        assert stats.stats_ms_blocks("itl", blocks, QS) == expected, (leaf, cells)
     got = stats.weighted_percentiles_blocks(blocks, [12.5, 99.9])
     np.testing.assert_array_equal(got, stats.weighted_percentiles(v, w, [12.5, 99.9]))
 
@@ -80,7 +90,8 @@ def test_time_weighted_blocks_is_time_weighted() -> None:
 @pytest.mark.parametrize("kind", ["uniform", "ties", "dropped"])
 def test_block_ecdf_is_the_reports_ecdf(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The report's ITL CDF from blocks (sim/app/stats.py ecdf_blocks) has _ecdf's points, thinned or
-    not, with few pivots (wide buckets) and many; spans_decades pools blocks as it pools arrays."""
+    not, with cells split down to single keys and with the default cells; spans_decades pools blocks as
+    it pools arrays."""
     import sim.app.report as report
     from sim.app.report_style import spans_decades
 
@@ -99,10 +110,11 @@ def test_block_ecdf_is_the_reports_ecdf(kind: str, monkeypatch: pytest.MonkeyPat
     for points in (50, 2000, 100_000):
         monkeypatch.setattr(report, "_MAX_POINTS", points)
         want = report._ecdf(v, w)
-        for pivots in (3, 1 << 18):
-            got = stats.ecdf_blocks(blocks, points, pivots)
+        for cells in RADIX:
+            _radix(monkeypatch, cells)
+            got = stats.ecdf_blocks(blocks, points)
             for a, b in zip(got, want, strict=True):
-                assert a.dtype == b.dtype and np.array_equal(a, b), (points, pivots)
+                assert a.dtype == b.dtype and np.array_equal(a, b), (points, cells)
     keep = np.isfinite(v) & (v > 0) & (w > 0)  # the arrays' rule: max over the 1st weighted percentile
     lo = float(stats.weighted_percentiles(v[keep], w[keep], [1.0])[0])
     for ratio in (5.0, 50.0, 1e4, 1e6):

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from sim.app import rank_select
 from sim.core.errors import ResultsIntegrityError
 
 
@@ -90,7 +91,6 @@ def stats_ms(name: str, values: np.ndarray, percentiles: Sequence[float],
 # give stats_ms's numbers bit for bit without the whole sample (nor its sorted copy) in memory.
 Blocks = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]  # a fresh pass over (values, weights)
 LEAF = 1 << 16  # pairwise-summation leaves summed by numpy at once (>= 128, numpy's own block)
-PIVOTS = 1 << 14  # about how many sample values split the sample into buckets for the percentiles
 
 
 def clean_blocks(blocks: Blocks) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -150,53 +150,19 @@ def stats_ms_blocks(name: str, blocks: Blocks, percentiles: Sequence[float]) -> 
 
 
 def weighted_percentiles_blocks(blocks: Blocks, qs: Sequence[float]) -> np.ndarray:
-    """``weighted_percentiles`` of the sample ``blocks`` gives.
-
-    The values at the ranks needed are found by buckets: a strided sample's distinct values split the
-    line into "equal to pivot i" and "between pivots i−1 and i"; one pass sums each bucket's weight, a
-    second keeps only the few buckets holding a needed rank, sorted like the whole sample would be."""
-    n_values = total = 0
+    """``weighted_percentiles`` of the sample ``blocks`` gives: the two entries around each virtual index
+    found by rank selection (sim/app/rank_select.py), then numpy's linear interpolation."""
+    total = 0
     for _, w in clean_blocks(blocks):
-        n_values, total = n_values + len(w), total + int(w.sum())
+        total += int(w.sum())
     if total == 0:
         raise ValueError("weighted_percentiles of an empty sample")
-    stride = max(1, n_values // PIVOTS)
-    samples = [v[::stride].copy() for v, _ in clean_blocks(blocks)]  # copies: a view would keep its block
-    pivots = np.unique(np.concatenate(samples))
-
-    def bucket(v: np.ndarray) -> np.ndarray:
-        i = np.searchsorted(pivots, v, side="left")
-        return 2 * i + (pivots[np.minimum(i, len(pivots) - 1)] == v)
-
-    mass = np.zeros(2 * len(pivots) + 1, dtype=np.int64)
-    for v, w in clean_blocks(blocks):
-        mass += np.bincount(bucket(v), weights=w, minlength=len(mass)).astype(np.int64)
-    cum = np.cumsum(mass)
     n = np.int64(total)
     h = (n - 1) * (np.asarray(qs, dtype=np.float64) / 100.0)
     lo = np.floor(h)
     frac = h - lo
-    ranks = np.concatenate([lo, np.minimum(lo + 1, n - 1)])
-    where = np.searchsorted(cum, ranks, side="right")  # the bucket of each rank
-    got = np.empty(len(ranks))
-    between = sorted({int(b) for b in where if b % 2 == 0})
-    keep: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {b: [] for b in between}
-    if between:
-        for v, w in clean_blocks(blocks):
-            bv = bucket(v)
-            sel = np.isin(bv, between)
-            for b in between if sel.any() else ():
-                mine = sel & (bv == b)
-                keep[b].append((v[mine], w[mine]))
-    for j, (rank, b) in enumerate(zip(ranks.tolist(), where.tolist(), strict=True)):
-        if b % 2:
-            got[j] = pivots[b // 2]
-            continue
-        v = np.concatenate([x for x, _ in keep[b]])
-        w = np.concatenate([x for _, x in keep[b]])
-        order = np.argsort(v, kind="stable")
-        local = rank - (cum[b - 1] if b else 0)
-        got[j] = v[order][np.searchsorted(np.cumsum(w[order]), local, side="right")]
+    got, _ = rank_select.select(lambda: clean_blocks(blocks), np.concatenate([lo, np.minimum(lo + 1, n - 1)]),
+                                by_count=False)  # fmt: skip
     a, b = got[: len(qs)], got[len(qs) :]
     diff = b - a
     return np.where(frac >= 0.5, b - diff * (1 - frac), a + diff * frac)
@@ -214,7 +180,7 @@ def time_weighted_blocks(n: int, blocks: Callable[[], Iterable[tuple[np.ndarray,
     return float(pairwise_sum(n, (np.asarray(v, dtype=np.float64) for v, _ in blocks())) / n)
 
 
-def ecdf_blocks(blocks: Blocks, max_points: int, pivots_wanted: int = 1 << 18) -> tuple[np.ndarray, np.ndarray]:
+def ecdf_blocks(blocks: Blocks, max_points: int) -> tuple[np.ndarray, np.ndarray]:
     """A weighted sample's empirical CDF as sim/app/report.py ``_ecdf`` draws it, from blocks: the values
     at entry ranks ``unique(linspace(0, n - 1, max_points))`` of the kept entries sorted stably by value,
     and the cumulated weight there over the total; every entry when there are at most ``max_points``."""
@@ -229,38 +195,5 @@ def ecdf_blocks(blocks: Blocks, max_points: int, pivots_wanted: int = 1 << 18) -
         cw = np.cumsum(w[order])
         return v[order], cw / cw[-1] if cw.size else cw
     ranks = np.unique(np.linspace(0, n - 1, max_points).astype(np.int64))
-    stride = max(1, n // pivots_wanted)
-    pivots = np.unique(np.concatenate([v[::stride].copy() for v, _ in clean_blocks(blocks)]))
-
-    def bucket(v: np.ndarray) -> np.ndarray:
-        i = np.searchsorted(pivots, v, side="left")
-        return 2 * i + (pivots[np.minimum(i, len(pivots) - 1)] == v)
-
-    m = 2 * len(pivots) + 1
-    count, weight = np.zeros(m, dtype=np.int64), np.zeros(m, dtype=np.int64)
-    for v, w in clean_blocks(blocks):
-        b = bucket(v)
-        count += np.bincount(b, minlength=m)
-        weight += np.bincount(b, weights=w, minlength=m).astype(np.int64)
-    cum_n, cum_w = np.cumsum(count), np.cumsum(weight)
-    where = np.searchsorted(cum_n, ranks, side="right")
-    before_n = np.where(where > 0, cum_n[np.maximum(where - 1, 0)], 0)
-    before_w = np.where(where > 0, cum_w[np.maximum(where - 1, 0)], 0)
-    local = ranks - before_n  # entry rank inside its bucket
-    needed = np.unique(where)
-    # the needed buckets' entries in sample order: (bucket, value, weight)
-    got_b, got_v, got_w = [], [], []
-    for v, w in clean_blocks(blocks):
-        b = bucket(v)
-        sel = np.isin(b, needed)
-        got_b.append(b[sel])
-        got_v.append(v[sel])
-        got_w.append(w[sel])
-    gb, gv, gw = np.concatenate(got_b), np.concatenate(got_v), np.concatenate(got_w)
-    order = np.lexsort((gv, gb))  # by bucket, then value; ties keep the sample's order (stable)
-    gb, gv, gw = gb[order], gv[order], np.cumsum(gw[order])
-    first = np.searchsorted(gb, where, side="left")  # each rank's bucket's first entry
-    j = first + local
-    in_bucket = gw[j] - np.where(first > 0, gw[np.maximum(first - 1, 0)], 0)
-    values = gv[j]
-    return values, (before_w + in_bucket).astype(np.float64) / np.float64(total)
+    values, cum_w = rank_select.select(lambda: clean_blocks(blocks), ranks, by_count=True)
+    return values, cum_w.astype(np.float64) / np.float64(total)
