@@ -28,7 +28,8 @@ def _radix(monkeypatch: pytest.MonkeyPatch, cells: tuple[int, int, int]) -> None
 @pytest.mark.parametrize("kind", ["uniform", "ties", "lognormal", "constant", "dropped"])
 def test_block_statistics_are_the_arrays_statistics(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Mean, std and percentiles of a weighted sample cut into blocks equal stats_ms on the arrays; a
-    small LEAF makes the pairwise sum split above numpy's leaves, few pivots make wide buckets."""
+    small LEAF makes the pairwise sum split above numpy's leaves, and rank selection runs with cells split
+    down to single keys, a middle setting and its defaults (RADIX)."""
     rng = np.random.default_rng(len(kind))
     n = 20_000
     v = {"uniform": rng.random(n), "ties": rng.integers(0, 20, n) * 0.01,

@@ -63,9 +63,9 @@ def test_steps_are_written_from_the_stores_without_the_frame(tmp_path, monkeypat
 
 
 def test_only_columns_with_few_values_are_dictionary_encoded(tmp_path):
-    """A column of distinct values (a step number, a start time) is written plain, one that repeats (a
-    count, a replica) with a dictionary, and a string column as Arrow does by default; the file reads
-    back the same either way."""
+    """A column of distinct values (a step number, a start time, a request id) is written plain, one that
+    repeats (a count, a replica, a status) with a dictionary, sliced or in one go; the file reads back
+    the same either way."""
     import numpy as np
 
     n = 4000
@@ -76,3 +76,12 @@ def test_only_columns_with_few_values_are_dictionary_encoded(tmp_path):
     dictionary = {meta.column(i).path_in_schema: meta.column(i).has_dictionary_page for i in range(meta.num_columns)}
     assert dictionary == {"step": False, "start": False, "num_running": True, "replica": True}
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "s.parquet"), frame)
+    # a frame with string columns is written in one go, by the same rule
+    frame["request_id"] = [f"r{i}" for i in range(n)]
+    frame["status"] = np.where(np.arange(n) % 3 == 0, "finished", "timed_out")
+    write_parquet(frame, tmp_path / "r.parquet")
+    meta = pq.ParquetFile(tmp_path / "r.parquet").metadata.row_group(0)
+    dictionary = {meta.column(i).path_in_schema: meta.column(i).has_dictionary_page for i in range(meta.num_columns)}
+    assert dictionary == {"step": False, "start": False, "num_running": True, "replica": True,
+                          "request_id": False, "status": True}  # fmt: skip
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "r.parquet"), frame)

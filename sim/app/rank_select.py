@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-Blocks = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]  # a fresh pass over clean (values, int64 weights)
+Blocks = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]  # a fresh pass over (values, weights); select: clean ones
 
 RADIX_BITS = 16  # cells of the first pass: 2^16 counts and weights stay in cache
 SPLIT_BITS = 10  # sub-cells of each wanted heavy cell in a further pass

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from sim.app import rank_select
+from sim.app.rank_select import Blocks  # a fresh pass over (values, weights)
 from sim.core.errors import ResultsIntegrityError
 
 
@@ -89,7 +90,6 @@ def stats_ms(name: str, values: np.ndarray, percentiles: Sequence[float],
 # ---- the same statistics over a sample given in blocks ------------------------------------------------
 # A million-request run has ~4·10^7 weighted gaps, rebuilt a block at a time (sim/engine/gaps.py): these
 # give stats_ms's numbers bit for bit without the whole sample (nor its sorted copy) in memory.
-Blocks = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]  # a fresh pass over (values, weights)
 LEAF = 1 << 16  # pairwise-summation leaves summed by numpy at once (>= 128, numpy's own block)
 
 
