@@ -64,3 +64,19 @@ def test_sdpa_fallback_uses_bottom_right_causal_mask_and_gqa():
     mask = torch.ones(4, 10, dtype=torch.bool).tril(6)  # query i sees the 6 cached keys and new keys <= i
     ref = torch.nn.functional.scaled_dot_product_attention(q, kk, kk, attn_mask=mask)
     assert torch.allclose(got, ref, atol=1e-5)
+
+
+def test_sdpa_without_cached_context_and_without_gqa_matches_the_plain_masks():
+    from sim.cost.calibrate.suite import _sdpa
+
+    F = torch.nn.functional
+    q, k = torch.randn(2, 4, 6, 16), torch.randn(2, 4, 6, 16)  # S == T: is_causal
+    ref = F.scaled_dot_product_attention(q, k, k, attn_mask=torch.ones(6, 6, dtype=torch.bool).tril())
+    assert torch.allclose(_sdpa(torch, q, k, k, True), ref, atol=1e-5)
+    k2 = torch.randn(2, 4, 9, 16)  # S < T, heads equal: lower-right bias
+    ref2 = F.scaled_dot_product_attention(q, k2, k2, attn_mask=torch.ones(6, 9, dtype=torch.bool).tril(3))
+    assert torch.allclose(_sdpa(torch, q, k2, k2, True), ref2, atol=1e-5)
+    q1 = torch.randn(3, 8, 1, 16)  # decode: one query sees every key
+    k3 = torch.randn(3, 2, 9, 16)
+    ref3 = F.scaled_dot_product_attention(q1, k3.repeat_interleave(4, 1), k3.repeat_interleave(4, 1))
+    assert torch.allclose(_sdpa(torch, q1, k3, k3, True), ref3, atol=1e-5)

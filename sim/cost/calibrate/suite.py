@@ -258,13 +258,38 @@ def _bench_gemm(torch, device, dtype, a_bytes, model, tp, timer, cfg, **_) -> li
     rows = []
     grid = _token_grid(cfg.max_tokens, cfg.smoke)
     for name, (k, n) in _gemm_shapes(model, tp).items():
-        w = torch.randn(k, n, dtype=dtype, device=device) * 0.02
+        ws = [torch.randn(k, n, dtype=dtype, device=device) * 0.02
+              for _ in range(_copies(k * n * a_bytes, cfg, device, torch))]
         for m in grid if name != "lm_head" else [m for m in grid if m <= 512]:
             x = torch.randn(m, k, dtype=dtype, device=device)
-            t = timer(lambda x=x, w=w: x @ w, reps=8)
+            t = timer(_rotate(ws, lambda w, x=x: x @ w), reps=max(8, len(ws)))
             rows.append(dict(op="gemm", name=name, time_s=t, m=m, k=k, n=n, w_bytes=a_bytes, a_bytes=a_bytes))
-        del w
+        del ws
     return rows
+
+
+def _copies(nbytes: int, cfg: SuiteConfig, device: str, torch: Any) -> int:
+    """How many copies of an operand the timed calls cycle through so that, together, they are well over the
+    L2 cache (4x it, at most 256 copies): a model's layers each read their own weights and KV cache, so a
+    kernel timed on one buffer it just read would read it from L2 at several times HBM's bandwidth
+    (one H200's 60 MB L2 holds a whole Llama-3-8B QKV projection)."""
+    if device != "cuda" or cfg.smoke:
+        return 1
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (64 << 20)
+    return max(1, min(256, math.ceil(4 * l2 / max(1, nbytes))))
+
+
+def _rotate(bufs: list[Any], call: Callable[[Any], Any]) -> Callable[[], Any]:
+    """A no-argument call that uses the next buffer each time it is called (captured calls in a CUDA graph
+    each keep the buffer they were captured with)."""
+    state = [0]
+
+    def fn():
+        i = state[0]
+        state[0] = (i + 1) % len(bufs)
+        return call(bufs[i])
+
+    return fn
 
 
 def _attention_backend(torch, device) -> str:
@@ -279,38 +304,53 @@ def _attention_backend(torch, device) -> str:
 
 
 def _sdpa(torch, q, k, v, causal_lower_right: bool):
-    """SDPA with GQA (q: B×nh×S×d, k/v: B×nkv×T×d) and a bottom-right causal mask when asked."""
+    """SDPA with GQA (q: B×nh×S×d, k/v: B×nkv×T×d) and a bottom-right causal mask when asked.
+
+    The mask is given in the form that lets PyTorch pick its flash kernel, as vLLM's FlashAttention would run:
+    ``is_causal`` when there is no cached context (S == T), else a lower-right ``CausalBias``; a materialised
+    boolean mask (which rules the flash kernel out) only where neither is available.
+    """
     F = torch.nn.functional
-    mask = None
-    if causal_lower_right and q.shape[2] > 1:
-        s, t = q.shape[2], k.shape[2]
+    s, t = q.shape[2], k.shape[2]
+    gqa = q.shape[1] != k.shape[1]
+    if not (causal_lower_right and s > 1):
+        return _sdpa_gqa(F, q, k, v, gqa)
+    if s == t:
+        return _sdpa_gqa(F, q, k, v, gqa, is_causal=True)
+    try:
+        from torch.nn.attention.bias import causal_lower_right
+
+        return _sdpa_gqa(F, q, k, v, gqa, attn_mask=causal_lower_right(s, t))
+    except (ImportError, RuntimeError, TypeError):  # older torch, or no kernel takes the bias: materialise it
         mask = torch.ones(s, t, dtype=torch.bool, device=q.device).tril(diagonal=t - s)
-    if q.shape[1] == k.shape[1]:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return _sdpa_gqa(F, q, k, v, gqa, attn_mask=mask)
+
+
+def _sdpa_gqa(F, q, k, v, gqa: bool, **kw):
+    if not gqa:
+        return F.scaled_dot_product_attention(q, k, v, **kw)
     try:  # torch >= 2.5: GQA without materialising the repeated K/V
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kw)
     except TypeError:
         r = q.shape[1] // k.shape[1]
-        return F.scaled_dot_product_attention(q, k.repeat_interleave(r, 1), v.repeat_interleave(r, 1), attn_mask=mask)
+        return F.scaled_dot_product_attention(q, k.repeat_interleave(r, 1), v.repeat_interleave(r, 1), **kw)
 
 
-def _attn_call(torch, use_fa, dtype, device, b, s, t, nh, nkv, hd, causal):
-    """A call of one attention kernel: b sequences, s queries each, over t keys (the last s are the new ones)."""
+def _attn_call(torch, use_fa, dtype, device, b, s, t, nh, nkv, hd, causal, copies=1):
+    """A call of one attention kernel: b sequences, s queries each, over t keys (the last s are the new ones).
+    K and V are distinct tensors (one tensor for both would be read once from HBM and again from L2), and
+    successive calls cycle through ``copies`` K/V pairs (``_copies``)."""
     if use_fa:
         from flash_attn import flash_attn_func  # (B, S, H, d); causal is bottom-right aligned (FA >= 2.1)
 
         q = torch.randn(b, s, nh, hd, dtype=dtype, device=device)
-        k = torch.randn(b, t, nkv, hd, dtype=dtype, device=device)
-
-        def call():
-            return flash_attn_func(q, k, k, causal=causal)
-    else:
-        q = torch.randn(b, nh, s, hd, dtype=dtype, device=device)
-        k = torch.randn(b, nkv, t, hd, dtype=dtype, device=device)
-
-        def call():
-            return _sdpa(torch, q, k, k, causal)
-    return call
+        kv = [(torch.randn(b, t, nkv, hd, dtype=dtype, device=device),
+               torch.randn(b, t, nkv, hd, dtype=dtype, device=device)) for _ in range(copies)]
+        return _rotate(kv, lambda p: flash_attn_func(q, p[0], p[1], causal=causal))
+    q = torch.randn(b, nh, s, hd, dtype=dtype, device=device)
+    kv = [(torch.randn(b, nkv, t, hd, dtype=dtype, device=device),
+           torch.randn(b, nkv, t, hd, dtype=dtype, device=device)) for _ in range(copies)]
+    return _rotate(kv, lambda p: _sdpa(torch, q, p[0], p[1], causal))
 
 
 def _bench_attention(torch, device, dtype, a_bytes, model, tp, timer, cfg, **_) -> list[dict[str, Any]]:
@@ -326,14 +366,17 @@ def _bench_attention(torch, device, dtype, a_bytes, model, tp, timer, cfg, **_) 
         dec_grid = [(n, c) for n in ns for c in cs if n * c <= (1 << 20)]
         pf_grid = [(c, p) for c in (16, 64, 256, 512, 1024, 2048, 4096, 8192)
                    for p in (0, 512, 2048, 8192, 16384) if c + p <= 32768]
+    kv_token = 2 * nkv * hd * a_bytes  # K and V bytes of one token in one layer
     for n, c in dec_grid:
-        fn = _attn_call(torch, use_fa, dtype, device, n, 1, c, nh, nkv, hd, causal=False)
-        rows.append(dict(op="attn_decode", name="decode", time_s=timer(fn, reps=4), n_decode=n, kv_decode=c,
-                         chunk=0, kv_prefill=0, **heads))
+        cp = _copies(n * c * kv_token, cfg, device, torch)
+        fn = _attn_call(torch, use_fa, dtype, device, n, 1, c, nh, nkv, hd, causal=False, copies=cp)
+        rows.append(dict(op="attn_decode", name="decode", time_s=timer(fn, reps=max(4, cp)), n_decode=n,
+                         kv_decode=c, chunk=0, kv_prefill=0, **heads))
     for c, p in pf_grid:
-        fn = _attn_call(torch, use_fa, dtype, device, 1, c, p + c, nh, nkv, hd, causal=True)
-        rows.append(dict(op="attn_prefill", name="prefill", time_s=timer(fn, reps=2), chunk=c, kv_prefill=p,
-                         n_decode=0, kv_decode=0, **heads))
+        cp = _copies((p + c) * kv_token, cfg, device, torch)
+        fn = _attn_call(torch, use_fa, dtype, device, 1, c, p + c, nh, nkv, hd, causal=True, copies=cp)
+        rows.append(dict(op="attn_prefill", name="prefill", time_s=timer(fn, reps=max(2, cp)), chunk=c,
+                         kv_prefill=p, n_decode=0, kv_decode=0, **heads))
     return rows
 
 
