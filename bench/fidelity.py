@@ -42,8 +42,8 @@ from sim.app.frontend import apply_frontend, with_frontend  # noqa: E402
 from sim.app.memory import plan_memory  # noqa: E402
 from sim.app.results import time_series  # noqa: E402
 from sim.app.simulate import collect, resolve  # noqa: E402
-from sim.cost.calibrate.fit import error_table, holdout_errors  # noqa: E402
-from sim.cost.calibrate.recipes import RECIPES, fit_recipe, get_recipe  # noqa: E402
+from sim.cost.calibrate.fit import error_table  # noqa: E402
+from sim.cost.calibrate.recipes import RECIPES, fit_recipe, get_recipe, recipe_holdout  # noqa: E402
 from sim.cost.hardware import get_gpu  # noqa: E402
 from sim.engine.loop import Engine  # noqa: E402
 from sim.engine.recorder import Recorder  # noqa: E402
@@ -65,8 +65,9 @@ def operator_fidelity(micro: Path, frac: float) -> pd.DataFrame:
     for slug in RECIPES:
         recipe = get_recipe(slug)
         gpu = get_gpu(recipe.gpu)
-        _profile, res, bench = fit_recipe(slug, micro)
-        hold = holdout_errors(bench, gpu, frac=frac, freeze=recipe.freeze)
+        # the public-data recipes read --data; a packaged one (h200-sxm) its own sim/cost/data/microbench
+        _profile, res, bench = fit_recipe(slug, micro if recipe.data == "shared" else None)
+        hold = recipe_holdout(slug, bench, frac)
         full = error_table(res.profile, gpu, bench.samples).set_index(["file", "op"])
         for r in hold.itertuples():
             f = full.loc[(r.file, r.op)] if (r.file, r.op) in full.index else None

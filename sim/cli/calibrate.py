@@ -12,8 +12,6 @@ from pathlib import Path
 
 from sim.cost.calibrate.samples import OPS
 
-DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "microbench"
-
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser(
@@ -44,11 +42,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     f.add_argument("inputs", nargs="*", metavar="PATH[:OPS]")
     f.add_argument("--recipe", help="a shipped profile's recipe (sim/cost/calibrate/recipes.py), e.g. rtx-4090")
-    f.add_argument("--data", default=str(DEFAULT_DATA), help="microbenchmark root for --recipe")
+    f.add_argument("--data", default=None,
+                   help="microbenchmark root for --recipe (default: the recipe's own: ../shared/data/microbench for "
+                        "the public-data recipes, the packaged sim/cost/data/microbench for those on servesim's own "
+                        "measurements)")
     f.add_argument("--gpu", help="catalogue GPU the data was measured on (default: what the data says)")
     f.add_argument("--model", help="model of the timed layers, when the files do not say")
     f.add_argument("--base", default="prior", help="'prior' or a profile JSON whose values unfitted groups keep")
     f.add_argument("--freeze", default="", help="comma-separated profile fields to keep at --base")
+    f.add_argument("--from-base", default="",
+                   help="comma-separated profile fields fitted with their group, then set to --base's value (fixed "
+                        "costs of a benchmarked kernel that is not the engine's, so they do not bend the other fields)")
     f.add_argument("--out", help="write the fitted profile JSON here")
     f.add_argument("--holdout", nargs="+", default=None, metavar="FRAC|RUN",
                    help="microbenchmarks: also fit without the largest FRAC of each file's shapes and report "
@@ -141,7 +145,7 @@ def run_fit(args: argparse.Namespace) -> int:
     from sim.core.errors import ConfigError
     from sim.cost.calibrate.fit import fit_profile, holdout_errors, with_metadata
     from sim.cost.calibrate.importers import load_path
-    from sim.cost.calibrate.recipes import fit_recipe, get_recipe
+    from sim.cost.calibrate.recipes import fit_recipe, recipe_holdout
     from sim.cost.calibrate.samples import merge
     from sim.cost.hardware import get_gpu
     from sim.cost.profiles import CalibrationProfile, prior_profile
@@ -155,12 +159,14 @@ def run_fit(args: argparse.Namespace) -> int:
         return run_fit_from_runs(args)
     args.holdout = _holdout_fraction(args.holdout)
     freeze = frozenset(x.strip() for x in args.freeze.split(",") if x.strip())
+    from_base = frozenset(x.strip() for x in args.from_base.split(",") if x.strip())
     import dataclasses
 
     known = {f.name for f in dataclasses.fields(CalibrationProfile)}
-    unknown = sorted(freeze - known)
-    if unknown:
-        raise ConfigError(f"--freeze: unknown profile field(s) {unknown}; allowed: {', '.join(sorted(known))}")
+    for flag, names in (("--freeze", freeze), ("--from-base", from_base)):
+        unknown = sorted(names - known)
+        if unknown:
+            raise ConfigError(f"{flag}: unknown profile field(s) {unknown}; allowed: {', '.join(sorted(known))}")
     from sim.cli.outpath import check_out_file
 
     check_out_file(args.out, "--out")  # before the fit, not after it
@@ -170,16 +176,13 @@ def run_fit(args: argparse.Namespace) -> int:
             raise ConfigError("give --recipe or input paths, not both")
         # a recipe names its own GPU, base and frozen fields: a flag that would be ignored is refused
         given = [f for f, v in (("--gpu", args.gpu), ("--model", args.model), ("--freeze", args.freeze.strip()),
-                                ("--base", args.base != "prior")) if v]  # fmt: skip
+                                ("--from-base", args.from_base.strip()), ("--base", args.base != "prior")) if v]  # fmt: skip
         if given:
             raise ConfigError(f"--recipe {args.recipe}: {', '.join(given)} not allowed with a recipe "
                               "(it fixes its GPU, model, base and frozen fields); allowed: --data, --out, --report, "
                               "--holdout")
-        recipe = get_recipe(args.recipe)
         profile, res, bench = fit_recipe(args.recipe, args.data)
-        gpu = get_gpu(recipe.gpu)
-        freeze = freeze | recipe.freeze
-        base = prior_profile(gpu)
+        hold = recipe_holdout(args.recipe, bench, args.holdout) if args.holdout else None
         title = f"Fit of `{args.recipe}`"
     else:
         if not args.inputs:
@@ -192,11 +195,12 @@ def run_fit(args: argparse.Namespace) -> int:
         bench = merge(benches)
         gpu = get_gpu(args.gpu or bench.gpu)
         base = prior_profile(gpu) if args.base == "prior" else CalibrationProfile.load(args.base)
-        res = fit_profile(bench, gpu, base, freeze=freeze)
+        res = fit_profile(bench, gpu, base, freeze=freeze, from_base=from_base)
         cmd = "servesim fit " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "servesim fit"
         profile = with_metadata(res, bench, command=cmd, extra={"gpu_profile": True})
         title = f"Fit for {gpu.name}"
-    hold = holdout_errors(bench, gpu, base, frac=args.holdout, freeze=freeze) if args.holdout else None
+        hold = (holdout_errors(bench, gpu, base, frac=args.holdout, freeze=freeze, from_base=from_base)
+                if args.holdout else None)
     print(f"fitted {profile.gpu} on {len(bench.samples)} samples")
     for r in res.errors.itertuples():
         print(f"  {r.op:18s} n={r.n:6d}  MAPE {100 * r.mape:5.1f} %  P90 {100 * r.p90:5.1f} %  {r.file}")

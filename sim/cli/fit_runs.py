@@ -31,7 +31,6 @@ def _per_run(rows: list[dict[str, Any]], key: str) -> list[str]:
 def _refuse_unused(args: argparse.Namespace) -> None:
     """The microbenchmark fit's flags do nothing with --from-run: one given is refused, not ignored (--base
     in particular: the replay fit starts from --profile)."""
-    from sim.cli.calibrate import DEFAULT_DATA
     from sim.core.errors import ConfigError
 
     def given(name: str, default: Any = None) -> Any:
@@ -41,8 +40,8 @@ def _refuse_unused(args: argparse.Namespace) -> None:
     unused = [f"{flag} {v!r}" if not isinstance(v, list) else f"{flag} {' '.join(map(str, v))!r}"
               for flag, v in (("input paths", given("inputs")), ("--recipe", given("recipe")),
                               ("--model", given("model")), ("--base", given("base", "prior")),
-                              ("--freeze", given("freeze")), ("--report", given("report")),
-                              ("--data", given("data", str(DEFAULT_DATA)))) if v is not None]  # fmt: skip
+                              ("--freeze", given("freeze")), ("--from-base", given("from_base")),
+                              ("--report", given("report")), ("--data", given("data"))) if v is not None]  # fmt: skip
     if unused:
         raise ConfigError(f"servesim fit --from-run: {', '.join(unused)} not used with --from-run (microbenchmark "
                           "fits only; the replay fit starts from --profile PROFILE.json, default the GPU's shipped "

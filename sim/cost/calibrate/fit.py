@@ -242,11 +242,15 @@ def fit_profile(
     base: CalibrationProfile | None = None,
     *,
     freeze: set[str] | frozenset[str] = frozenset(),
+    from_base: set[str] | frozenset[str] = frozenset(),
     train: np.ndarray | None = None,
     description: str = "",
 ) -> FitResult:
     """Fit every group that has samples; groups without data keep ``base`` (default: the GPU's prior).
 
+    ``freeze``: fields held at ``base`` while their group is fitted. ``from_base``: fields fitted with their group
+    and then set back to ``base``'s value: nuisance terms of the measured kernel (e.g. the fixed cost of another
+    attention library than the engine's), estimated so the group's other fields are not bent to absorb them.
     ``train``: optional boolean mask of the rows to fit on (the rest are ignored here; see holdout_mask).
     """
     base = base or prior_profile(gpu)
@@ -268,11 +272,14 @@ def fit_profile(
         if g.name == "allreduce":  # measured all-reduces replace the published per-interconnect figures
             prof = replace(prof, allreduce_model="profile")
         prof = _fit_group(g, prof, gpu, rows, set(freeze))
+        reset = sorted(p.name for p in g.params if p.name in from_base and p.name not in freeze)
+        prof = replace(prof, **{f: getattr(base, f) for f in reset})
         groups[g.name] = {
             "status": "fitted",
             "n": int(len(rows)),
             "params": {p.name: getattr(prof, p.name) for p in g.params},
             "frozen": sorted(p.name for p in g.params if p.name in freeze),
+            "from_base": reset,
         }
     if description:
         prof = replace(prof, description=description)
@@ -326,10 +333,11 @@ def holdout_errors(
     *,
     frac: float = 0.2,
     freeze: set[str] | frozenset[str] = frozenset(),
+    from_base: set[str] | frozenset[str] = frozenset(),
 ) -> pd.DataFrame:
     """Fit on the small shapes, score on the held-out large ones; per (file, op) train and held-out errors."""
     test = holdout_mask(bench.samples, frac)
-    res = fit_profile(bench, gpu, base, freeze=freeze, train=~test)
+    res = fit_profile(bench, gpu, base, freeze=freeze, from_base=from_base, train=~test)
     keep, _ = physical_mask(bench, gpu)
     tr = error_table(res.profile, gpu, bench.samples[~test & keep]).rename(
         columns={
@@ -370,7 +378,7 @@ def with_metadata(
         for r in res.errors.itertuples()
     ]
     groups = {
-        g: {"status": v["status"], "n": v["n"], **({"frozen": v["frozen"]} if v.get("frozen") else {})}
+        g: {"status": v["status"], "n": v["n"], **{k: v[k] for k in ("frozen", "from_base") if v.get(k)}}
         for g, v in res.groups.items()
     }
     notes = list(res.notes)

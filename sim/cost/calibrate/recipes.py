@@ -1,7 +1,8 @@
 """How each shipped profile (sim/cost/data/profiles/<slug>.json) is fitted: which files, which operators.
 
-``servesim fit --recipe <slug> --data ../shared/data/microbench`` re-runs one of these; the shipped JSON is
-exactly its output. Choices, with the reason for each:
+``servesim fit --recipe <slug>`` re-runs one of these (``--data ../shared/data/microbench`` for the recipes on the
+public microbenchmarks; a recipe with ``data="package"`` reads the packaged sim/cost/data/microbench); the
+shipped JSON is exactly its output (``recipe_command``). Choices, with the reason for each:
 
 * RTX 4090: LLMServingSim vLLM 0.19 Llama-3.1-8B TP1 tables, every operator (the same stack as the real
   vLLM run in shared/data/e2e, so the fidelity report compares like with like). One model means one KV width
@@ -24,20 +25,31 @@ exactly its output. Choices, with the reason for each:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import pandas as pd
+
 from sim.core.errors import ConfigError, UnknownNameError
-from sim.cost.calibrate.fit import FitResult, fit_profile, with_metadata
+from sim.cost.calibrate.fit import FitResult, fit_profile, holdout_errors, with_metadata
 from sim.cost.calibrate.importers import load_path
 from sim.cost.calibrate.samples import Microbench, merge
 from sim.cost.hardware import get_gpu
-from sim.cost.profiles import CalibrationProfile
+from sim.cost.profiles import PROFILE_DIR, CalibrationProfile, prior_profile
+
+# Where a recipe's sources live unless `servesim fit --data` says otherwise:
+# "shared": the public microbenchmarks of the workspace (../shared/data/microbench; not shipped with the package);
+# "package": servesim's own measurements, shipped with the package (sim/cost/data/microbench).
+DATA_ROOTS: dict[str, Path] = {
+    "shared": Path(__file__).resolve().parents[4] / "shared" / "data" / "microbench",
+    "package": Path(__file__).resolve().parents[1] / "data" / "microbench",
+}
+_DATA_ARG = {"shared": "../shared/data/microbench", "package": "sim/cost/data/microbench"}
 
 
 @dataclass(frozen=True)
 class Source:
-    path: str  # relative to the microbenchmark root (shared/data/microbench)
+    path: str  # relative to the recipe's microbenchmark root (DATA_ROOTS[recipe.data])
     ops: tuple[str, ...] | None = None  # None: every operator the file has
 
 
@@ -46,8 +58,11 @@ class Recipe:
     slug: str
     gpu: str
     sources: tuple[Source, ...]
-    freeze: frozenset[str] = field(default_factory=frozenset)
+    freeze: frozenset[str] = field(default_factory=frozenset)  # held at the base while their group is fitted
     note: str = ""
+    data: str = "shared"  # key of DATA_ROOTS
+    base: str = "prior"  # what groups without samples (and frozen fields) keep: the prior or a shipped profile's slug
+    from_base: frozenset[str] = field(default_factory=frozenset)  # fitted with their group, then set to the base's
 
 
 _LSS = "llmservingsim"
@@ -93,9 +108,24 @@ def get_recipe(slug: str) -> Recipe:
     return RECIPES[slug]
 
 
-def load_recipe_data(recipe: Recipe, root: str | Path) -> Microbench:
-    """The samples a recipe fits on, read from ``root`` (the microbenchmark folder)."""
-    base = Path(root)
+def recipe_root(recipe: Recipe, root: str | Path | None = None) -> Path:
+    """The microbenchmark folder a recipe reads: ``root`` when given, else its own (DATA_ROOTS)."""
+    return Path(root) if root is not None else DATA_ROOTS[recipe.data]
+
+
+def recipe_base(recipe: Recipe) -> CalibrationProfile:
+    """The profile a recipe's fit starts from: the GPU's prior, or another GPU's shipped profile whose fractions of
+    peak and fixed times are transplanted (same chip, other memory)."""
+    gpu = get_gpu(recipe.gpu)
+    if recipe.base == "prior":
+        return prior_profile(gpu)
+    shipped = CalibrationProfile.load(PROFILE_DIR / f"{recipe.base}.json")
+    return replace(shipped, gpu=gpu.name, description="", metadata={})
+
+
+def load_recipe_data(recipe: Recipe, root: str | Path | None = None) -> Microbench:
+    """The samples a recipe fits on, read from ``root`` (the microbenchmark folder; default: the recipe's own)."""
+    base = recipe_root(recipe, root)
     if not base.is_dir():
         raise ConfigError(f"microbenchmark folder not found: {base}")
     benches: list[Microbench] = []
@@ -118,17 +148,33 @@ def load_recipe_data(recipe: Recipe, root: str | Path) -> Microbench:
 
 
 def recipe_command(slug: str) -> str:
-    return f"servesim fit --recipe {slug} --data ../shared/data/microbench --out sim/cost/data/profiles/{slug}.json"
+    data = get_recipe(slug).data
+    arg = "" if data == "package" else f" --data {_DATA_ARG[data]}"  # a packaged recipe needs no --data
+    return f"servesim fit --recipe {slug}{arg} --out sim/cost/data/profiles/{slug}.json"
 
 
-def fit_recipe(slug: str, root: str | Path) -> tuple[CalibrationProfile, FitResult, Microbench]:
-    """Fit one shipped profile from its recipe; the profile carries its provenance in ``metadata``."""
+def fit_recipe(slug: str, root: str | Path | None = None) -> tuple[CalibrationProfile, FitResult, Microbench]:
+    """Fit one shipped profile from its recipe; the profile carries its provenance in ``metadata``.
+
+    ``root``: the microbenchmark folder (default: the recipe's own, DATA_ROOTS[recipe.data])."""
     recipe = get_recipe(slug)
     gpu = get_gpu(recipe.gpu)
     bench = load_recipe_data(recipe, root)
-    res = fit_profile(bench, gpu, freeze=recipe.freeze, description=(
+    kept = ("the spec-sheet prior" if recipe.base == "prior"
+            else f"the shipped {recipe.base} profile's values (fractions of peak, fixed times)")
+    res = fit_profile(bench, gpu, recipe_base(recipe), freeze=recipe.freeze, from_base=recipe.from_base,
+                      description=(
         f"Fitted on {recipe.note} by `{recipe_command(slug)}` (sim/cost/calibrate/recipes.py); groups without "
-        "samples keep the spec-sheet prior (metadata.groups). Engine overheads are the BLIS prior, not measured."
+        f"samples keep {kept} (metadata.groups). Engine overheads are the BLIS prior, not measured."
     ))
-    extra = {"gpu_profile": True, "recipe": slug, "frozen": sorted(recipe.freeze)}
+    extra: dict[str, object] = {"gpu_profile": True, "recipe": slug, "frozen": sorted(recipe.freeze)}
+    if recipe.base != "prior":
+        extra |= {"base": recipe.base, "from_base": sorted(recipe.from_base)}
     return with_metadata(res, bench, command=recipe_command(slug), extra=extra), res, bench
+
+
+def recipe_holdout(slug: str, bench: Microbench, frac: float) -> pd.DataFrame:
+    """holdout_errors of a recipe's fit (its base, frozen and from-base fields) on ``bench`` (its samples)."""
+    recipe = get_recipe(slug)
+    return holdout_errors(bench, get_gpu(recipe.gpu), recipe_base(recipe), frac=frac, freeze=recipe.freeze,
+                          from_base=recipe.from_base)
