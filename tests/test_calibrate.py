@@ -243,7 +243,7 @@ def test_profile_round_trip_keeps_metadata(tmp_path):
 
 
 @pytest.mark.parametrize("slug,gpu", [("rtx-4090", "RTX 4090"), ("rtx-pro-6000-blackwell", "RTX PRO 6000 Blackwell"),
-                                      ("h100-sxm", "H100 SXM")])
+                                      ("h100-sxm", "H100 SXM"), ("h200-sxm", "H200 SXM")])
 def test_shipped_profiles_are_fitted_and_used(slug, gpu):
     assert slug in shipped_profiles()
     p = get_profile(get_gpu(gpu))
