@@ -336,8 +336,9 @@ def test_non_sharing_request_is_freed_in_the_order_of_a_hashed_one(preempted: bo
 
 def test_decode_inside_a_block_does_not_hash():
     mgr = KVCacheManager(32, BS, enable_caching=True, max_model_len=1024)
+    # an output a later request can repeat (its key named): its blocks are registered as they fill
     req = CountingRequest(RequestSpec(request_id="c", arrival_time=0, prompt_len=20, output_len=40,
-                                      token_ids=toks(0, 20)))
+                                      token_ids=toks(0, 20), output_key=("out", "c")))
     mgr.allocate_slots(req, 20)
     advance(req, 20)
     calls = req.__dict__.get("calls", 0)
@@ -482,3 +483,36 @@ class ManagerMachine(RuleBasedStateMachine):
 
 TestManagerMachine = ManagerMachine.TestCase
 TestManagerMachine.settings = settings(max_examples=80, stateful_step_count=50, deadline=None)
+
+
+def test_private_part_is_counted_cached_but_never_hashed_until_a_preemption():
+    """Past ``hash_end`` a request's blocks hold content nobody else has (token ids' output, a generated
+    shared-prefix request's own part): never hashed while it runs, placed in the free queue as registered
+    blocks would be, and registered when a preemption frees them so the resume hits them (KV-7)."""
+    def run(private_from: int | None, preempted: bool) -> tuple[list[int], int, int, int]:
+        mgr = KVCacheManager(32, BS, enable_caching=True, max_model_len=1024)
+        req = CountingRequest(RequestSpec(request_id="c", arrival_time=0, prompt_len=40, output_len=40,
+                                          segments=((("g", 0), 20), (("u", "c"), 20)), private_from=private_from))
+        assert mgr.get_computed_blocks(req) == ([], 0)
+        mgr.allocate_slots(req, 40)
+        advance(req, 40)
+        for _ in range(10):  # computed 40 -> 50: the third block (32..48) fills
+            mgr.allocate_slots(req, 1)
+            advance(req, 1)
+        hashed_while_running = mgr.pool.num_cached_blocks
+        mgr.free(req, preempted=preempted)
+        mgr.check_invariants()
+        again = CountingRequest(req.spec)
+        if preempted:  # the resume: its prompt and what it generated
+            again.num_preemptions, again.num_tokens = 1, req.num_tokens
+        hit = mgr.get_computed_blocks(again)[1]
+        return mgr.pool.free_block_ids(), hashed_while_running, mgr.pool.num_cached_blocks, hit
+
+    order_all, hashed_all, cached_all, hit_all = run(None, False)  # every block may be shared
+    order_own, hashed_own, cached_own, hit_own = run(16, False)  # own past token 16
+    assert (hashed_all, cached_all, hit_all) == (3, 3, 32)  # blocks 0..2 registered; a lookup stops at 39
+    assert (hashed_own, cached_own, hit_own) == (1, 1, 16)  # block 0 alone lies within hash_end
+    assert order_own == order_all  # the same free queue: unregistered own blocks join the back too
+    order_pre, hashed_pre, cached_pre, hit_pre = run(16, True)
+    assert (hashed_pre, cached_pre, hit_pre) == (1, 3, 48)  # the preemption registered the rest for the resume
+    assert order_pre == order_all

@@ -48,9 +48,12 @@ def prefill_spec(spec: RequestSpec) -> RequestSpec:
 def decode_spec(spec: RequestSpec) -> RequestSpec:
     """What the decode replica runs: the whole request, with content the prefix cache can match (a
     request of unique content otherwise never hashes its blocks: sim/kv/manager.py's shortcut)."""
-    if spec.shares_content:
+    if spec.shares_content and spec.private_from is None:
         return spec
-    return dataclasses.replace(spec, segments=spec.prompt_segments())
+    # Its whole prompt, private part included, arrives as cached blocks that its admission must find;
+    # its output stays its own unless a key names it.
+    return dataclasses.replace(spec, segments=spec.prompt_segments(),
+                               private_from=spec.prompt_len if spec.output_key is None else None)
 
 
 def inject_kv(kv: KVCacheManager, spec: RequestSpec) -> int:

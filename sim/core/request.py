@@ -65,6 +65,10 @@ class Request:
     # spec.shares_content, copied: the KV manager reads it for every running row, and a compiled read of
     # the (interpreted) spec's field is a generic attribute lookup
     shares_content: bool = False
+    # spec.hash_end, copied likewise: blocks within the first hash_end tokens may be shared and are hashed;
+    # a block that reaches past it is this request's alone (0: every block), so it is never hashed but for
+    # the request's own resume (sim/kv/manager.py). A row computing token c + 1 hashes iff c < hash_end.
+    hash_end: int = 0
     _hashes: list[int] = field(default_factory=list)
     _hash_bs: int = 0
     _shared: list[int] | None = None  # spec.prefix_hashes' list for _hash_bs, if it applies
@@ -100,6 +104,7 @@ class Request:
         self.num_output_placeholders = 0
         self.num_in_flight_tokens = 0
         self.shares_content = spec.shares_content
+        self.hash_end = spec.hash_end
         self._hashes = []
         self._hash_bs = 0
         self._shared = None

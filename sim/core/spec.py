@@ -18,6 +18,7 @@ from sim.core.prefix import PrefixHashes, Segment
 # step of a few microseconds still moves it; far beyond, adding a step changes nothing and every latency
 # reads 0 (an arrival at 1e300 s, or a rate of 1e-300 req/s).
 MAX_ARRIVAL_S = 1e9
+HASH_ALL = 1 << 61  # ``hash_end`` of content that may be shared to its end (a short int compiled: < 2^62)
 
 
 def _check_arrival(request_id: str, t: float) -> None:
@@ -45,16 +46,25 @@ class RequestSpec:
     output_key: Hashable | None = None
     # Hashes this request shares with others (a session's earlier turns, a shared system prompt).
     prefix_hashes: PrefixHashes | None = field(default=None, compare=False, repr=False)
+    # Where this request's content becomes its own (a token position, prompt then output): no other
+    # request can hold a block that reaches past it, so those blocks need no hash (but for the request's
+    # own resume). None: as the content says (``hash_end``). A workload that knows sets it: a generated
+    # shared-prefix request is its own past the prefix.
+    private_from: int | None = field(default=None, compare=False, repr=False)
     # False when no other request can ever hold the same tokens (no hashing needed but for resumes).
     # Derived from the content fields in __post_init__: read for every running row on the KV manager's
     # hot paths, so a plain slot rather than a property.
     shares_content: bool = field(init=False, default=False, compare=False, repr=False)
+    # The tokens other requests may share (0 without shared content): ``private_from`` when given, else
+    # the prompt for token ids and hash ids (their keys never name an output: the generated tokens are the
+    # request's alone), else everything (segments may name an output: a session's next turn repeats it).
+    hash_end: int = field(init=False, default=0, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if (self.token_ids is None and self.hash_ids is None and self.segments is None
                 and type(self.request_id) is str and type(self.arrival_time) is float
                 and type(self.prompt_len) is int and type(self.output_len) is int and type(self.priority) is int
-                and type(self.hash_block_size) is int):
+                and type(self.hash_block_size) is int and self.private_from is None):
             # The usual spec (a trace's or a generator's row: plain values, no content): the same checks in
             # a few comparisons (specs are built once or twice per request: 19,366 of them 76 -> 57 ms)
             if (self.prompt_len < 1 or self.output_len < 1 or not 0 <= self.arrival_time <= MAX_ARRIVAL_S):
@@ -100,6 +110,16 @@ class RequestSpec:
             )
         if self.segments is not None and sum(n for _, n in self.segments) != self.prompt_len:
             raise ConfigError(f"request {self.request_id}: segment lengths do not add up to prompt_len")
+        pf = self.private_from
+        if pf is not None:
+            pf = _integer(self.request_id, "private_from", pf)
+            if pf < 0:
+                raise ConfigError(f"request {self.request_id}: private_from must be >= 0, got {pf}")
+            object.__setattr__(self, "private_from", pf)
+        if self.shares_content:
+            end = (pf if pf is not None else self.prompt_len if self.segments is None and self.output_key is None
+                   else HASH_ALL)
+            object.__setattr__(self, "hash_end", min(end, HASH_ALL))
 
     def arriving_at(self, t: float) -> RequestSpec:
         """This request arriving at ``t`` instead (a front end's input path, once per request): a copy of
@@ -118,7 +138,9 @@ class RequestSpec:
         _set(new, "segments", self.segments)
         _set(new, "output_key", self.output_key)
         _set(new, "prefix_hashes", self.prefix_hashes)
+        _set(new, "private_from", self.private_from)
         _set(new, "shares_content", self.shares_content)
+        _set(new, "hash_end", self.hash_end)
         return new
 
     def prompt_segments(self) -> tuple[Segment, ...]:

@@ -136,7 +136,7 @@ def apply_run(policy: Any, run: DecodeRun, end_times: list[float]) -> list[Reque
     # Rows whose blocks get hashed need their token counts current at every allocation; the others
     # are advanced once, when they finish or when the run ends (the manager is given their counts).
     reqs = run.requests
-    lazy = not kv.enable_caching or not any(r.shares_content for r in reqs)
+    lazy = not kv.enable_caching or not any(r.num_computed_tokens < r.hash_end for r in reqs)
     base = run.computed
     max_len = policy.limits.max_model_len
     finished: list[Request] = []

@@ -100,7 +100,7 @@ def apply_async(policy: Any, rows: list[Request], c0: list[int], fin: list[int],
     (``grow_stepped``: each allocation registers the blocks its known tokens complete, all but the
     newest, in flight); the others grow once per segment. Either way the counters move once."""
     kv = policy.kv
-    lazy = not kv.enable_caching or not any(r.shares_content for r in rows)
+    lazy = not kv.enable_caching or not any(rows[i].hash_end > c0[i] for i in range(len(rows)))
     free_after = [0] * k
     cached_after = [0] * k
     bounds = sorted({f for f in fin if f <= k})

@@ -32,6 +32,9 @@ class DecodeGrowth:
     def allocate_slots(self, req: Request, num_new_tokens: int) -> Any:  # KVCacheManager's
         raise NotImplementedError
 
+    def _register(self, req: Request, st: RequestBlocks, num_full: int) -> None:  # KVCacheManager's
+        raise NotImplementedError
+
     def grow_decodes(self, reqs: list[Request], k: int, computed: list[int] | None = None, lag: int = 0) -> None:
         """Slots for ``k`` more tokens of each running request (a fast-forwarded decode run).
 
@@ -57,7 +60,7 @@ class DecodeGrowth:
             if c % bs and (c + k) // bs == c // bs and (c + k) % bs:
                 continue
             st = table.get(req.request_id)
-            hashed = caching and req.shares_content
+            hashed = caching and c < req.hash_end  # a block it completes may be shared
             if st is None or c + k > max_len or (hashed and computed is not None):
                 if computed is not None:
                     raise ValueError(f"request {req.request_id}: grow_decodes(computed=...) needs a held, "
@@ -145,14 +148,24 @@ class DecodeGrowth:
         new = pool.get_new_blocks(len(pops)) if pops else []
         for p in range(len(pops)):
             states[pops[p]].blocks.append(new[p])
-        hashes: list[list[int] | None] = [None] * len(reqs)  # each row's, computed once (to its last registration)
+        # each row's hashes, computed once (to its last registration within hash_end: blocks past it are
+        # the row's own, counted cached but not registered)
+        hashes: list[list[int] | None] = [None] * len(reqs)
+        caps = [0] * len(reqs)
         for i in range(len(reqs)):
-            if cached[i] > states[i].num_cached and reqs[i].shares_content:
-                hashes[i] = reqs[i].block_hashes(bs, cached[i] * bs)
+            cap = reqs[i].hash_end // bs
+            if cap > cached[i]:
+                cap = cached[i]
+            caps[i] = cap
+            if cap > states[i].num_cached and reqs[i].shares_content:
+                hashes[i] = reqs[i].block_hashes(bs, cap * bs)
         for i, lo, hi in regs:
             h = hashes[i]
             if h is not None:
-                pool.cache_full_blocks(states[i].blocks, h, lo, hi)
+                if hi > caps[i]:
+                    hi = caps[i]
+                if hi > lo:
+                    pool.cache_full_blocks(states[i].blocks, h, lo, hi)
         for i in range(len(reqs)):
             states[i].num_cached = cached[i]
         return True
@@ -163,7 +176,6 @@ class DecodeGrowth:
         if total > pool.num_free_blocks:
             raise RuntimeError(f"decode run promised {total} blocks, {pool.num_free_blocks} are free")
         new = pool.get_new_blocks(total) if total else []
-        bs = self.block_size
         p = 0
         for st, need, full, req in grow:
             blocks = st.blocks
@@ -174,7 +186,7 @@ class DecodeGrowth:
                 if full > len(blocks):
                     full = len(blocks)
                 if req is not None:
-                    pool.cache_full_blocks(blocks, req.block_hashes(bs, full * bs), st.num_cached, full)
+                    self._register(req, st, full)
                 st.num_cached = full
 
     def decode_run_blocks(self, computed: list[int], held: list[int], finish_step: list[int], k: int) -> list[int]:

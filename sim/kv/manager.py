@@ -12,6 +12,12 @@ when it is freed by a preemption, so that its resume hits its own blocks (KV-7).
 evictions, free counts and usage are identical to vLLM's, because unique content can only ever be
 hit by its own resume. The one visible difference is the size of the hash map
 (``num_cached_blocks``), which leaves out the blocks of such requests until a preemption.
+
+The same holds for the part of a request that is its own: a block reaching past ``req.hash_end``
+(spec.hash_end: the generated tokens of a request with token or hash ids, the rest of a generated
+shared-prefix prompt) holds content no other request has, so it is looked up, hashed and registered
+only as the whole of a unique request is: never while it runs, all at a preemption. Its blocks still
+join the back of the free queue when freed (``release``), as registered blocks do.
 """
 
 from __future__ import annotations
@@ -87,6 +93,8 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
         hit: list[KVBlock] = []
         if req.shares_content or preempted:
             max_blocks = (num_tokens - 1) // self.block_size
+            if not preempted and max_blocks * self.block_size > req.hash_end:
+                max_blocks = req.hash_end // self.block_size  # past it nobody else holds the content
             if max_blocks > 0:
                 hashes = req.block_hashes(self.block_size, max_blocks * self.block_size)
                 hit = self.pool.longest_cached_prefix(hashes, max_blocks)
@@ -155,12 +163,13 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
             caching = self.enable_caching
             if c % bs and ((c + 1) % bs or not caching):
                 return _NO_BLOCKS
-            # Content nobody shares needs no hashing, so its bookkeeping is inlined here, for a running
-            # row (async scheduling: c == num_tokens while its newest token is in flight).
+            # Content nobody shares (the whole request, or its own part past hash_end) needs no hashing,
+            # so its bookkeeping is inlined here, for a running row (async scheduling: c == num_tokens
+            # while its newest token is in flight).
             st = self._reqs.get(req.request_id)
             t = req.num_tokens
             if (st is not None and c <= t and c < self.max_model_len
-                    and not (caching and req.shares_content)
+                    and not (caching and c < req.hash_end)
                     and not (new_computed_blocks or num_new_computed_tokens or full_sequence_must_fit
                              or watermark_blocks)):
                 blocks = st.blocks
@@ -243,11 +252,19 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
             if num_full > st.num_cached:
                 if num_full > len(st.blocks):
                     num_full = len(st.blocks)
-                if req.shares_content:
-                    hashes = req.block_hashes(self.block_size, num_full * self.block_size)
-                    pool.cache_full_blocks(st.blocks, hashes, st.num_cached, num_full)
+                self._register(req, st, num_full)
                 st.num_cached = num_full
         return new_blocks
+
+    def _register(self, req: Request, st: RequestBlocks, num_full: int) -> None:
+        """Register ``req``'s full blocks from ``st.num_cached`` up to ``num_full``, those that may be
+        shared (within ``hash_end``); the caller then counts all ``num_full`` as cached."""
+        reg = req.hash_end // self.block_size
+        if reg > num_full:
+            reg = num_full
+        if reg > st.num_cached and req.shares_content:
+            hashes = req.block_hashes(self.block_size, reg * self.block_size)
+            self.pool.cache_full_blocks(st.blocks, hashes, st.num_cached, reg)
 
     def cache_blocks(self, req: Request, num_tokens: int) -> None:
         """Register ``req``'s full blocks among its first ``num_tokens`` tokens (vLLM's cache_blocks):
@@ -259,9 +276,7 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
         if num_full > st.num_cached:
             if num_full > len(st.blocks):
                 num_full = len(st.blocks)
-            if req.shares_content:
-                hashes = req.block_hashes(self.block_size, num_full * self.block_size)
-                self.pool.cache_full_blocks(st.blocks, hashes, st.num_cached, num_full)
+            self._register(req, st, num_full)
             st.num_cached = num_full
 
     def free(self, req: Request, preempted: bool = False) -> None:
@@ -269,17 +284,18 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
         st = self._reqs.pop(req.request_id, None)
         if st is None:
             return
-        if preempted and self.enable_caching and not req.shares_content and st.num_cached:
-            # Register what vLLM would have registered at allocation, so the resume can hit it.
-            n = min(st.num_cached, len(st.blocks))
+        n = min(st.num_cached, len(st.blocks))
+        own = n * self.block_size > req.hash_end  # blocks past hash_end were counted cached, not registered
+        if preempted and self.enable_caching and own:
+            # Register what vLLM would have registered at allocation, so the resume can hit it (blocks
+            # registered already are skipped).
             hashes = req.block_hashes(self.block_size, n * self.block_size)
             self.pool.cache_full_blocks(st.blocks, hashes, 0, n)
-        if req.shares_content or not self.enable_caching:
+        if not self.enable_caching or not own:
             self.pool.free_blocks(reversed(st.blocks))
         else:
             # The blocks vLLM would have hashed (the first num_cached) go to the back of the free queue,
             # the rest to the front, as BlockPool.free_blocks places hashed and unhashed blocks.
-            n = min(st.num_cached, len(st.blocks))
             self.pool.release(st.blocks[n:][::-1], st.blocks[:n][::-1])
 
     # ---- queries ----------------------------------------------------------------------------------
@@ -410,9 +426,7 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
         st.blocks = self.pool.get_new_blocks(need)
         num_full = min(req.num_computed_tokens, req.num_tokens) // self.block_size
         if self.enable_caching and num_full:
-            if req.shares_content:
-                hashes = req.block_hashes(self.block_size, num_full * self.block_size)
-                self.pool.cache_full_blocks(st.blocks, hashes, 0, num_full)
+            self._register(req, st, num_full)
         st.num_cached = num_full
         return copied
 

@@ -53,7 +53,7 @@ class RowBatchOps:
                 continue
             st = table.get(req.request_id)
             t = req.num_tokens
-            if st is None or c > t or c >= max_len or (caching and req.shares_content):
+            if st is None or c > t or c >= max_len or (caching and c < req.hash_end):
                 if self.allocate_slots(req, 1) is None:
                     return done
                 done += 1
@@ -83,7 +83,7 @@ class RowBatchOps:
             t = req.num_tokens
             num_full = (num_tokens if num_tokens < t else t) // bs
             if num_full > st.num_cached:
-                if req.shares_content:
+                if st.num_cached < req.hash_end // bs:  # some of them may be shared: registered
                     self.cache_blocks(req, num_tokens)
                 else:
                     n = len(st.blocks)

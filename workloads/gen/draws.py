@@ -100,9 +100,11 @@ class Draws:
             g = int(self.groups[j])
             segs = segments(rid, g, self.prefix_len, p)
             ph = self.prefix_hashes[g] if self.prefix_hashes is not None else None
+        # past the group's prefix the prompt ("u", rid) and the output are this request's alone
         return RequestSpec(request_id=rid, arrival_time=arrival_time, prompt_len=p,
                            output_len=int(self.output_lens[j]), priority=int(self.priorities[j]),
-                           session_id=session_id, segments=segs, prefix_hashes=ph)  # fmt: skip
+                           session_id=session_id, segments=segs, prefix_hashes=ph,
+                           private_from=self.prefix_len if segs is not None else None)  # fmt: skip
 
     def specs(self, i0: int, times: list[float]) -> list[RequestSpec]:
         """Requests ``i0, i0 + 1, ...`` arriving at ``times`` (one per row)."""
