@@ -1,7 +1,8 @@
 """A request's own content (past ``hash_end``) is never hashed while it runs (sim/kv/manager.py), and that
 changes no result: the same runs with every block hashed as vLLM hashes it (``private_from`` dropped, so
 segments count as shareable to their end) give identical request and step tables, under preemption
-(recompute, a pool too small for the load), chunked prefill, async scheduling and P/D disaggregation."""
+(recompute, a pool too small for the load), chunked prefill and async scheduling; and a conversation's turns
+registering their own part when freed (``private_until_done``) give the tables of registering it as it fills."""
 
 from __future__ import annotations
 
@@ -52,6 +53,34 @@ def test_private_part_changes_no_table(case: str, monkeypatch: pytest.MonkeyPatc
     for a, b in zip(_tables(own), _tables(every), strict=True):
         pd.testing.assert_frame_equal(a, b)
     a, b = summarize(own), summarize(every)
+    a["meta"].pop("wall_time_s"), b["meta"].pop("wall_time_s")
+    assert a == b
+
+
+SESSIONS = {"kind": "sessions", "num_sessions": 40, "rate": 2.0, "turns": {"dist": "uniform", "low": 2, "high": 6},
+            "message": {"dist": "uniform", "low": 20, "high": 120}, "output": {"dist": "uniform", "low": 10, "high": 120},
+            "system_prompt": {"num_prompts": 2, "len": 100}, "think_time": 0.5}  # fmt: skip
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_turn_registered_when_done_changes_no_table(async_scheduling: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A conversation's turn registers its own part (new message, answer) when it is freed, not as it
+    fills (``private_until_done``): its next turn still hits all of it, and nothing else can look for it."""
+    import workloads.gen.sessions as sessions
+
+    raw = {**BASE, "engine": {"policy": "vllm", "max_num_seqs": 16, "num_gpu_blocks_override": 90,
+                              "max_model_len": 1400, "async_scheduling": async_scheduling},
+           "workload": dict(SESSIONS)}  # fmt: skip
+    own = _run(raw)
+    a = summarize(own)
+    assert a["num_preemptions"] > 0 and a["prefix_cache_hit_rate"] > 0.2  # resumes and next turns hit
+    spec = sessions.Conversation.spec
+    monkeypatch.setattr(sessions.Conversation, "spec", lambda self, *x, **k: replace(
+        spec(self, *x, **k), private_from=None, private_until_done=False))
+    every = _run(raw)
+    for x, y in zip(_tables(own), _tables(every), strict=True):
+        pd.testing.assert_frame_equal(x, y)
+    b = summarize(every)
     a["meta"].pop("wall_time_s"), b["meta"].pop("wall_time_s")
     assert a == b
 

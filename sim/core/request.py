@@ -69,6 +69,9 @@ class Request:
     # a block that reaches past it is this request's alone (0: every block), so it is never hashed but for
     # the request's own resume (sim/kv/manager.py). A row computing token c + 1 hashes iff c < hash_end.
     hash_end: int = 0
+    # spec.private_until_done: the blocks past hash_end are registered when they are freed (a finish too),
+    # for later requests that repeat them (a conversation's next turn)
+    hash_on_free: bool = False
     _hashes: list[int] = field(default_factory=list)
     _hash_bs: int = 0
     _shared: list[int] | None = None  # spec.prefix_hashes' list for _hash_bs, if it applies
@@ -105,6 +108,7 @@ class Request:
         self.num_in_flight_tokens = 0
         self.shares_content = spec.shares_content
         self.hash_end = spec.hash_end
+        self.hash_on_free = spec.private_until_done
         self._hashes = []
         self._hash_bs = 0
         self._shared = None

@@ -51,6 +51,9 @@ class RequestSpec:
     # own resume). None: as the content says (``hash_end``). A workload that knows sets it: a generated
     # shared-prefix request is its own past the prefix.
     private_from: int | None = field(default=None, compare=False, repr=False)
+    # The private part is repeated by later requests that are all sent after this one finished (a
+    # conversation's next turn): its blocks are registered when the request frees them, not as they fill.
+    private_until_done: bool = field(default=False, compare=False, repr=False)
     # False when no other request can ever hold the same tokens (no hashing needed but for resumes).
     # Derived from the content fields in __post_init__: read for every running row on the KV manager's
     # hot paths, so a plain slot rather than a property.
@@ -139,6 +142,7 @@ class RequestSpec:
         _set(new, "output_key", self.output_key)
         _set(new, "prefix_hashes", self.prefix_hashes)
         _set(new, "private_from", self.private_from)
+        _set(new, "private_until_done", self.private_until_done)
         _set(new, "shares_content", self.shares_content)
         _set(new, "hash_end", self.hash_end)
         return new

@@ -17,7 +17,9 @@ The same holds for the part of a request that is its own: a block reaching past 
 (spec.hash_end: the generated tokens of a request with token or hash ids, the rest of a generated
 shared-prefix prompt) holds content no other request has, so it is looked up, hashed and registered
 only as the whole of a unique request is: never while it runs, all at a preemption. Its blocks still
-join the back of the free queue when freed (``release``), as registered blocks do.
+join the back of the free queue when freed (``release``), as registered blocks do. Content that later
+requests repeat only once this one is done (``req.hash_on_free``: a conversation's turn, which its next
+turn resends) is registered when it is freed, a finish too: no lookup could have found it before.
 """
 
 from __future__ import annotations
@@ -286,9 +288,9 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
             return
         n = min(st.num_cached, len(st.blocks))
         own = n * self.block_size > req.hash_end  # blocks past hash_end were counted cached, not registered
-        if preempted and self.enable_caching and own:
-            # Register what vLLM would have registered at allocation, so the resume can hit it (blocks
-            # registered already are skipped).
+        if (preempted or req.hash_on_free) and self.enable_caching and own:
+            # Register what vLLM would have registered at allocation, so the resume (or the request that
+            # repeats this one's content once it is done) can hit it; blocks registered already are skipped.
             hashes = req.block_hashes(self.block_size, n * self.block_size)
             self.pool.cache_full_blocks(st.blocks, hashes, 0, n)
         if not self.enable_caching or not own:

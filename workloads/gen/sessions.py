@@ -124,6 +124,10 @@ class Conversation:
             segments=self.segments(k),
             output_key=self.output_key(k),
             prefix_hashes=prefix_hashes,
+            # from its new message on, the turn is this conversation's alone until it is answered: the
+            # next turn (sent after the answer) repeats it, and the last one's is never repeated
+            private_from=self.prompt_len(k) - self.messages[k],
+            private_until_done=k < self.num_turns - 1,
         )
 
 
