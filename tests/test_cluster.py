@@ -308,6 +308,10 @@ def test_gateway_routes_only_to_replicas_whose_policy_accepts_the_request():
                              {"name": "tgi2", "engine": tgi}, {"name": "vllm2"}]}  # fmt: skip
     c4 = Cluster(cluster_from_dict(four))
     assert c4.gateway._fit_group == [0, 1, 0, 1]
+    # ... and are resolved once: one Setup (memory plan, cost model) per distinct config, a policy each
+    setups = [r.setup for r in c4.replicas]
+    assert setups[0] is setups[2] and setups[1] is setups[3] and setups[0] is not setups[1]
+    assert len({id(r.policy) for r in c4.replicas}) == 4
     df4 = c4.run().requests
     assert (df4["status"] == "finished").all() and set(df4["replica_name"]) == {"vllm", "vllm2"}
 

@@ -28,7 +28,7 @@ from sim.app.devices import Devices
 from sim.app.frontend import with_frontend
 from sim.app.gateway import Gateway
 from sim.app.heap import paused
-from sim.app.replica import Replica, build_replica
+from sim.app.replica import Replica, SetupCache, build_replica
 from sim.app.results import SimResult
 from sim.app.streams import check_listable, cluster_source
 from sim.core.errors import ConfigError
@@ -44,6 +44,7 @@ class Cluster:
         sim = cfg.base.simulation
         self.horizon = sim.horizon
         self.devices = Devices(cfg.device_overlap)
+        resolve_run = SetupCache()
         with paused():  # each replica's KV pool: tens of thousands of blocks that live for the run
             self.replicas: list[Replica] = [
                 build_replica(
@@ -55,6 +56,7 @@ class Cluster:
                     record_step_trace=sim.record_step_trace,
                     horizon=sim.horizon,
                     fast_forward=fast_forward,
+                    resolve_run=resolve_run,
                 )
                 for i, rs in enumerate(cfg.replicas)
             ]

@@ -127,9 +127,11 @@ def build_replica(
     record_step_trace: bool,
     horizon: float | None,
     fast_forward: bool,
+    resolve_run: Callable[[Any], Setup] = resolve,
 ) -> Replica:
-    """Resolve ``rs`` and start its engine on ``env``; ``cost_for`` prices it (a shared card or not)."""
-    setup = resolve(rs.run)
+    """Resolve ``rs`` and start its engine on ``env``; ``cost_for`` prices it (a shared card or not).
+    ``resolve_run``: how its config is resolved (``SetupCache``: once for replicas with equal configs)."""
+    setup = resolve_run(rs.run)
     policy = setup.make_policy()  # the preset with its options, behind admission control
     cost = cost_for(rs.device, index, setup.cost_model)
     rec = Recorder(replica=index, trace=record_step_trace)
@@ -148,3 +150,22 @@ def build_replica(
         num_gpu_blocks=lim.num_gpu_blocks,
     )
     return Replica(index, rs, setup, policy, rec, inbox, engine, view)
+
+
+class SetupCache:
+    """``resolve`` once per distinct replica config: replicas built from equal configs share one Setup.
+    Its cost model is a pure function of its construction (the tables it grows hold the same value at
+    each index whatever grew them), so sharing it changes no step time; each replica still gets its own
+    policy (``Setup.make_policy``). Sixteen equal replicas resolved one by one built sixteen memory plans
+    and cost tables (~11 % of a 3,000-request run of 16 replicas, in instructions)."""
+
+    def __init__(self) -> None:
+        self._done: list[tuple[Any, Setup]] = []  # configs hold dicts (not hashable): compared by equality
+
+    def __call__(self, run: Any) -> Setup:
+        for cfg, setup in self._done:
+            if cfg == run:
+                return setup
+        setup = resolve(run)
+        self._done.append((run, setup))
+        return setup
