@@ -290,9 +290,10 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
         own = n * self.block_size > req.hash_end  # blocks past hash_end were counted cached, not registered
         if (preempted or req.hash_on_free) and self.enable_caching and own:
             # Register what vLLM would have registered at allocation, so the resume (or the request that
-            # repeats this one's content once it is done) can hit it; blocks registered already are skipped.
+            # repeats this one's content once it is done) can hit it. Those within hash_end were registered
+            # as they filled (a conversation's turn holds its whole history: start past it).
             hashes = req.block_hashes(self.block_size, n * self.block_size)
-            self.pool.cache_full_blocks(st.blocks, hashes, 0, n)
+            self.pool.cache_full_blocks(st.blocks, hashes, req.hash_end // self.block_size, n)
         if not self.enable_caching or not own:
             self.pool.free_blocks(reversed(st.blocks))
         else:
