@@ -93,10 +93,11 @@ class RequestSpec:
             if ids is not None and type(ids) is not tuple:
                 object.__setattr__(self, name, tuple(ids))
         segs = self.segments
-        if segs is not None and (type(segs) is not tuple
-                                 or any(type(s) is not tuple or type(s[1]) is not int for s in segs)):
-            object.__setattr__(self, "segments", tuple(
-                (key, _integer(self.request_id, "segment length", n)) for key, n in segs))
+        seg_total = None if segs is None else _segments_total(segs)
+        if segs is not None and seg_total is None:
+            segs = tuple((key, _integer(self.request_id, "segment length", n)) for key, n in segs)
+            object.__setattr__(self, "segments", segs)
+            seg_total = sum(n for _, n in segs)
         t = self.arrival_time
         if type(t) is not float:
             if isinstance(t, bool) or not isinstance(t, Real):
@@ -111,7 +112,7 @@ class RequestSpec:
             raise ConfigError(
                 f"request {self.request_id}: {len(self.token_ids)} token_ids for prompt_len {self.prompt_len}"
             )
-        if self.segments is not None and sum(n for _, n in self.segments) != self.prompt_len:
+        if seg_total is not None and seg_total != self.prompt_len:
             raise ConfigError(f"request {self.request_id}: segment lengths do not add up to prompt_len")
         pf = self.private_from
         if pf is not None:
@@ -163,6 +164,22 @@ class RequestSpec:
                 segs.append((("u", self.request_id), left))
             return tuple(segs)
         return ((("u", self.request_id), self.prompt_len),)
+
+
+def _segments_total(segs: object) -> int | None:
+    """The tokens of segments already in their plain form (a tuple of (key, int) tuples), in one pass;
+    None for any other form (turned into it, then counted)."""
+    if type(segs) is not tuple:
+        return None
+    total = 0
+    for s in segs:
+        if type(s) is not tuple:
+            return None
+        n = s[1]
+        if type(n) is not int:
+            return None
+        total += n
+    return total
 
 
 _new, _set = object.__new__, object.__setattr__  # a frozen dataclass's fields are set past its __setattr__

@@ -101,18 +101,20 @@ class Conversation:
         return ("sess-out", self.index, k)
 
     def segments(self, k: int) -> tuple[Segment, ...]:
-        segs: list[Segment] = []
-        if self.system_len:
-            segs.append((("sys", self.system), self.system_len))
-        for i in range(k + 1):
-            segs.append((("sess-msg", self.index, i), self.messages[i]))
-            if i < k:
-                segs.append((self.output_key(i), self.outputs[i]))
-        return tuple(segs)
+        """Turn k's prompt: the system prompt, then each earlier turn's message and answer, then its message."""
+        return self.content()[: (1 if self.system_len else 0) + 2 * k + 1]
 
     def content(self) -> tuple[Segment, ...]:
-        """The whole conversation as content segments: every turn's prompt + output is a prefix of it."""
-        return (*self.segments(self.num_turns - 1), (self.output_key(self.num_turns - 1), self.outputs[-1]))
+        """The whole conversation as content segments: every turn's prompt + output is a prefix of it (built
+        once: each turn's prompt is a slice of it)."""
+        got = self.__dict__.get("_content")
+        if got is None:
+            segs: list[Segment] = [(("sys", self.system), self.system_len)] if self.system_len else []
+            for i in range(self.num_turns):
+                segs.append((("sess-msg", self.index, i), self.messages[i]))
+                segs.append((self.output_key(i), self.outputs[i]))
+            got = self.__dict__["_content"] = tuple(segs)
+        return got
 
     def spec(self, k: int, arrival_time: float, prefix_hashes: PrefixHashes | None = None) -> RequestSpec:
         return RequestSpec(
