@@ -100,7 +100,12 @@ def apply_async(policy: Any, rows: list[Request], c0: list[int], fin: list[int],
     (``grow_stepped``: each allocation registers the blocks its known tokens complete, all but the
     newest, in flight); the others grow once per segment. Either way the counters move once."""
     kv = policy.kv
-    lazy = not kv.enable_caching or not any(rows[i].hash_end > c0[i] for i in range(len(rows)))
+    lazy = True  # no row completes a block others may share (a plain loop: compiled, a generator is not cheap)
+    if kv.enable_caching:
+        for i in range(len(rows)):
+            if rows[i].hash_end > c0[i]:
+                lazy = False
+                break
     free_after = [0] * k
     cached_after = [0] * k
     bounds = sorted({f for f in fin if f <= k})
