@@ -108,7 +108,7 @@ class Request:
         self.num_in_flight_tokens = 0
         self.shares_content = spec.shares_content
         self.hash_end = spec.hash_end
-        self.hash_on_free = spec.private_until_done
+        self.hash_on_free = spec.private_until_done and spec.shares_content
         self._hashes = []
         self._hash_bs = 0
         self._shared = None
