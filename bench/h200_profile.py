@@ -34,9 +34,9 @@ from sim.cost.calibrate.recipes import (  # noqa: E402
     H200_FIT_MODELS,
     H200_HELD_OUT_MODELS,
     Recipe,
-    Source,
     fit_recipe,
     get_recipe,
+    h200_sources,
     load_recipe_data,
     recipe_base,
 )
@@ -49,8 +49,7 @@ OPS = ("gemm", "attn_decode", "attn_prefill", "elementwise_layer", "elementwise_
 
 def h200_samples(models) -> pd.DataFrame:
     """Every sample of these models' folders, labelled by path, rows faster than the roofline dropped (none are)."""
-    recipe = Recipe("h200-all", "H200 SXM", tuple(Source(f"h200-sxm/{m}/samples.csv") for m in models),
-                    data="package")
+    recipe = Recipe("h200-all", "H200 SXM", h200_sources(models), data="package")
     bench = load_recipe_data(recipe)
     keep, _ = physical_mask(bench, get_gpu("H200 SXM"))
     return bench.samples[keep].reset_index(drop=True)
@@ -58,8 +57,7 @@ def h200_samples(models) -> pd.DataFrame:
 
 def candidates() -> dict[str, object]:
     gpu = get_gpu("H200 SXM")
-    tp1 = Recipe("h200-tp1", "H200 SXM", tuple(Source(f"h200-sxm/{m}/samples.csv") for m in H200_FIT_MODELS),
-                 data="package")
+    tp1 = Recipe("h200-tp1", "H200 SXM", h200_sources(H200_FIT_MODELS), data="package")
     return {
         "prior": prior_profile(gpu),
         "H100": recipe_base(get_recipe("h200-sxm")),

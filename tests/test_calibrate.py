@@ -274,3 +274,23 @@ def test_shipped_profile_json_is_plain(tmp_path):
     data = json.loads(path.read_text())
     assert data["source"] == "fitted" and isinstance(data["metadata"]["sources"], list)
     assert pd.notna(data["eta_compute"])
+
+
+def test_operands_rotate_through_copies_larger_than_the_l2():
+    """The suite times each kernel on a cycle of operand copies totalling 4x the L2 (a model's layers each
+    read their own weights and KV), at most 256, one on a CPU or in a smoke run; each call takes the next."""
+    from types import SimpleNamespace
+
+    from sim.cost.calibrate.timing import copies, rotate
+
+    props = SimpleNamespace(L2_cache_size=60 << 20)
+    torch = SimpleNamespace(cuda=SimpleNamespace(get_device_properties=lambda _i: props))
+    assert copies(50 << 20, False, "cuda", torch) == 5  # a Llama-3-8B QKV weight on an H200
+    assert copies(1 << 30, False, "cuda", torch) == 1
+    assert copies(4096, False, "cuda", torch) == 256
+    assert copies(50 << 20, True, "cuda", torch) == copies(50 << 20, False, "cpu", torch) == 1
+    seen: list[int] = []
+    fn = rotate([10, 11, 12], lambda b: seen.append(b))
+    for _ in range(7):
+        fn()
+    assert seen == [10, 11, 12, 10, 11, 12, 10]

@@ -19,9 +19,9 @@ from sim.cost.calibrate.recipes import (
     H200_FIT_MODELS,
     H200_HELD_OUT_MODELS,
     Recipe,
-    Source,
     fit_recipe,
     get_recipe,
+    h200_sources,
     load_recipe_data,
     recipe_base,
     recipe_command,
@@ -41,8 +41,7 @@ def refit():
 
 
 def _held_out_gemms():
-    rec = Recipe("held-out", "H200 SXM", tuple(Source(f"h200-sxm/{m}/samples.csv", ("gemm",))
-                                               for m in H200_HELD_OUT_MODELS), data="package")
+    rec = Recipe("held-out", "H200 SXM", h200_sources(H200_HELD_OUT_MODELS, ("gemm",)), data="package")
     return load_recipe_data(rec).samples
 
 

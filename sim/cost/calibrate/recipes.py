@@ -112,6 +112,11 @@ class Recipe:
 H200_FIT_MODELS = ("llama-3-1-8b", "llama-2-7b", "qwen2-5-7b")
 H200_HELD_OUT_MODELS = ("llama-2-70b-tp4", "codellama-34b-tp2")
 
+
+def h200_sources(models: tuple[str, ...], ops: tuple[str, ...] | None = None) -> tuple[Source, ...]:
+    """The packaged H200 samples of these model folders (``ops``: only those operators)."""
+    return tuple(Source(f"h200-sxm/{m}/samples.csv", ops) for m in models)
+
 _LSS = "llmservingsim"
 _V0 = "llmservingsim-v0/H100"
 
@@ -149,7 +154,7 @@ RECIPES: dict[str, Recipe] = {
     "h200-sxm": Recipe(
         "h200-sxm",
         "H200 SXM",
-        tuple(Source(f"h200-sxm/{m}/samples.csv", ("gemm", "attn_decode")) for m in H200_FIT_MODELS),
+        h200_sources(H200_FIT_MODELS, ("gemm", "attn_decode")),
         note="servesim's own H200 measurements (TP1 Llama-3.1-8B, Llama-2-7B, Qwen2.5-7B; PyTorch 2.11): GEMMs "
              "(cuBLAS bf16) and decode eta_kv (SDPA), over the shipped H100 SXM profile, whose decode fixed costs "
              "(attn_t0_s, attn_per_seq_s, attn_ctx_pad_tokens: FlashInfer's, not SDPA's, so metadata.fit_error of "

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 import socket
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ import numpy as np
 
 from sim.core.errors import ConfigError
 from sim.cost.calibrate.samples import Microbench, make_frame
+from sim.cost.calibrate.timing import Timer, copies, environment, rotate
 from sim.cost.models import ModelSpec, get_model
 
 
@@ -57,99 +56,6 @@ class SuiteConfig:
     iters: int = 20  # timed repetitions per point (median)
     warmup: int = 3
     seed: int = 0
-
-
-# ---------------------------------------------------------------------------------------------- timing
-
-
-class Timer:
-    """Median seconds of ``fn()``: CUDA events around a CUDA graph of ``reps`` launches on a GPU, wall clock
-    around plain calls on the CPU."""
-
-    def __init__(self, torch: Any, device: str, iters: int, warmup: int) -> None:
-        self.torch, self.device, self.iters, self.warmup = torch, device, iters, warmup
-        self.graphs = device == "cuda"
-
-    def __call__(self, fn: Callable[[], Any], reps: int = 1, graph: bool = True, host: bool = False) -> float:
-        """``host``: wall clock including the device sync (for CPU-side loops), on any device."""
-        torch = self.torch
-        if self.device != "cuda" or host:
-            for _ in range(self.warmup):
-                fn()
-            ts = []
-            sync = torch.cuda.synchronize if self.device == "cuda" else (lambda: None)
-            for _ in range(self.iters):
-                sync()
-                t0 = time.perf_counter()
-                fn()
-                sync()
-                ts.append(time.perf_counter() - t0)
-            return float(np.median(ts))
-        for _ in range(self.warmup):
-            fn()
-        torch.cuda.synchronize()
-        run, per = fn, 1
-        if graph and self.graphs:
-            try:
-                g = torch.cuda.CUDAGraph()
-                s = torch.cuda.Stream()
-                s.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(s):
-                    fn()
-                torch.cuda.current_stream().wait_stream(s)
-                with torch.cuda.graph(g):
-                    for _ in range(reps):
-                        fn()
-                run, per = g.replay, reps
-            except Exception:  # noqa: BLE001 - some kernels cannot be captured: time them eagerly
-                self.graphs = False
-        ts = []
-        for _ in range(self.iters):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            run()
-            b.record()
-            b.synchronize()
-            ts.append(a.elapsed_time(b) * 1e-3 / per)
-        return float(np.median(ts))
-
-
-# ---------------------------------------------------------------------------------------------- environment
-
-
-def environment(torch: Any, device: str) -> dict[str, Any]:
-    """Device, driver, torch and CUDA versions (recorded in the profile's metadata)."""
-    env: dict[str, Any] = {
-        "device": device,
-        "torch_version": torch.__version__,
-        "cuda_version": getattr(torch.version, "cuda", None),
-        "python": platform.python_version(),
-        "host": socket.gethostname(),
-        "platform": platform.platform(),
-    }
-    if device == "cuda":
-        props = torch.cuda.get_device_properties(0)
-        env.update(
-            device_name=torch.cuda.get_device_name(0),
-            device_count=torch.cuda.device_count(),
-            sm_count=props.multi_processor_count,
-            total_memory_bytes=props.total_memory,
-            l2_cache_bytes=getattr(props, "L2_cache_size", None),
-            capability=f"{props.major}.{props.minor}",
-            cudnn_version=torch.backends.cudnn.version(),
-        )
-        try:
-            out = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=10, check=False,
-            )
-            env["driver_version"] = out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
-        except (OSError, subprocess.SubprocessError):
-            env["driver_version"] = None
-    else:
-        env.update(device_name=f"CPU ({platform.processor() or platform.machine()})", device_count=1,
-                   cpu_count=os.cpu_count(), driver_version=None)
-    return env
 
 
 # ---------------------------------------------------------------------------------------------- benchmarks
@@ -259,37 +165,13 @@ def _bench_gemm(torch, device, dtype, a_bytes, model, tp, timer, cfg, **_) -> li
     grid = _token_grid(cfg.max_tokens, cfg.smoke)
     for name, (k, n) in _gemm_shapes(model, tp).items():
         ws = [torch.randn(k, n, dtype=dtype, device=device) * 0.02
-              for _ in range(_copies(k * n * a_bytes, cfg, device, torch))]
+              for _ in range(copies(k * n * a_bytes, cfg.smoke, device, torch))]
         for m in grid if name != "lm_head" else [m for m in grid if m <= 512]:
             x = torch.randn(m, k, dtype=dtype, device=device)
-            t = timer(_rotate(ws, lambda w, x=x: x @ w), reps=max(8, len(ws)))
+            t = timer(rotate(ws, lambda w, x=x: x @ w), reps=max(8, len(ws)))
             rows.append(dict(op="gemm", name=name, time_s=t, m=m, k=k, n=n, w_bytes=a_bytes, a_bytes=a_bytes))
         del ws
     return rows
-
-
-def _copies(nbytes: int, cfg: SuiteConfig, device: str, torch: Any) -> int:
-    """How many copies of an operand the timed calls cycle through so that, together, they are well over the
-    L2 cache (4x it, at most 256 copies): a model's layers each read their own weights and KV cache, so a
-    kernel timed on one buffer it just read would read it from L2 at several times HBM's bandwidth
-    (one H200's 60 MB L2 holds a whole Llama-3-8B QKV projection)."""
-    if device != "cuda" or cfg.smoke:
-        return 1
-    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (64 << 20)
-    return max(1, min(256, math.ceil(4 * l2 / max(1, nbytes))))
-
-
-def _rotate(bufs: list[Any], call: Callable[[Any], Any]) -> Callable[[], Any]:
-    """A no-argument call that uses the next buffer each time it is called (captured calls in a CUDA graph
-    each keep the buffer they were captured with)."""
-    state = [0]
-
-    def fn():
-        i = state[0]
-        state[0] = (i + 1) % len(bufs)
-        return call(bufs[i])
-
-    return fn
 
 
 def _attention_backend(torch, device) -> str:
@@ -336,21 +218,21 @@ def _sdpa_gqa(F, q, k, v, gqa: bool, **kw):
         return F.scaled_dot_product_attention(q, k.repeat_interleave(r, 1), v.repeat_interleave(r, 1), **kw)
 
 
-def _attn_call(torch, use_fa, dtype, device, b, s, t, nh, nkv, hd, causal, copies=1):
+def _attn_call(torch, use_fa, dtype, device, b, s, t, nh, nkv, hd, causal, n_copies=1):
     """A call of one attention kernel: b sequences, s queries each, over t keys (the last s are the new ones).
     K and V are distinct tensors (one tensor for both would be read once from HBM and again from L2), and
-    successive calls cycle through ``copies`` K/V pairs (``_copies``)."""
+    successive calls cycle through ``n_copies`` K/V pairs (timing.copies)."""
     if use_fa:
         from flash_attn import flash_attn_func  # (B, S, H, d); causal is bottom-right aligned (FA >= 2.1)
 
         q = torch.randn(b, s, nh, hd, dtype=dtype, device=device)
         kv = [(torch.randn(b, t, nkv, hd, dtype=dtype, device=device),
-               torch.randn(b, t, nkv, hd, dtype=dtype, device=device)) for _ in range(copies)]
-        return _rotate(kv, lambda p: flash_attn_func(q, p[0], p[1], causal=causal))
+               torch.randn(b, t, nkv, hd, dtype=dtype, device=device)) for _ in range(n_copies)]
+        return rotate(kv, lambda p: flash_attn_func(q, p[0], p[1], causal=causal))
     q = torch.randn(b, nh, s, hd, dtype=dtype, device=device)
     kv = [(torch.randn(b, nkv, t, hd, dtype=dtype, device=device),
-           torch.randn(b, nkv, t, hd, dtype=dtype, device=device)) for _ in range(copies)]
-    return _rotate(kv, lambda p: _sdpa(torch, q, p[0], p[1], causal))
+           torch.randn(b, nkv, t, hd, dtype=dtype, device=device)) for _ in range(n_copies)]
+    return rotate(kv, lambda p: _sdpa(torch, q, p[0], p[1], causal))
 
 
 def _bench_attention(torch, device, dtype, a_bytes, model, tp, timer, cfg, **_) -> list[dict[str, Any]]:
@@ -368,13 +250,13 @@ def _bench_attention(torch, device, dtype, a_bytes, model, tp, timer, cfg, **_) 
                    for p in (0, 512, 2048, 8192, 16384) if c + p <= 32768]
     kv_token = 2 * nkv * hd * a_bytes  # K and V bytes of one token in one layer
     for n, c in dec_grid:
-        cp = _copies(n * c * kv_token, cfg, device, torch)
-        fn = _attn_call(torch, use_fa, dtype, device, n, 1, c, nh, nkv, hd, causal=False, copies=cp)
+        cp = copies(n * c * kv_token, cfg.smoke, device, torch)
+        fn = _attn_call(torch, use_fa, dtype, device, n, 1, c, nh, nkv, hd, causal=False, n_copies=cp)
         rows.append(dict(op="attn_decode", name="decode", time_s=timer(fn, reps=max(4, cp)), n_decode=n,
                          kv_decode=c, chunk=0, kv_prefill=0, **heads))
     for c, p in pf_grid:
-        cp = _copies((p + c) * kv_token, cfg, device, torch)
-        fn = _attn_call(torch, use_fa, dtype, device, 1, c, p + c, nh, nkv, hd, causal=True, copies=cp)
+        cp = copies((p + c) * kv_token, cfg.smoke, device, torch)
+        fn = _attn_call(torch, use_fa, dtype, device, 1, c, p + c, nh, nkv, hd, causal=True, n_copies=cp)
         rows.append(dict(op="attn_prefill", name="prefill", time_s=timer(fn, reps=max(2, cp)), chunk=c,
                          kv_prefill=p, n_decode=0, kv_decode=0, **heads))
     return rows
