@@ -44,6 +44,7 @@ import heapq
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -105,16 +106,17 @@ class Conversation:
         return self.content()[: (1 if self.system_len else 0) + 2 * k + 1]
 
     def content(self) -> tuple[Segment, ...]:
-        """The whole conversation as content segments: every turn's prompt + output is a prefix of it (built
-        once: each turn's prompt is a slice of it)."""
-        got = self.__dict__.get("_content")
-        if got is None:
-            segs: list[Segment] = [(("sys", self.system), self.system_len)] if self.system_len else []
-            for i in range(self.num_turns):
-                segs.append((("sess-msg", self.index, i), self.messages[i]))
-                segs.append((self.output_key(i), self.outputs[i]))
-            got = self.__dict__["_content"] = tuple(segs)
-        return got
+        """The whole conversation as content segments: every turn's prompt + output is a prefix of it."""
+        return self._content
+
+    @cached_property
+    def _content(self) -> tuple[Segment, ...]:
+        """Built once per conversation: each turn's prompt is a slice of it."""
+        segs: list[Segment] = [(("sys", self.system), self.system_len)] if self.system_len else []
+        for i in range(self.num_turns):
+            segs.append((("sess-msg", self.index, i), self.messages[i]))
+            segs.append((self.output_key(i), self.outputs[i]))
+        return tuple(segs)
 
     def spec(self, k: int, arrival_time: float, prefix_hashes: PrefixHashes | None = None) -> RequestSpec:
         return RequestSpec(
