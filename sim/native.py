@@ -47,6 +47,7 @@ MODULES = (
     "sim.engine.rowpass",
     "sim.engine.runcalc",
     "sim.cost.decode_price",
+    "sim.cost.step_price",
 )
 PURE_ENV = "SERVESIM_PURE"
 PACKAGES = ("sim", "policies")  # where compiled modules live (and where an old in-place build may linger)

@@ -24,6 +24,7 @@ from sim.cost.models import ModelSpec, activation_dtype_bytes, kv_dtype_bytes, n
 from sim.cost.profiles import CalibrationProfile, get_profile
 from sim.cost.quant import select_kernel
 from sim.cost.smooth import pow_c, smooth
+from sim.cost.step_price import StepPricer
 
 
 @runtime_checkable
@@ -169,6 +170,24 @@ class RooflineCostModel:
         self._head: list[float] = []
         self._grow_tok(1023)
         self._grow_head(255)
+        self._pricer = self._make_pricer()
+
+    def _make_pricer(self) -> StepPricer:
+        return StepPricer(
+            self, self._pad, self._pad_mixed, self._step_oh, self._seq_oh, self._layers, self._attn_t0,
+            self._kv_coef, self._dec_seq, self._mixed_factor, self._mix_head, self._mix_seq, self._fa_coef,
+            self._mla_up, self._kv_tok, self._pf_floor, self._pf_sat, self._kv_bw, self._inv_attn_peak,
+            self._pf_ramp, self._pf_t0, self._swap_block_s)  # fmt: skip
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a sweep's worker, a saved result) without the compiled pricer, which is rebuilt."""
+        state = dict(self.__dict__)
+        del state["_pricer"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._pricer = self._make_pricer()
 
     # ------------------------------------------------------------------ token-level parts (vectorized in M)
     def _gemm(self, k: float, n: float, M: np.ndarray, b_w: float | None = None) -> np.ndarray:
@@ -265,65 +284,12 @@ class RooflineCostModel:
         self._head = self._head_arr.tolist()
 
     def _padded(self, n: int) -> int:
-        pad = self._pad
-        return pad[n] if n < len(pad) else n
-
-    # ------------------------------------------------------------------ attention
-    def _prefill_attn(self, chunks: list[int], ctxs: list[int]) -> float:
-        """Per-layer seconds of the prefill chunks: causal FLOPs vs KV read at occupancy-limited bandwidth."""
-        fa, up, kvt = self._fa_coef, self._mla_up, self._kv_tok
-        floor, sat, kvbw, inv_peak = self._pf_floor, self._pf_sat, self._kv_bw, self._inv_attn_peak
-        ramp = self._pf_ramp
-        total = self._pf_t0 * len(chunks)
-        for c, p in zip(chunks, ctxs, strict=True):
-            # causal part (c·(c+1)/2 pairs) at an efficiency that ramps up with the chunk length
-            tf = (fa * c * (p + (c + 1) * 0.5 * (1.0 + ramp / c)) + up * p) * inv_peak
-            occ = c / sat
-            occ = floor if occ < floor else (1.0 if occ > 1.0 else occ)
-            tb = kvt * (p + c) / (kvbw * occ)
-            total += tf if tf > tb else tb
-        return total
-
-    def _mixed_decode(self, batch: BatchSummary) -> float:
-        """Per-layer seconds of the decode rows of a step that also runs a prefill chunk."""
-        total = batch.decode_ctx_sum
-        t = (self._kv_coef * total + batch.num_decode * self._dec_seq) * self._mixed_factor
-        if self._mix_head:
-            t = max(t, self._mix_head * total)
-        if self._mix_seq * total > t:  # max ctx <= Σctx: only look for the max when it can matter
-            t = max(t, self._mix_seq * batch.decode_ctx_max)
-        return t
+        return self._pricer.padded(n)
 
     # ------------------------------------------------------------------ public API
     def step_time(self, batch: BatchSummary) -> float:
-        n, npf = batch.num_decode, batch.num_prefill
-        swaps = batch.swap_in_blocks + batch.swap_out_blocks
-        if npf:
-            chunks = batch.prefill_chunks()
-            mt = n + batch.num_prefill_tokens
-            mg = self._padded(mt) if self._pad_mixed else mt
-        elif n:
-            mg = self._padded(n)
-        elif swaps:
-            mg = 0
-        else:
-            return 0.0
-        if mg >= len(self._tok):
-            self._grow_tok(mg)
-        s = batch.num_logits
-        if s >= len(self._head):
-            self._grow_head(s)
-        t = self._tok[mg] + self._head[s] + self._step_oh + self._seq_oh * (n + npf)
-        if npf:
-            dec = self._mixed_decode(batch) if n else 0.0
-            attn = self._attn_t0 + dec + self._prefill_attn(chunks, batch.prefill_ctxs())
-            t += self._layers * attn
-        elif n:
-            attn = self._attn_t0 + (self._kv_coef * batch.decode_ctx_sum + n * self._dec_seq)
-            t += self._layers * attn
-        if swaps:
-            t += swaps * self._swap_block_s
-        return t
+        """One step's seconds (sim/cost/step_price.py: the compiled arithmetic, from the coefficients above)."""
+        return self._pricer.step_time(batch)
 
     def decode_step_times(
         self, num_decode: int | np.ndarray, ctx_sums: np.ndarray, num_logits: int | None = None
@@ -412,9 +378,9 @@ class RooflineCostModel:
             out["attention_fixed"] = L * self._attn_t0
             if n:
                 dec = self._kv_coef * int(d.sum()) + n * self._dec_seq
-                out["attention_decode"] = L * (self._mixed_decode(batch) if npf else dec)
+                out["attention_decode"] = L * (self._pricer.mixed_decode(batch) if npf else dec)
             if npf:
-                out["attention_prefill"] = L * self._prefill_attn(pc.tolist(), batch.prefill_ctx.tolist())
+                out["attention_prefill"] = L * self._pricer.prefill_attn(pc.tolist(), batch.prefill_ctx.tolist())
         out["swap"] = swaps * self._swap_block_s if swaps else 0.0
         return out
 
