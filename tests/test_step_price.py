@@ -59,7 +59,8 @@ batches = st.builds(
 @given(batch=batches)
 def test_compiled_step_time_is_the_interpreted_one_to_the_bit(pair, batch):
     cm, ref = pair
-    t = cm.step_time(batch)
+    t = cm.step_time(batch)  # grows the model's tables when the step reads past them
+    ref.tok, ref.head = cm._tok, cm._head
     assert t == ref.step_time(batch)
     assert t.hex() == ref.step_time(batch).hex()
     assert cm._pricer.prefill_attn(batch.prefill_chunks(), batch.prefill_ctxs()) == ref.prefill_attn(
@@ -74,6 +75,7 @@ def test_a_step_past_the_tables_grows_them_and_prices_as_a_model_that_had_them()
     n0 = len(cm._tok)
     t = cm.step_time(big)
     assert len(cm._tok) > n0 and cm._pricer.tok is cm._tok and cm._pricer.head is cm._head
+    assert cm.decode_step_list([6000], [10]) and cm._pricer.tok is cm._tok, "a run's growth reaches the pricer"
     grown = make_cost_model("roofline", model="Llama-3.1-8B", gpu="RTX 4090")
     grown._grow_tok(6000)
     grown._grow_head(6000)
@@ -85,4 +87,22 @@ def test_a_pickled_cost_model_rebuilds_its_pricer():
     cm = make_cost_model("roofline", model="Llama-3.1-8B", gpu="RTX 4090")
     b = BatchSummary(decode_ctx=[300, 900], prefill_chunk=[512], prefill_ctx=[0], num_logits=3)
     back = pickle.loads(pickle.dumps(cm))
-    assert back._pricer.owner is back and back.step_time(b) == cm.step_time(b)
+    assert back._pricer.tok is back._tok and back.step_time(b) == cm.step_time(b)
+
+
+def test_a_cost_model_is_freed_without_the_cycle_collector():
+    """The pricer holds no reference back to its cost model: a dropped model goes with its last reference
+    (a sweep of many runs does not wait for a full collection to free each one's tables)."""
+    import gc
+    import weakref
+
+    cm = make_cost_model("roofline", model="Llama-3.1-8B", gpu="RTX 4090")
+    ref = weakref.ref(cm)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        del cm
+        assert ref() is None
+    finally:
+        if was:
+            gc.enable()

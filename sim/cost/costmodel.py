@@ -24,7 +24,7 @@ from sim.cost.models import ModelSpec, activation_dtype_bytes, kv_dtype_bytes, n
 from sim.cost.profiles import CalibrationProfile, get_profile
 from sim.cost.quant import select_kernel
 from sim.cost.smooth import pow_c, smooth
-from sim.cost.step_price import StepPricer
+from sim.cost.step_price import NEED_TABLES, StepPricer
 
 
 @runtime_checkable
@@ -174,7 +174,7 @@ class RooflineCostModel:
 
     def _make_pricer(self) -> StepPricer:
         return StepPricer(
-            self, self._pad, self._pad_mixed, self._step_oh, self._seq_oh, self._layers, self._attn_t0,
+            self._tok, self._head, self._pad, self._pad_mixed, self._step_oh, self._seq_oh, self._layers, self._attn_t0,
             self._kv_coef, self._dec_seq, self._mixed_factor, self._mix_head, self._mix_seq, self._fa_coef,
             self._mla_up, self._kv_tok, self._pf_floor, self._pf_sat, self._kv_bw, self._inv_attn_peak,
             self._pf_ramp, self._pf_t0, self._swap_block_s)  # fmt: skip
@@ -276,12 +276,16 @@ class RooflineCostModel:
         parts = self._token_parts(np.arange(cap))
         self._tok_arr = parts["gemm"] + parts["moe"] + parts["elementwise"] + parts["allreduce"]
         self._tok = self._tok_arr.tolist()  # a list: scalar indexing in step_time is cheaper
+        if (pricer := self.__dict__.get("_pricer")) is not None:
+            pricer.tok = self._tok
 
     def _grow_head(self, s: int) -> None:
         cap = max(256, 2 * len(self._head), s + 1)
         parts = self._head_parts(np.arange(cap))
         self._head_arr = parts["lm_head"] + parts["sampler"]
         self._head = self._head_arr.tolist()
+        if (pricer := self.__dict__.get("_pricer")) is not None:
+            pricer.head = self._head
 
     def _padded(self, n: int) -> int:
         return self._pricer.padded(n)
@@ -289,7 +293,15 @@ class RooflineCostModel:
     # ------------------------------------------------------------------ public API
     def step_time(self, batch: BatchSummary) -> float:
         """One step's seconds (sim/cost/step_price.py: the compiled arithmetic, from the coefficients above)."""
-        return self._pricer.step_time(batch)
+        t = self._pricer.step_time(batch)
+        if t == NEED_TABLES:  # a step past the token or head table: grow it, then price
+            mg, s = self._pricer.table_rows(batch)
+            if mg >= len(self._tok):
+                self._grow_tok(mg)
+            if s >= len(self._head):
+                self._grow_head(s)
+            t = self._pricer.step_time(batch)
+        return t
 
     def decode_step_times(
         self, num_decode: int | np.ndarray, ctx_sums: np.ndarray, num_logits: int | None = None

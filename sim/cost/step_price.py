@@ -10,23 +10,23 @@ pinned digests and tests/test_step_price.py). The C build keeps every multiply a
 
 from __future__ import annotations
 
-from typing import Any
-
 from sim.core.batch import BatchSummary
+
+NEED_TABLES = -1.0  # step_time's answer when the step reads past the token or head table (the owner grows them)
 
 
 class StepPricer:
-    """The roofline's step time from a BatchSummary. ``owner`` grows the token and head tables when a
-    step needs a row past their end (``_grow_tok`` / ``_grow_head``; rare), and the pricer then reads the
-    new ones from it."""
+    """The roofline's step time from a BatchSummary, over the owner's token and head tables (``tok``,
+    ``head``: per-step seconds by padded token count and by sampled rows). The owner grows them and hands
+    the new lists over; the pricer holds no reference back (no cycle to leave for the collector)."""
 
-    def __init__(self, owner: Any, pad: list[int], pad_mixed: bool, step_oh: float, seq_oh: float, layers: int,
-                 attn_t0: float, kv_coef: float, dec_seq: float, mixed_factor: float, mix_head: float,
-                 mix_seq: float, fa_coef: float, mla_up: float, kv_tok: float, pf_floor: float, pf_sat: float,
-                 kv_bw: float, inv_attn_peak: float, pf_ramp: float, pf_t0: float, swap_block_s: float) -> None:
-        self.owner = owner
-        self.tok: list[float] = owner._tok
-        self.head: list[float] = owner._head
+    def __init__(self, tok: list[float], head: list[float], pad: list[int], pad_mixed: bool, step_oh: float,
+                 seq_oh: float, layers: int, attn_t0: float, kv_coef: float, dec_seq: float, mixed_factor: float,
+                 mix_head: float, mix_seq: float, fa_coef: float, mla_up: float, kv_tok: float, pf_floor: float,
+                 pf_sat: float, kv_bw: float, inv_attn_peak: float, pf_ramp: float, pf_t0: float,
+                 swap_block_s: float) -> None:  # fmt: skip
+        self.tok = tok
+        self.head = head
         self.pad = pad
         self.pad_mixed = pad_mixed
         self.step_oh, self.seq_oh, self.layers = step_oh, seq_oh, layers
@@ -72,31 +72,32 @@ class StepPricer:
                 t = x
         return t
 
-    def step_time(self, batch: BatchSummary) -> float:
+    def table_rows(self, batch: BatchSummary) -> tuple[int, int]:
+        """The rows of the token table (the step's padded token count) and of the head table (its sampled
+        rows) a step reads."""
         n, npf = batch.num_decode, batch.num_prefill
-        swaps = batch.swap_in_blocks + batch.swap_out_blocks
-        chunks: list[int] = []
         if npf:
-            chunks = batch.prefill_chunks()
             mt = n + batch.num_prefill_tokens
             mg = self.padded(mt) if self.pad_mixed else mt
         elif n:
             mg = self.padded(n)
-        elif swaps:
-            mg = 0
         else:
+            mg = 0
+        return mg, batch.num_logits
+
+    def step_time(self, batch: BatchSummary) -> float:
+        """The step's seconds, or NEED_TABLES when it reads past the tables."""
+        n, npf = batch.num_decode, batch.num_prefill
+        swaps = batch.swap_in_blocks + batch.swap_out_blocks
+        if not npf and not n and not swaps:
             return 0.0
-        if mg >= len(self.tok):
-            self.owner._grow_tok(mg)
-            self.tok = self.owner._tok
-        s = batch.num_logits
-        if s >= len(self.head):
-            self.owner._grow_head(s)
-            self.head = self.owner._head
+        mg, s = self.table_rows(batch)
+        if mg >= len(self.tok) or s >= len(self.head):
+            return NEED_TABLES
         t = self.tok[mg] + self.head[s] + self.step_oh + self.seq_oh * (n + npf)
         if npf:
             dec = self.mixed_decode(batch) if n else 0.0
-            attn = self.attn_t0 + dec + self.prefill_attn(chunks, batch.prefill_ctxs())
+            attn = self.attn_t0 + dec + self.prefill_attn(batch.prefill_chunks(), batch.prefill_ctxs())
             t += self.layers * attn
         elif n:
             attn = self.attn_t0 + (self.kv_coef * batch.decode_ctx_sum + n * self.dec_seq)
