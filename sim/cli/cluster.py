@@ -52,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Also the hook for ``servesim run``: uses ``config``, ``overrides``, ``out``, ``json`` (and
     ``variant`` when present)."""
-    from sim.app.cluster import Cluster
+    from sim.app.cluster import run_once
     from sim.app.cluster_config import load_cluster, replace_base
     from sim.app.cluster_metrics import (
         compare_table,
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             cfg = replace_base(cfg, simulation=replace(cfg.base.simulation, record_step_trace=True))
         from sim.cli.progress import show_progress
 
-        result = Cluster(cfg).run(progress=show_progress(args))
+        result = run_once(cfg, progress=show_progress(args))
         runs[name] = (result, summarize_cluster(result, slo=cfg.base.slo or None))
     title = f"servesim cluster: {Path(args.config).name}"
     if args.out:

@@ -72,7 +72,14 @@ class Engine:
         # A decode run in flight, for observers that need the state mid-run (a cluster router reading KV
         # usage, a gateway counting finishes; fastforward.RunView); None otherwise.
         self.run_view: RunView | None = None
-        self.process = env.process(self._loop_async() if async_scheduling else self._loop())
+        self._gen = self._loop_async() if async_scheduling else self._loop()
+        self.process = env.process(self._gen)
+
+    def close(self) -> None:
+        """End the loop where it waits (a cluster replica's waits for a push that will not come): its
+        frame, which holds the policy and the KV pool, goes now rather than with the cycle of events
+        around it. The engine does not run again."""
+        self._gen.close()
 
     # ---- arrivals --------------------------------------------------------------------------------
     def _admit(self, now: float) -> None:
