@@ -147,7 +147,7 @@ def test_a_new_request_starts_every_field_at_its_declared_default():
     spec = RequestSpec("r7", 2.5, 100, 20, priority=3)
     req = Request(spec)
     from_spec = {"spec": spec, "request_id": "r7", "prompt_len": 100, "output_len": 20, "priority": 3,
-                 "arrival_time": 2.5, "num_tokens": 100, "shares_content": False}  # fmt: skip
+                 "arrival_time": 2.5, "num_tokens": 100}  # fmt: skip
     fields = dataclasses.fields(Request)
     assert {f.name for f in fields} >= set(from_spec)
     for f in fields:

@@ -62,12 +62,11 @@ class Request:
     # num_output_placeholders; reset by a preemption) and tokens scheduled in batches not yet applied.
     num_output_placeholders: int = 0
     num_in_flight_tokens: int = 0
-    # spec.shares_content, copied: the KV manager reads it for every running row, and a compiled read of
-    # the (interpreted) spec's field is a generic attribute lookup
-    shares_content: bool = False
-    # spec.hash_end, copied likewise: blocks within the first hash_end tokens may be shared and are hashed;
-    # a block that reaches past it is this request's alone (0: every block), so it is never hashed but for
-    # the request's own resume (sim/kv/manager.py). A row computing token c + 1 hashes iff c < hash_end.
+    # spec.hash_end, copied (the KV manager reads it for every running row, and a compiled read of the
+    # interpreted spec's field is a generic attribute lookup): blocks within the first hash_end tokens may be
+    # shared and are hashed; a block that reaches past it is this request's alone (0, content nobody else
+    # can hold: every block), so it is never hashed but for the request's own resume (sim/kv/manager.py).
+    # A row computing token c + 1 hashes iff c < hash_end.
     hash_end: int = 0
     # spec.private_until_done: the blocks past hash_end are registered when they are freed (a finish too),
     # for later requests that repeat them (a conversation's next turn)
@@ -106,7 +105,6 @@ class Request:
         self.seq = 0
         self.num_output_placeholders = 0
         self.num_in_flight_tokens = 0
-        self.shares_content = spec.shares_content
         self.hash_end = spec.hash_end
         self.hash_on_free = spec.private_until_done and spec.shares_content
         self._hashes = []

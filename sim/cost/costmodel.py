@@ -172,8 +172,9 @@ class RooflineCostModel:
         self._grow_head(255)
         self._pricer = self._make_pricer()
 
-    def _make_pricer(self) -> StepPricer:
-        return StepPricer(
+    def _make_pricer(self, cls: type[StepPricer] = StepPricer) -> StepPricer:
+        """The pricer of this model's coefficients (``cls``: another build of the class, for tests)."""
+        return cls(
             self._tok, self._head, self._pad, self._pad_mixed, self._step_oh, self._seq_oh, self._layers, self._attn_t0,
             self._kv_coef, self._dec_seq, self._mixed_factor, self._mix_head, self._mix_seq, self._fa_coef,
             self._mla_up, self._kv_tok, self._pf_floor, self._pf_sat, self._kv_bw, self._inv_attn_peak,
@@ -295,11 +296,11 @@ class RooflineCostModel:
         """One step's seconds (sim/cost/step_price.py: the compiled arithmetic, from the coefficients above)."""
         t = self._pricer.step_time(batch)
         if t == NEED_TABLES:  # a step past the token or head table: grow it, then price
-            mg, s = self._pricer.table_rows(batch)
+            mg = self._pricer.token_row(batch.num_decode, batch.num_prefill, batch)
             if mg >= len(self._tok):
                 self._grow_tok(mg)
-            if s >= len(self._head):
-                self._grow_head(s)
+            if batch.num_logits >= len(self._head):
+                self._grow_head(batch.num_logits)
             t = self._pricer.step_time(batch)
         return t
 

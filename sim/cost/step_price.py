@@ -72,18 +72,13 @@ class StepPricer:
                 t = x
         return t
 
-    def table_rows(self, batch: BatchSummary) -> tuple[int, int]:
-        """The rows of the token table (the step's padded token count) and of the head table (its sampled
-        rows) a step reads."""
-        n, npf = batch.num_decode, batch.num_prefill
+    def token_row(self, n: int, npf: int, batch: BatchSummary) -> int:
+        """The token table's row a step of ``n`` decode rows and ``npf`` prefill chunks reads (its padded
+        token count); the head table's is its sampled rows (``batch.num_logits``)."""
         if npf:
             mt = n + batch.num_prefill_tokens
-            mg = self.padded(mt) if self.pad_mixed else mt
-        elif n:
-            mg = self.padded(n)
-        else:
-            mg = 0
-        return mg, batch.num_logits
+            return self.padded(mt) if self.pad_mixed else mt
+        return self.padded(n) if n else 0
 
     def step_time(self, batch: BatchSummary) -> float:
         """The step's seconds, or NEED_TABLES when it reads past the tables."""
@@ -91,7 +86,7 @@ class StepPricer:
         swaps = batch.swap_in_blocks + batch.swap_out_blocks
         if not npf and not n and not swaps:
             return 0.0
-        mg, s = self.table_rows(batch)
+        mg, s = self.token_row(n, npf, batch), batch.num_logits
         if mg >= len(self.tok) or s >= len(self.head):
             return NEED_TABLES
         t = self.tok[mg] + self.head[s] + self.step_oh + self.seq_oh * (n + npf)

@@ -157,7 +157,7 @@ class DecodeGrowth:
             if cap > cached[i]:
                 cap = cached[i]
             caps[i] = cap
-            if cap > states[i].num_cached and reqs[i].shares_content:
+            if cap > states[i].num_cached:
                 hashes[i] = reqs[i].block_hashes(bs, cap * bs)
         for i, lo, hi in regs:
             h = hashes[i]

@@ -93,7 +93,7 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
         num_tokens = req.num_tokens
         preempted = req.num_preemptions > 0
         hit: list[KVBlock] = []
-        if req.shares_content or preempted:
+        if req.hash_end or preempted:
             max_blocks = (num_tokens - 1) // self.block_size
             if not preempted and max_blocks * self.block_size > req.hash_end:
                 max_blocks = req.hash_end // self.block_size  # past it nobody else holds the content
@@ -264,7 +264,7 @@ class KVCacheManager(DecodeGrowth, RowBatchOps):
         reg = req.hash_end // self.block_size
         if reg > num_full:
             reg = num_full
-        if reg > st.num_cached and req.shares_content:
+        if reg > st.num_cached:
             hashes = req.block_hashes(self.block_size, reg * self.block_size)
             self.pool.cache_full_blocks(st.blocks, hashes, st.num_cached, reg)
 
