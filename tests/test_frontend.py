@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.app.config import config_from_dict
 from sim.app.frontend import PRIORS, FrontendConfig
@@ -150,17 +152,30 @@ def test_closed_loop_with_a_horizon_and_the_default_frontend_loses_no_request():
             + s["num_not_arrived"]) == 200  # fmt: skip
 
 
-@pytest.mark.parametrize("async_scheduling", [False, True])
-def test_a_lazy_open_source_behind_the_frontend_is_the_listed_one(async_scheduling):
-    """A workload generated as the clock goes (chunks) reaches the engine through FrontendSource, a listed
-    one as shifted specs: the same run, and the same decode runs (the wrapper announces the next
-    arrival, not the next send, so it does not end runs early)."""
+def _run_behind_frontend(cfg, source, horizon=None):
+    """(result, decode runs) of one engine reading ``source`` through ``cfg``'s front end; also the
+    source the engine read."""
     import simpy
 
     from sim.app.frontend import apply_frontend, with_frontend
     from sim.app.simulate import collect, resolve
     from sim.engine.loop import Engine
     from sim.engine.recorder import Recorder
+
+    setup = resolve(cfg)
+    src, send = with_frontend(source, cfg.frontend)
+    env, rec = simpy.Environment(), Recorder()
+    eng = Engine(env, setup.make_policy(), setup.cost_model, src, rec, horizon,
+                 async_scheduling=setup.limits.async_scheduling)
+    env.run()
+    return apply_frontend(collect(cfg, setup, eng, src, rec, 0.0), cfg.frontend, send), eng.ff.runs, src
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_lazy_open_source_behind_the_frontend_is_the_listed_one(async_scheduling):
+    """A workload generated as the clock goes (chunks) reaches the engine through FrontendSource, a listed
+    one as shifted specs: the same run, and the same decode runs (the wrapper announces the next
+    arrival, not the next send, so it does not end runs early)."""
     from sim.engine.sources import OpenSource
     from workloads.synthetic import build_workload
 
@@ -170,16 +185,67 @@ def test_a_lazy_open_source_behind_the_frontend_is_the_listed_one(async_scheduli
     specs = build_workload(dict(cfg.workload), seed=0, max_model_len=2048).specs
     out = []
     for source in (OpenSource(specs), OpenSource(chunks=(specs[i:i + 37] for i in range(0, 400, 37)), total=400)):
-        setup = resolve(cfg)
-        src, send = with_frontend(source, cfg.frontend)
-        assert (type(src) is OpenSource) == (not source.lazy)
-        env, rec = simpy.Environment(), Recorder()
-        eng = Engine(env, setup.make_policy(), setup.cost_model, src, rec, None,
-                     async_scheduling=setup.limits.async_scheduling)
-        env.run()
-        out.append((apply_frontend(collect(cfg, setup, eng, src, rec, 0.0), cfg.frontend, send), eng.ff.runs))
+        listed = not source.lazy
+        res, runs, src = _run_behind_frontend(cfg, source)
+        assert (type(src) is OpenSource) == listed
+        out.append((res, runs))
     (a, runs_a), (b, runs_b) = out
     assert runs_a == runs_b > 10
     cols = ["request_id", "send_time", "arrival_time", "first_token_time", "finish_time", "client_finish_time"]
     pd.testing.assert_frame_equal(a.requests[cols], b.requests[cols])
     pd.testing.assert_frame_equal(a.steps, b.steps)
+
+
+@pytest.mark.parametrize("horizon", [None, 12.0])
+def test_a_generated_workload_made_at_its_delayed_times_is_the_wrapped_one(horizon):
+    """A generated workload's requests built at their engine-side times (``delayed_chunks`` ordered by
+    ``in_arrival_order``) are the run FrontendSource gives the same requests shifted one by one: same
+    requests, steps, decode runs and not-arrived rows, with a tokenize cost that reorders many arrivals."""
+    from sim.engine.sources import OpenSource
+    from workloads.synthetic import SyntheticOpenWorkload, build_workload
+
+    fe = {**FE, "tokenize_s_per_token": 2e-4}  # 1,500 tokens: 0.3 s on the way in, several arrivals apart
+    cfg = _cfg(fe, async_scheduling=True, workload={
+        "num_requests": 600, "rate": 30.0, "prompt": {"dist": "uniform", "low": 20, "high": 1500},
+        "output": {"dist": "uniform", "low": 5, "high": 120}})  # fmt: skip
+    out = []
+    for delayed in (True, False):
+        w = build_workload(dict(cfg.workload), seed=3, max_model_len=2048)
+        assert isinstance(w, SyntheticOpenWorkload)
+        source = w.make_source() if delayed else OpenSource(chunks=w.chunks(50), total=len(w))
+        res, runs, src = _run_behind_frontend(cfg, source, horizon)
+        assert (type(src) is OpenSource) == delayed
+        out.append((res, runs))
+    (a, runs_a), (b, runs_b) = out
+    assert runs_a == runs_b > 10
+    sends = a.requests.sort_values("send_time")["request_id"].tolist()
+    assert a.requests["request_id"].tolist() != sends  # arrivals did change order on the way in
+    if horizon is not None:
+        assert (a.requests["status"] == "not_arrived").sum() > 10
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.steps, b.steps)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 2), st.floats(0, 3), st.integers(1, 6)), max_size=60), st.floats(0, 1))
+def test_in_arrival_order_is_arrival_then_send_order(rows, least):
+    """Chunks of requests sent in order, each delayed by ``least`` or more: handed out as one list sorted
+    by (arrival, send), whatever the chunking, with every send time noted."""
+    from sim.app.frontend import in_arrival_order
+    from sim.core.request import RequestSpec
+
+    t, specs, sends, chunks = 0.0, [], [], []
+    for gap, extra, _ in rows:
+        t += gap
+        specs.append(RequestSpec(f"r{len(specs)}", t + (least + extra), 10, 5))
+        sends.append(t)
+    i = 0
+    for _, _, size in rows:  # chunk sizes from the same draws
+        if i < len(specs):
+            chunks.append((specs[i:i + size], sends[i:i + size]))
+            i += size
+    noted: dict[str, float] = {}
+    got = [s for chunk in in_arrival_order(iter(chunks), least, noted) for s in chunk]
+    want = sorted(specs, key=lambda s: (s.arrival_time, int(s.request_id[1:])))
+    assert [s.request_id for s in got] == [s.request_id for s in want]
+    assert noted == {s.request_id: sends[k] for k, s in enumerate(specs)}

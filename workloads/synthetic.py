@@ -104,8 +104,8 @@ class SyntheticOpenWorkload(OpenWorkload):
     def __len__(self) -> int:
         return self.n
 
-    def chunks(self, size: int = CHUNK) -> Iterator[list[RequestSpec]]:
-        """Every request in arrival order, ``size`` at a time; each call starts afresh from the seed."""
+    def _draws(self, size: int) -> Iterator[tuple[int, np.ndarray, Draws]]:
+        """(first index, arrival times, draws) of every ``size`` requests; each call starts afresh from the seed."""
         streams = spawn_streams(self.seed)
         times = ArrivalStream(self.arrivals, self.n, streams["arrivals"])
         clipped = 0
@@ -115,7 +115,20 @@ class SyntheticOpenWorkload(OpenWorkload):
             clipped += d.num_clipped
             if i0 + k == self.n:
                 self._num_clipped = clipped
+            yield i0, t, d
+
+    def chunks(self, size: int = CHUNK) -> Iterator[list[RequestSpec]]:
+        """Every request in arrival order, ``size`` at a time; each call starts afresh from the seed."""
+        for i0, t, d in self._draws(size):
             yield d.specs(i0, t.tolist())
+
+    def delayed_chunks(self, latency: Callable[[np.ndarray], np.ndarray],
+                       size: int = CHUNK) -> Iterator[tuple[list[RequestSpec], list[float]]]:
+        """The requests of ``chunks``, each arriving ``latency(prompt_len)`` after its time there (a front
+        end's input path), with those times (the clients' sends): built once at the later time, rather than
+        built and then copied (sim/app/frontend.py orders them by their new times)."""
+        for i0, t, d in self._draws(size):
+            yield d.specs(i0, (t + latency(d.prompt_lens)).tolist()), t.tolist()
 
     @property
     def specs(self) -> list[RequestSpec]:  # type: ignore[override]
@@ -138,7 +151,7 @@ class SyntheticOpenWorkload(OpenWorkload):
     def make_source(self) -> OpenSource:
         if self._specs is not None:
             return OpenSource(self._specs)
-        return OpenSource(chunks=self.chunks(), total=self.n)
+        return OpenSource(chunks=self.chunks(), total=self.n, delayed=self.delayed_chunks)
 
 
 class ClosedWorkload:

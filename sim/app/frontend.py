@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable, Iterable
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
@@ -189,9 +191,10 @@ class FrontendSource:
         return None if d is None else d + float(self.fe.output_latency(1)) + float(self.fe.input_latency(0))
 
     def remaining(self) -> list[RequestSpec]:
-        """Sent but still on the input path, then not sent yet (at the engine-side time they would come)."""
+        """Sent but still on the input path, and not sent yet, at the engine-side time they would come, in
+        the order they would (by that time, then send: the order of every other path's rows)."""
         later = [_arrived(s, self.fe, self.send_time) for s in self.inner.remaining()]
-        return [s for _, _, s in sorted(self.heap)] + later
+        return sorted([s for _, _, s in sorted(self.heap)] + later, key=_arrival)
 
     def num_remaining(self) -> int:
         return len(self.heap) + self.inner.num_remaining()
@@ -202,9 +205,37 @@ def with_frontend(source: Any, fe: FrontendConfig | None) -> tuple[Any, dict[str
     send_time: dict[str, float] = {}
     if fe is None:
         return source, send_time
+    if type(source) is OpenSource and source.delayed is not None and source.untouched:
+        # a generated workload: its requests made at their engine-side times as the run reaches them
+        chunks = in_arrival_order(source.delayed(fe.input_latency), float(fe.input_latency(0)), send_time)
+        return OpenSource(chunks=chunks, total=source.total), send_time
     if type(source) is OpenSource and not source.lazy:  # a listed workload: shift it once
         return OpenSource([_arrived(s, fe, send_time) for s in source.specs[source.pos :]]), send_time
     return FrontendSource(source, fe, send_time), send_time
+
+
+def in_arrival_order(chunks: Iterable[tuple[list[RequestSpec], list[float]]], least: float,
+                     send_time: dict[str, float]) -> Iterator[list[RequestSpec]]:
+    """Delayed requests (chunks of (specs at their engine-side times, their send times), sends ascending)
+    as chunks in engine-side order: by arrival, then send (FrontendSource's heap order). No request sent
+    at s or later arrives before ``s + least`` (the least input latency: the float sums are monotone), so
+    the held ones arriving by then, once the next chunk's first send s is known, are final."""
+    held: list[RequestSpec] = []  # not handed out yet, in order
+    for specs, sends in chunks:
+        send_time.update(zip([s.request_id for s in specs], sends, strict=True))
+        if not specs:
+            continue
+        bound = sends[0] + least
+        cut = bisect_right(held, bound, key=_arrival)
+        if cut:
+            yield held[:cut]
+        held = held[cut:] + specs
+        held.sort(key=_arrival)  # stable: ties keep send order
+    if held:
+        yield held
+
+
+_arrival = attrgetter("arrival_time")
 
 
 def _arrived(spec: RequestSpec, fe: FrontendConfig, send_time: dict[str, float]) -> RequestSpec:

@@ -9,8 +9,10 @@ decode fast-forward then lets rows finish inside a run that ends before the arri
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol
+
+import numpy as np
 
 from sim.core.request import RequestSpec
 
@@ -24,27 +26,40 @@ class ClosedWorkloadLike(Protocol):
     def think_time(self, index: int) -> float: ...
 
 
+# The same requests' chunks with each arrival delayed by a function of the prompt lengths (a front end's
+# input path): (specs at the delayed times, the original times), chunk by chunk, in the original order.
+DelayedChunks = Callable[[Callable[[np.ndarray], np.ndarray]], Iterator[tuple[list[RequestSpec], list[float]]]]
+
+
 class OpenSource:
     """Requests at fixed arrival times: a list, or chunks of one generated as the clock reaches them
     (``chunks``, ``total``: a lazy synthetic workload; each chunk in arrival order, chunks in turn). Since
     no arrival depends on a finish, the engine lets rows finish inside a fast-forwarded decode run
     (sim/engine/fastforward.py); a subclass whose ``on_done`` brings arrivals must set
-    ``arrivals_ignore_finishes = False``."""
+    ``arrivals_ignore_finishes = False``. ``delayed``: the lazy workload's requests re-timed (DelayedChunks),
+    when it can make them so."""
 
     arrivals_ignore_finishes = True
 
     def __init__(self, specs: Sequence[RequestSpec] = (), *, chunks: Iterable[list[RequestSpec]] | None = None,
-                 total: int | None = None) -> None:  # fmt: skip
+                 total: int | None = None, delayed: DelayedChunks | None = None) -> None:  # fmt: skip
+        self.delayed = delayed
         if chunks is None:
             self.specs = sorted(specs, key=lambda s: s.arrival_time)
             self._more: Iterator[list[RequestSpec]] = iter(())
             self.total = len(self.specs)
         else:
             self._more = iter(chunks)
-            self.specs = next(self._more, [])
+            # the first chunk is drawn when first asked for (a front end may re-time the source unused)
+            self.specs = next(self._more, []) if total is None else []
             self.total = len(self.specs) if total is None else total
         self.pos = 0
         self.num_sent = 0  # requests handed out before the current chunk
+
+    @property
+    def untouched(self) -> bool:
+        """Nothing generated or handed out yet (a front end may still rebuild it from ``delayed``)."""
+        return self.num_sent == 0 and self.pos == 0 and not self.specs
 
     @property
     def lazy(self) -> bool:
