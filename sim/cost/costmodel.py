@@ -347,12 +347,19 @@ class RooflineCostModel:
         return const + self._layers * (self._attn_t0 + (self._kv_coef * ctx + n * self._dec_seq))
 
     def decode_step_list(self, rows: list[int], ctx_sums: list[int]) -> list[float]:
-        """``decode_step_times`` over lists, every row sampling (the fast-forward's runs); the same values."""
+        """``decode_step_times`` over lists, every row sampling (the fast-forward's runs); the same values.
+        The tables are grown only when a row count is past them (decode_times raises IndexError: rare, so
+        the usual call checks nothing here)."""
+        try:
+            return decode_times(self._tok, self._head, self._pad, self._step_oh, self._seq_oh, float(self._layers),
+                                self._attn_t0, self._kv_coef, self._dec_seq, rows, ctx_sums)
+        except IndexError:
+            pass
         top = max(rows, default=0)
         if top >= len(self._head):
             self._grow_head(top)
-        if max(top, len(self._pad) - 1) >= len(self._tok) and (mg := max(map(self._padded, rows))) >= len(self._tok):
-            self._grow_tok(mg)  # max(top, the largest graph size) bounds every padded count
+        if (mg := max(map(self._padded, rows), default=0)) >= len(self._tok):
+            self._grow_tok(mg)
         return decode_times(self._tok, self._head, self._pad, self._step_oh, self._seq_oh, float(self._layers),
                             self._attn_t0, self._kv_coef, self._dec_seq, rows, ctx_sums)
 
