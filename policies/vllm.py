@@ -31,6 +31,9 @@ from sim.core.batch import BatchSummary
 from sim.core.request import Request, Status
 
 _ENDED = (Status.FINISHED, Status.TIMED_OUT, Status.REJECTED)  # a landed token of these is dropped
+# quiet()'s two answers, made once (a Quiet is immutable; building one was ~0.5 us of every decode run)
+_QUIET_BLOCKED = Quiet(waiting_blocked=True, finishes_matter=False)
+_QUIET_OPEN = Quiet(waiting_blocked=False, finishes_matter=False)
 
 
 class _PriorityRequestQueue:
@@ -334,7 +337,7 @@ class VllmPolicy(QueuedPolicy):
         # admit are not counted in the prefix-cache stats (vLLM 0.33), so skipping them is exact.
         # With nothing waiting, a finish only shortens the running list.
         blocked = len(self.running) >= self.limits.max_num_seqs or self._head_blocked_by_kv
-        return Quiet(waiting_blocked=blocked, finishes_matter=False)
+        return _QUIET_BLOCKED if blocked else _QUIET_OPEN
 
 
 @register("vllm", options=VllmOptions)
