@@ -183,11 +183,9 @@ def decode_plan(like: Any, running: list[Request], left: list[int], c0: list[int
             c = c0[i] + k
             computed.append(c)
             total += c
-    plan = type(like)()
-    plan.scheduled = scheduled
-    plan.sampled = sampled
-    plan.batch = type(like.batch).of_lists(computed, [], [], len(sampled), total)
-    return plan
+    batch = type(like.batch).of_lists(computed, [], [], len(sampled), total)
+    # every field given: no default factories run (a plan's default batch among them)
+    return type(like)(scheduled=scheduled, preempted=[], admitted=[], sampled=sampled, rejected=[], batch=batch)
 
 
 def last_token_times(reqs: list[Request]) -> list[float]:

@@ -10,6 +10,8 @@ mypyc compiles ``a[i] += x`` on a list item as a generic ``PyNumber_InPlaceAdd``
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def run_rows(last: list[int], computed: list[int], k: int) -> tuple[list[int], list[int]]:
     """Rows and their total context in steps 1..k: row i takes a token in steps 1..last[i] (capped at
@@ -39,16 +41,20 @@ def run_rows(last: list[int], computed: list[int], k: int) -> tuple[list[int], l
 def clock(start: float, durations: list[float], limit: float, k: int) -> tuple[list[float], list[float]]:
     """(starts, ends) of consecutive steps from ``start``, with the engine's additions one step at a
     time, of the first steps (at most ``k``) that start before ``limit``."""
-    starts: list[float] = []
-    ends: list[float] = []
+    # A step's end is the next one's start: one float object for both (typed ``object``, a float is boxed
+    # once; a ``float`` local would be boxed anew for each list).
+    starts: list[Any] = []
+    ends: list[Any] = []
     t = start
+    tb: object = t
     m = len(durations) if len(durations) < k else k
     for j in range(m):
         if t >= limit:
             break
-        starts.append(t)
+        starts.append(tb)
         t = t + durations[j]
-        ends.append(t)
+        tb = t
+        ends.append(tb)
     return starts, ends
 
 
@@ -94,14 +100,24 @@ def start_breaks(end: float, starts: list[float], durations: list[float], n: int
 
 
 def segment_free(free0: int, cum: list[int], a: int, b: int, cached0: int,
-               free_out: list[int], cached_out: list[int]) -> None:
+               free_out: list[Any], cached_out: list[Any]) -> None:
     """Free blocks after each step a+1..b of a segment that began with ``free0`` free (``cum``: the run's
     cumulative allocations), and the cached-free ones (uncached free blocks are taken first)."""
+    # Consecutive steps often leave the same count (a row takes a block every block_size steps): a count
+    # is boxed once and the object reused while it repeats (typed ``object``; an ``int`` is boxed per store).
     base = cum[a]
+    prev = 0
+    fb: object = None
+    cb: object = cached0
+    cached_b: object = cb
     for j in range(a, b):
         f = free0 - (cum[j + 1] - base)
-        free_out[j] = f
-        cached_out[j] = f if f < cached0 else cached0
+        if j == a or f != prev:
+            prev = f
+            fb = f
+            cb = fb if f < cached0 else cached_b
+        free_out[j] = fb
+        cached_out[j] = cb
 
 
 def finish_order(fin: list[int], k: int) -> list[int]:
