@@ -144,17 +144,20 @@ def stats_ms_blocks(name: str, blocks: Blocks, percentiles: Sequence[float]) -> 
     mean = pairwise_sum(n, (np.multiply(v, w, dtype=np.float64) for v, w in clean_blocks(blocks))) / scl
     var = pairwise_sum(n, (np.multiply((v - mean) ** 2, w, dtype=np.float64)
                            for v, w in clean_blocks(blocks))) / scl  # fmt: skip
-    med, *pcts = weighted_percentiles_blocks(blocks, [50.0, *percentiles])
+    med, *pcts = weighted_percentiles_blocks(blocks, [50.0, *percentiles], total)
     out = [mean, med, math.sqrt(var), *pcts]
     return {k: float(x) * 1000.0 for k, x in zip(keys, out, strict=True)}
 
 
-def weighted_percentiles_blocks(blocks: Blocks, qs: Sequence[float]) -> np.ndarray:
+def weighted_percentiles_blocks(blocks: Blocks, qs: Sequence[float], total: int | None = None) -> np.ndarray:
     """``weighted_percentiles`` of the sample ``blocks`` gives: the two entries around each virtual index
-    found by rank selection (sim/app/rank_select.py), then numpy's linear interpolation."""
-    total = 0
-    for _, w in clean_blocks(blocks):
-        total += int(w.sum())
+    found by rank selection (sim/app/rank_select.py), then numpy's linear interpolation. ``total``: the
+    kept entries' weight, when the caller has it (a pass over the blocks less; a million-request run's gaps
+    are rebuilt for each pass)."""
+    if total is None:
+        total = 0
+        for _, w in clean_blocks(blocks):
+            total += int(w.sum())
     if total == 0:
         raise ValueError("weighted_percentiles of an empty sample")
     n = np.int64(total)
