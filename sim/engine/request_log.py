@@ -9,6 +9,7 @@ built from these columns, with the dtypes a frame built from the Python values w
 
 from __future__ import annotations
 
+import struct
 from array import array
 from collections.abc import Iterable, Sequence
 from itertools import chain
@@ -44,6 +45,14 @@ _INTS = ("replica", "prompt_len", "output_len", "num_output_tokens", "num_cached
 _CAST = ("prompt_len", "output_len", "num_output_tokens", "num_cached_tokens", "num_preemptions")  # always int64
 _NAN = float("nan")
 FLUSH = 1 << 13  # rows buffered before they go into the columns
+
+
+def _extend_packed(col: array, code: str, vals: Sequence[object]) -> None:
+    """``col.extend(vals)``, packed by ``struct`` when it can be (``array.extend`` raises the error otherwise)."""
+    try:
+        col.frombytes(struct.pack(f"{len(vals)}{code}", *vals))
+    except struct.error:
+        col.extend(vals)
 
 
 def _all_int(vals: Sequence[object]) -> bool:
@@ -90,32 +99,40 @@ class RequestLog:
             self.flush()
 
     def flush(self) -> None:
-        """Move the buffered rows into the columns (every reader calls it first)."""
+        """Move the buffered rows into the columns (every reader calls it first). The typed columns take
+        each column's values packed by ``struct`` in C (~5 ns a value, against ~20 for ``array.extend``);
+        a value it refuses (a missing time, an int beyond int64) takes the slower path that handles it."""
         rows = self._rows
         if not rows:
             return
         self._rows = []
+        m = len(rows)
         cols = list(zip(*rows))  # noqa: B905  (rows of one length)
-        self.keys.extend(cols[0])
+        _extend_packed(self.keys, "q", cols[0])
         self.request_id.extend(cols[1])
         self.status.extend(cols[2])
         self.finish_reason.extend(cols[3])
         for c, vals in zip(_TIMES, cols[4:9]):  # noqa: B905
-            if None in vals:
+            try:
+                packed = struct.pack(f"{m}d", *vals)
+            except struct.error:  # a missing time (NaN in the column), or a bad value (array names it)
                 vals = tuple(_NAN if v is None else v for v in vals)
+                packed = None
             if self.int_times[c] and not _all_int(vals):
                 self.int_times[c] = False
-            self.times[c].extend(vals)
+            if packed is None:
+                _extend_packed(self.times[c], "d", vals)
+            else:
+                self.times[c].frombytes(packed)
         for c, vals in zip(_INTS, cols[9:]):  # noqa: B905
             col = self.ints[c]
             if type(col) is array:
                 if _all_int(vals):
-                    n0 = len(col)
                     try:
-                        col.extend(vals)
+                        col.frombytes(struct.pack(f"{m}q", *vals))
                         continue
-                    except OverflowError:  # beyond int64: the column becomes a list of the values
-                        del col[n0:]
+                    except struct.error:  # beyond int64: the column becomes a list of the values
+                        pass
                 col = self.ints[c] = col.tolist()
             col.extend(vals)
 
