@@ -152,6 +152,27 @@ def test_a_spec_holds_plain_numbers_whatever_it_is_given():
         s.arriving_at(-1.0)
 
 
+def test_plain_spec_is_the_constructors_spec():
+    """plain_spec (a generated request, slot by slot) leaves every slot as the dataclass constructor does,
+    and hands anything its checks refuse to the constructor, which names it."""
+    import numpy as np
+
+    from sim.core.errors import ConfigError
+    from sim.core.spec import _PLAIN_DEFAULTS, RequestSpec, plain_spec
+
+    given = {"request_id", "arrival_time", "prompt_len", "output_len", "priority"}
+    assert {n for n, _ in _PLAIN_DEFAULTS} == set(RequestSpec.__slots__) - given  # a new field must be listed
+    for args in (("r1", 1.5, 10, 5, 0), ("r2", 0.0, 1, 1, -3), ("r3", 2.0, np.int64(7), 3, 1)):
+        got, want = plain_spec(*args), RequestSpec(*args)
+        assert got == want
+        assert [getattr(got, n) for n in RequestSpec.__slots__] == [getattr(want, n) for n in RequestSpec.__slots__]
+        assert [type(getattr(got, n)) for n in RequestSpec.__slots__] == [
+            type(getattr(want, n)) for n in RequestSpec.__slots__]
+    for bad, field in (((0.0, 0, 5), "prompt_len"), ((-1.0, 5, 5), "arrival_time"), ((0.0, 5, 2.5), "output_len")):
+        with pytest.raises(ConfigError, match=f"request b: {field} must be"):
+            plain_spec("b", *bad, 0)
+
+
 def test_plug_in_inputs_work_compiled_or_not():
     """What a plug-in may hand the compiled modules, as the interpreted ones took it: lists and numpy
     numbers in a spec, an int id, arrays in a batch summary; specs with shared prefixes and the policy's

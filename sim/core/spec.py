@@ -184,6 +184,37 @@ def _segments_total(segs: object) -> int | None:
 
 _new, _set = object.__new__, object.__setattr__  # a frozen dataclass's fields are set past its __setattr__
 
+# Each slot's own setter (its member descriptor's ``__set__``): a spec built slot by slot through them skips the
+# frozen class's ``object.__setattr__`` lookup for every field (plain_spec).
+_SETTERS = {name: RequestSpec.__dict__[name].__set__ for name in RequestSpec.__slots__}
+_PLAIN_DEFAULTS = (("session_id", None), ("token_ids", None), ("hash_ids", None), ("hash_block_size", 512),
+                   ("segments", None), ("output_key", None), ("prefix_hashes", None), ("private_from", None),
+                   ("private_until_done", False), ("shares_content", False), ("hash_end", 0))  # fmt: skip
+_SET_DEFAULTS = tuple((_SETTERS[name], value) for name, value in _PLAIN_DEFAULTS)
+_S_ID, _S_T, _S_P, _S_O, _S_PRIO = (_SETTERS[n] for n in ("request_id", "arrival_time", "prompt_len", "output_len",
+                                                          "priority"))  # fmt: skip
+
+
+def plain_spec(request_id: str, arrival_time: float, prompt_len: int, output_len: int, priority: int) -> RequestSpec:
+    """``RequestSpec(request_id, arrival_time, prompt_len, output_len, priority)`` for a generated request
+    without content (plain values, every other field its default), built slot by slot: ~0.9 us against
+    ~1.8 us through the dataclass's ``__init__`` (a workload builds one per request). Anything else, or
+    a value the checks refuse, goes through the constructor (which names it)."""
+    if (type(request_id) is str and type(arrival_time) is float and type(prompt_len) is int
+            and type(output_len) is int and type(priority) is int and prompt_len >= 1 and output_len >= 1
+            and 0 <= arrival_time <= MAX_ARRIVAL_S):
+        spec = _new(RequestSpec)
+        _S_ID(spec, request_id)
+        _S_T(spec, arrival_time)
+        _S_P(spec, prompt_len)
+        _S_O(spec, output_len)
+        _S_PRIO(spec, priority)
+        for setter, value in _SET_DEFAULTS:
+            setter(spec, value)
+        return spec
+    return RequestSpec(request_id=request_id, arrival_time=arrival_time, prompt_len=prompt_len,
+                       output_len=output_len, priority=priority)
+
 
 def _integer(request_id: str, name: str, v: object) -> int:
     """``v`` as a plain int: an integer (numpy's too) or an integral float; anything else is refused."""

@@ -15,6 +15,7 @@ import numpy as np
 from sim.core.errors import ConfigError
 from sim.core.fields import MAX_GENERATED, MAX_PRIORITY
 from sim.core.request import PrefixHashes, RequestSpec
+from sim.core.spec import plain_spec
 from workloads.gen.lengths import LengthDist, check_keys, clip_to_context, read_float, read_int
 
 
@@ -110,9 +111,7 @@ class Draws:
         """Requests ``i0, i0 + 1, ...`` arriving at ``times`` (one per row)."""
         prompts, outputs, prios = self.prompt_lens.tolist(), self.output_lens.tolist(), self.priorities.tolist()
         if self.groups is None:
-            return [RequestSpec(request_id=f"r{i0 + j}", arrival_time=t, prompt_len=prompts[j],
-                                output_len=outputs[j], priority=prios[j])
-                    for j, t in enumerate(times)]  # fmt: skip
+            return [plain_spec(f"r{i0 + j}", t, prompts[j], outputs[j], prios[j]) for j, t in enumerate(times)]
         return [self.spec(i0 + j, j, t) for j, t in enumerate(times)]
 
 
