@@ -8,7 +8,7 @@ str id, plain int lengths and priority, a float arrival time, tuples of ids, (ke
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from numbers import Integral, Real
 
 from sim.core.errors import ConfigError
@@ -187,12 +187,12 @@ _new, _set = object.__new__, object.__setattr__  # a frozen dataclass's fields a
 # Each slot's own setter (its member descriptor's ``__set__``): a spec built slot by slot through them skips the
 # frozen class's ``object.__setattr__`` lookup for every field (plain_spec).
 _SETTERS = {name: RequestSpec.__dict__[name].__set__ for name in RequestSpec.__slots__}
-_PLAIN_DEFAULTS = (("session_id", None), ("token_ids", None), ("hash_ids", None), ("hash_block_size", 512),
-                   ("segments", None), ("output_key", None), ("prefix_hashes", None), ("private_from", None),
-                   ("private_until_done", False), ("shares_content", False), ("hash_end", 0))  # fmt: skip
-_SET_DEFAULTS = tuple((_SETTERS[name], value) for name, value in _PLAIN_DEFAULTS)
-_S_ID, _S_T, _S_P, _S_O, _S_PRIO = (_SETTERS[n] for n in ("request_id", "arrival_time", "prompt_len", "output_len",
-                                                          "priority"))  # fmt: skip
+_PLAIN_ARGS = ("request_id", "arrival_time", "prompt_len", "output_len", "priority")
+# every other field at its declared default (the dataclass's own, so a new field cannot be missed)
+_SET_DEFAULTS = tuple((_SETTERS[f.name], f.default) for f in fields(RequestSpec) if f.name not in _PLAIN_ARGS)
+if any(v is MISSING for _, v in _SET_DEFAULTS):
+    raise RuntimeError("plain_spec needs a plain default for every field it is not given")
+_S_ID, _S_T, _S_P, _S_O, _S_PRIO = (_SETTERS[n] for n in _PLAIN_ARGS)
 
 
 def plain_spec(request_id: str, arrival_time: float, prompt_len: int, output_len: int, priority: int) -> RequestSpec:

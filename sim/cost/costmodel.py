@@ -296,13 +296,16 @@ class RooflineCostModel:
         """One step's seconds (sim/cost/step_price.py: the compiled arithmetic, from the coefficients above)."""
         t = self._pricer.step_time(batch)
         if t == NEED_TABLES:  # a step past the token or head table: grow it, then price
-            mg = self._pricer.token_row(batch.num_decode, batch.num_prefill, batch)
-            if mg >= len(self._tok):
-                self._grow_tok(mg)
-            if batch.num_logits >= len(self._head):
-                self._grow_head(batch.num_logits)
+            self._grow_to(self._pricer.token_row(batch.num_decode, batch.num_prefill, batch), batch.num_logits)
             t = self._pricer.step_time(batch)
         return t
+
+    def _grow_to(self, tok_row: int, head_row: int) -> None:
+        """Grow the token and head tables to hold these rows (the pricers raise or answer NEED_TABLES)."""
+        if tok_row >= len(self._tok):
+            self._grow_tok(tok_row)
+        if head_row >= len(self._head):
+            self._grow_head(head_row)
 
     def decode_step_times(
         self, num_decode: int | np.ndarray, ctx_sums: np.ndarray, num_logits: int | None = None
@@ -350,18 +353,13 @@ class RooflineCostModel:
         """``decode_step_times`` over lists, every row sampling (the fast-forward's runs); the same values.
         The tables are grown only when a row count is past them (decode_times raises IndexError: rare, so
         the usual call checks nothing here)."""
-        try:
-            return decode_times(self._tok, self._head, self._pad, self._step_oh, self._seq_oh, float(self._layers),
-                                self._attn_t0, self._kv_coef, self._dec_seq, rows, ctx_sums)
-        except IndexError:
-            pass
-        top = max(rows, default=0)
-        if top >= len(self._head):
-            self._grow_head(top)
-        if (mg := max(map(self._padded, rows), default=0)) >= len(self._tok):
-            self._grow_tok(mg)
-        return decode_times(self._tok, self._head, self._pad, self._step_oh, self._seq_oh, float(self._layers),
-                            self._attn_t0, self._kv_coef, self._dec_seq, rows, ctx_sums)
+        for _ in range(2):
+            try:
+                return decode_times(self._tok, self._head, self._pad, self._step_oh, self._seq_oh,
+                                    float(self._layers), self._attn_t0, self._kv_coef, self._dec_seq, rows, ctx_sums)
+            except IndexError:
+                self._grow_to(max(map(self._padded, rows), default=0), max(rows, default=0))
+        raise RuntimeError("decode_step_list: the tables were grown and still did not cover the rows")
 
     def breakdown(self, batch: BatchSummary) -> dict[str, float]:
         """Per-operator seconds of one step; the values sum to step_time(batch)."""

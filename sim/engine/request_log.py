@@ -47,14 +47,6 @@ _NAN = float("nan")
 FLUSH = 1 << 13  # rows buffered before they go into the columns
 
 
-def _extend_packed(col: array, code: str, vals: Sequence[object]) -> None:
-    """``col.extend(vals)``, packed by ``struct`` when it can be (``array.extend`` raises the error otherwise)."""
-    try:
-        col.frombytes(struct.pack(f"{len(vals)}{code}", *vals))
-    except struct.error:
-        col.extend(vals)
-
-
 def _all_int(vals: Sequence[object]) -> bool:
     """Whether every value is exactly an int (numpy's or a bool are not: pandas types them otherwise)."""
     return set(map(type, vals)) == {int}
@@ -108,22 +100,20 @@ class RequestLog:
         self._rows = []
         m = len(rows)
         cols = list(zip(*rows))  # noqa: B905  (rows of one length)
-        _extend_packed(self.keys, "q", cols[0])
+        try:
+            self.keys.frombytes(struct.pack(f"{m}q", *cols[0]))
+        except struct.error:  # array.extend names the bad key
+            self.keys.extend(cols[0])
         self.request_id.extend(cols[1])
         self.status.extend(cols[2])
         self.finish_reason.extend(cols[3])
         for c, vals in zip(_TIMES, cols[4:9]):  # noqa: B905
-            try:
-                packed = struct.pack(f"{m}d", *vals)
-            except struct.error:  # a missing time (NaN in the column), or a bad value (array names it)
-                vals = tuple(_NAN if v is None else v for v in vals)
-                packed = None
-            if self.int_times[c] and not _all_int(vals):
+            if self.int_times[c] and not _all_int(vals):  # a missing time (None) is not an int either
                 self.int_times[c] = False
-            if packed is None:
-                _extend_packed(self.times[c], "d", vals)
-            else:
-                self.times[c].frombytes(packed)
+            try:
+                self.times[c].frombytes(struct.pack(f"{m}d", *vals))
+            except struct.error:  # a missing time (NaN in the column), or a bad value (array.extend names it)
+                self.times[c].extend(tuple(_NAN if v is None else v for v in vals))
         for c, vals in zip(_INTS, cols[9:]):  # noqa: B905
             col = self.ints[c]
             if type(col) is array:
