@@ -59,7 +59,9 @@ def to_oldest() -> None:
     gc.unfreeze()
 
 
-YOUNG_EVERY = 1 << 18  # events of a run between two collections of the young generations (run_env)
+# events of a run between two collections of the young generations (run_env); a lone engine's run makes one
+# event per 16 waits (sim/engine/loop.py Engine.jump): ~4M waits, ~2M quickstart requests
+YOUNG_EVERY = 1 << 18
 
 
 @contextmanager

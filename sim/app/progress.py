@@ -2,8 +2,9 @@
 
 Shown only when asked (the CLI asks unless ``--quiet``) and stderr is a terminal, so pipes, logs and tests
 see nothing. A run's bar is driven between SimPy steps, not from the engine: :func:`run_env` is SimPy's own
-``Environment.run`` loop with a counter read every ``EVERY`` events (a check per few thousand events; the
-events, their order and so the results are exactly those of ``env.run()``).
+``Environment.run`` loop with a counter read every ``EVERY`` events (a check per thousand events; the
+events, their order and so the results are exactly those of ``env.run()``). A lone engine takes only
+one wait in 16 as an event (sim/engine/loop.py ``Engine.jump``), so its bar moves every ~16k waits.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sim.app.heap import YOUNG_EVERY, collect_young, frozen
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-EVERY = 4096  # SimPy events between two reads of the counter
+EVERY = 1024  # SimPy events between two reads of the counter
 DELAY_S = 2.0  # a run's bar appears only once it has taken this long (quick runs stay silent)
 
 

@@ -289,7 +289,9 @@ class FastForward:
         k = len(starts)
         wake = getattr(eng.source, "wake_event", None)
         if wake is None:
-            yield env.timeout(delay_to(start, ends[-1]))
+            d = delay_to(start, ends[-1])
+            if not eng.jump(d):
+                yield env.timeout(d)
             return k
         if finishing is None:
             eng.run_view = RunView(starts, free_after(), [], [])

@@ -24,6 +24,7 @@ from sim.engine.request_log import RequestLog
 from sim.engine.sources import ClosedSource, OpenSource
 
 SWEEP_MIN = 4096  # held requests before the first sweep (and the least between two)
+BREATH = 16  # every BREATH-th wait is a SimPy event even where it could be jumped (Engine.jump)
 
 
 class Engine:
@@ -72,8 +73,31 @@ class Engine:
         # A decode run in flight, for observers that need the state mid-run (a cluster router reading KV
         # usage, a gateway counting finishes; fastforward.RunView); None otherwise.
         self.run_view: RunView | None = None
+        self._jumps = 0  # waits jumped so far (Engine.jump)
         self._gen = self._loop_async() if async_scheduling else self._loop()
         self.process = env.process(self._gen)
+
+    def jump(self, delay: float) -> bool:
+        """Wait ``delay`` seconds without a SimPy event when no other event is due by then: the clock is
+        set to what the timeout would have set it to (``now + delay``, the same float), and the loop
+        goes on in the same process. True when it jumped; False: the caller yields ``env.timeout``.
+
+        Exact: with nothing in the schedule at or before the wait's end, no other process could run
+        in between (only a running one can schedule an event), and an event already due at that very
+        instant was scheduled first, so it would run first: no jump then. A single engine's run is one
+        process whose every wait is its own, so it pays no event (a Timeout, a heap push and pop, a
+        resumed generator chain: ~2 per request) for most of its waits. Every BREATH-th wait is taken
+        as an event all the same, so the run loop around ``env.step`` (its progress bar and young
+        collections, sim/app/progress.py) still gets a turn now and then."""
+        env = self.env
+        t = env.now + delay
+        if env.peek() <= t:
+            return False
+        self._jumps += 1
+        if not self._jumps % BREATH:
+            return False
+        env._now = t  # SimPy's clock (Environment.now is its read-only view)
+        return True
 
     def close(self) -> None:
         """End the loop where it waits (a cluster replica's waits for a push that will not come): its
@@ -190,7 +214,9 @@ class Engine:
             t = deadline  # a waiting request's client gives up before anything arrives
         elif deadline is not None and deadline < t:
             t = deadline
-        yield self.env.timeout(max(t - now, 0.0))
+        delay = max(t - now, 0.0)
+        if not self.jump(delay):
+            yield self.env.timeout(delay)
         return False
 
     def _boundary(self, now: float) -> bool:
@@ -228,7 +254,8 @@ class Engine:
             num_running, num_waiting = policy.num_running, policy.num_waiting
             usage, free, cached = kv.usage, kv.num_free_blocks, kv.num_cached_free_blocks
             dt = step_time(plan.batch)
-            yield env.timeout(dt)
+            if not self.jump(dt):
+                yield env.timeout(dt)
             end = env.now
             rec.on_tokens(plan.sampled, end)
             finished = policy.update(plan, end)
@@ -276,7 +303,7 @@ class Engine:
                     return
                 continue
             plan, start, dt, (num_running, num_waiting, usage, free, cached) = queue.popleft()
-            if start + dt > now:
+            if start + dt > now and not self.jump(start + dt - now):
                 yield env.timeout(start + dt - now)
             end = env.now
             finished = policy.update(plan, end)

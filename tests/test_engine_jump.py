@@ -1,0 +1,114 @@
+"""Engine.jump: a wait with no other SimPy event due by its end sets the clock instead of scheduling a
+timeout. Checked against the same runs with every wait taken as an event: same rows, same steps, same
+clock; never past another process's event; the run loop still gets its turns (progress bar)."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+import pytest
+import simpy
+
+from policies.base import make_policy
+from sim.app.config import config_from_dict
+from sim.app.progress import bar, run_env
+from sim.app.simulate import simulate
+from sim.core.request import RequestSpec
+from sim.cost.costmodel import ConstantCostModel
+from sim.engine import loop
+from sim.engine.loop import Engine
+from sim.engine.recorder import Recorder
+from sim.engine.sources import OpenSource
+from tests.helpers import limits
+
+
+def _no_jumps(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Engine, "jump", lambda self, delay: False)
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Engine.jump as it is, counting the waits it jumped."""
+    jumped = [0]
+    real = Engine.jump
+
+    def jump(self: Engine, delay: float) -> bool:
+        ok = real(self, delay)
+        jumped[0] += ok
+        return ok
+
+    monkeypatch.setattr(Engine, "jump", jump)
+    return jumped
+
+
+def _cfg(async_scheduling: bool, rate: float, horizon: float | None) -> dict:
+    return {"engine": {"policy": "vllm", "max_model_len": 4096, "max_num_seqs": 16, "max_num_batched_tokens": 1024,
+                       "async_scheduling": async_scheduling},
+            "hardware": {"gpu": "RTX 4090"}, "model": {"name": "Mistral-7B"},
+            "workload": {"rate": rate, "num_requests": 400,
+                         "prompt": {"dist": "lognormal", "mean": 600, "std": 300, "min": 16, "max": 3000},
+                         "output": {"dist": "lognormal", "mean": 120, "std": 80, "min": 4, "max": 600}},
+            "simulation": {"seed": 3, "horizon": horizon}}  # fmt: skip
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+@pytest.mark.parametrize("rate, horizon", [(2.0, None), (8.0, 30.0)])
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_jumped_waits_give_the_same_run(monkeypatch, async_scheduling, rate, horizon, fast_forward):
+    cfg = config_from_dict(_cfg(async_scheduling, rate, horizon))
+    jumped = _counting(monkeypatch)
+    a = simulate(cfg, fast_forward=fast_forward)
+    assert jumped[0] > 100  # idle waits, steps and decode runs were jumped
+    _no_jumps(monkeypatch)
+    b = simulate(cfg, fast_forward=fast_forward)
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
+    assert a.meta["end_time"] == b.meta["end_time"]
+
+
+def _watched(until: float | None) -> tuple[list[tuple], float]:
+    """An engine and a monitor process that samples it every 0.37 s: the samples and the clock."""
+    env = simpy.Environment()
+    pol = make_policy("vllm", limits(num_gpu_blocks=64, max_num_seqs=4))
+    specs = [RequestSpec(f"r{i}", 0.9 * i, 40 + 7 * i, 5 + 3 * (i % 7)) for i in range(30)]
+    rec = Recorder()
+    eng = Engine(env, pol, ConstantCostModel(step_s=0.05), OpenSource(specs), rec)
+    samples: list[tuple] = []
+
+    def monitor():
+        while True:
+            samples.append((env.now, len(pol.running), pol.num_waiting, len(rec.steps), eng.num_schedules))
+            yield env.timeout(0.37)
+
+    env.process(monitor())
+    env.run(until=until if until is not None else 40.0)
+    return samples, env.now
+
+
+@pytest.mark.parametrize("until", [None, 12.3])
+def test_no_jump_past_another_process(monkeypatch, until):
+    """A second process's events keep their place: with every wait an event, the monitor sees the same
+    states at the same times (a jump past its timeouts would show it later states)."""
+    jumped = _counting(monkeypatch)
+    a = _watched(until)
+    assert jumped[0] > 0  # waits shorter than the monitor's next sample were still jumped
+    _no_jumps(monkeypatch)
+    assert _watched(until) == a
+
+
+def test_a_lone_engine_still_gives_the_run_loop_turns():
+    """One wait in BREATH is an event, so a progress bar driven between events moves during the run."""
+    env = simpy.Environment()
+    pol = make_policy("vllm", limits(num_gpu_blocks=4096, max_num_seqs=8))
+    specs = [RequestSpec(f"r{i}", 0.5 * i, 64, 20) for i in range(400)]
+    eng = Engine(env, pol, ConstantCostModel(step_s=0.01), OpenSource(specs), Recorder(), fast_forward=False)
+    seen: list[int] = []
+
+    def count() -> int:
+        seen.append(eng.num_submitted)
+        return eng.num_submitted
+
+    run_env(env, bar(400, "run", enabled=True, stream=io.StringIO()), count, every=4)
+    assert eng._jumps > 10 * loop.BREATH
+    moving = sorted(set(seen))
+    assert len(moving) > 10 and moving[-1] == 400  # read at many points of the run, not only at its end
