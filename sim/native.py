@@ -46,6 +46,8 @@ MODULES = (
     "policies.vllm",
     "sim.engine.rowpass",
     "sim.engine.runcalc",
+    "sim.engine.fastforward",
+    "sim.engine.fastforward_async",
     "sim.cost.decode_price",
     "sim.cost.step_price",
 )

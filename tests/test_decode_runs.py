@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 from policies.base import make_policy
 from sim.core.request import Request, RequestSpec
 from sim.cost.costmodel import ConstantCostModel
-from sim.engine import fastforward
 from sim.engine.loop import Engine
 from sim.engine.recorder import Recorder
 from sim.engine.sources import ClosedSource, OpenSource
@@ -327,21 +326,21 @@ class _Counting:
         self.waiting: list[int] = []  # requests waiting while each run was applied
 
     @contextlib.contextmanager
-    def recording_runs(self):
-        """Record the runs the fast-forward applies to this policy (sim.engine.fastforward.apply_run)."""
-        orig = fastforward.apply_run
+    def recording_runs(self, rec: Recorder):
+        """Record the runs the fast-forward applies to this policy, as the recorder is told of them (the
+        fast-forward is compiled: a patched module function would not be seen)."""
+        orig = rec.on_decode_run
 
-        def recorded_apply(policy, run, end_times):
-            if policy is self.policy:
-                self.runs.append((len(end_times), min(run.finish_step)))
-                self.waiting.append(policy.num_waiting)
-            return orig(policy, run, end_times)
+        def recorded(run, starts, *args, **kwargs):
+            self.runs.append((len(starts), min(run.finish_step)))
+            self.waiting.append(self.policy.num_waiting)
+            return orig(run, starts, *args, **kwargs)
 
-        fastforward.apply_run = recorded_apply
+        rec.on_decode_run = recorded
         try:
             yield
         finally:
-            fastforward.apply_run = orig
+            del rec.on_decode_run
 
 
 def _engine_run(source, fast_forward: bool, cost=None, horizon=None, policy="vllm", **lim):
@@ -351,7 +350,7 @@ def _engine_run(source, fast_forward: bool, cost=None, horizon=None, policy="vll
     rec = Recorder(trace=True)
     cost = cost or ConstantCostModel(step_s=0.05, per_token_s=2e-4)  # step time grows with the rows
     eng = Engine(env, pol, cost, source, rec, horizon, fast_forward)
-    with counter.recording_runs():
+    with counter.recording_runs(rec):
         env.run()
     counter.schedules = eng.num_schedules
     return eng, rec, counter
@@ -660,15 +659,14 @@ def test_runs_are_sized_by_the_steps_that_can_start_before_the_next_arrival(asyn
     eng = Engine(env, make_policy("vllm", limits(async_scheduling=async_scheduling)), cost, OpenSource(specs),
                  Recorder(), async_scheduling=async_scheduling)
     planned: list[tuple[int, float]] = []  # (steps planned, seconds to the next arrival) per run
-    price = type(eng.ff)._price_until
 
-    def spy(self, rows, ctx, start, limit):
-        planned.append((len(rows), limit - start))
-        return price(self, rows, ctx, start, limit)
+    class Spy(type(eng.ff)):  # the fast-forward is compiled, open to interpreted subclasses
+        def _price_until(self, rows, ctx, start, limit):
+            planned.append((len(rows), limit - start))
+            return super()._price_until(rows, ctx, start, limit)
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(type(eng.ff), "_price_until", spy)
-        env.run()
+    eng.ff = Spy(eng)
+    env.run()
     # steps take >= 0.05 s, so at most span / 0.05 + 1 start before the next arrival; rows have hundreds
     # of tokens left, so without the bound a run would be planned to hundreds of steps (as after the last)
     bounded = [(k, span) for k, span in planned if span < float("inf")]

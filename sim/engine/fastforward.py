@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from sim.core.request import Request
 from sim.cost.decode_price import price_decode_steps
@@ -198,6 +199,7 @@ def delay_to(now: float, t: float) -> float:
     return d
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (sim/native.py); tests observe it from a subclass
 class FastForward:
     """One engine's decode fast-forward: after each step, take the quiet stretch that follows, if any.
 

@@ -11,6 +11,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Generator
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from sim.core.request import Request
 from sim.engine.fastforward import DecodeRun, FastForward
 from sim.engine.rowpass import apply_async as _apply_async
@@ -19,6 +21,7 @@ from sim.engine.rowpass import last_token_times, queued_rows
 from sim.engine.runcalc import at_least, clock, run_rows
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (sim/native.py), like FastForward
 class AsyncFastForward(FastForward):
     """The fast-forward of the async loop (vLLM's two-deep batch queue, Engine._loop_async).
 
