@@ -48,6 +48,10 @@ MODULES = (
     "sim.engine.runcalc",
     "sim.engine.fastforward",
     "sim.engine.fastforward_async",
+    "sim.engine.loop",
+    "sim.engine.recorder",
+    "sim.engine.step_store",
+    "sim.engine.gaps",
     "sim.cost.decode_price",
     "sim.cost.step_price",
 )

@@ -10,7 +10,6 @@ stops at the first finish, since the finish brings the next arrival).
 from __future__ import annotations
 
 import bisect
-import contextlib
 import random
 
 import numpy as np
@@ -315,43 +314,31 @@ def test_grow_decodes_refuses_a_run_the_pool_cannot_hold():
 
 
 # ---- c. engine: fast-forwarded runs stay exact ---------------------------------------------------------
-class _Counting:
-    """Records each decode run applied (steps, earliest finish step); ``schedules``: the engine's count
-    of policy.schedule calls, set after the run."""
+class _Counting(Recorder):
+    """A recorder (with the step trace) that also records each decode run it is told of (steps, earliest
+    finish step) and the requests waiting then; ``schedules``: the engine's count of policy.schedule
+    calls, set after the run. (The fast-forward is compiled: a patched module function would not be seen.)"""
 
     def __init__(self, policy) -> None:
+        super().__init__(trace=True)
         self.policy = policy
         self.schedules = 0
         self.runs: list[tuple[int, int]] = []
         self.waiting: list[int] = []  # requests waiting while each run was applied
 
-    @contextlib.contextmanager
-    def recording_runs(self, rec: Recorder):
-        """Record the runs the fast-forward applies to this policy, as the recorder is told of them (the
-        fast-forward is compiled: a patched module function would not be seen)."""
-        orig = rec.on_decode_run
-
-        def recorded(run, starts, *args, **kwargs):
-            self.runs.append((len(starts), min(run.finish_step)))
-            self.waiting.append(self.policy.num_waiting)
-            return orig(run, starts, *args, **kwargs)
-
-        rec.on_decode_run = recorded
-        try:
-            yield
-        finally:
-            del rec.on_decode_run
+    def on_decode_run(self, run, starts, *args, **kwargs) -> None:
+        self.runs.append((len(starts), min(run.finish_step)))
+        self.waiting.append(self.policy.num_waiting)
+        super().on_decode_run(run, starts, *args, **kwargs)
 
 
 def _engine_run(source, fast_forward: bool, cost=None, horizon=None, policy="vllm", **lim):
     env = simpy.Environment()
     pol = make_policy(policy, limits(**lim))
-    counter = _Counting(pol)
-    rec = Recorder(trace=True)
+    rec = counter = _Counting(pol)
     cost = cost or ConstantCostModel(step_s=0.05, per_token_s=2e-4)  # step time grows with the rows
     eng = Engine(env, pol, cost, source, rec, horizon, fast_forward)
-    with counter.recording_runs(rec):
-        env.run()
+    env.run()
     counter.schedules = eng.num_schedules
     return eng, rec, counter
 

@@ -103,7 +103,7 @@ def test_the_finder_loads_only_the_compiled_modules(monkeypatch, tmp_path):
     finder = native._FromBuild()
     spec = finder.find_spec("policies.vllm")
     assert spec is not None and spec.origin == str(tmp_path / ("policies/vllm" + native._suffix()))
-    assert finder.find_spec("sim.engine.loop") is None  # not compiled: the usual import
+    assert finder.find_spec("sim.engine.sources") is None  # not compiled: the usual import
 
 
 @pytest.mark.skipif(native.state() != "compiled", reason="no current mypyc build here")

@@ -13,7 +13,6 @@ running rows and the KV manager, so a run ends in exactly the state k schedule+u
 from __future__ import annotations
 
 import math
-import weakref
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -207,10 +206,12 @@ class FastForward:
     """
 
     def __init__(self, engine: Engine) -> None:
-        # A weak proxy: the engine holds its fast-forward, and a reference back would make the pair a cycle
-        # that keeps the engine's policy and KV pool (~29k block objects on an 80 GB card) alive after a run
-        # until a full collection, which runs of one process (a notebook, a sizing search) rarely reach.
-        self.engine = weakref.proxy(engine)
+        # No reference back to the engine (it is passed to each call): the engine holds its fast-forward,
+        # and the pair would be a cycle that keeps the engine's policy and KV pool (~29k block objects on
+        # an 80 GB card) alive after a run until a full collection, which runs of one process (a notebook,
+        # a sizing search) rarely reach. The cost model and the horizon are the engine's for its life.
+        self.cost: Any = engine.cost
+        self.horizon: float = engine.horizon
         # Rows may finish inside a decode run when no arrival depends on a finish (an open source: not a
         # closed loop, not a cluster inbox that routes on replica state), or when the source can say how
         # soon a finish brings its arrival (``response_delay``: closed loops, sessions): the run then ends
@@ -229,17 +230,17 @@ class FastForward:
         self.runs = 0
         self.steps = 0
 
-    def after_step(self, end: float, dt: float, finished: list[Request]) -> Generator[Any, Any, None] | None:
+    def after_step(self, eng: Engine, end: float, dt: float,
+                   finished: list[Request]) -> Generator[Any, Any, None] | None:
         """Called by the engine after each scheduled step that ended at ``end`` and took ``dt``: the
         process to run for a possible decode run, or None (checked without building a generator)."""
-        eng = self.engine
         # A finish frees blocks and a slot: whatever blocked the waiting queue may be gone.
         if finished and eng.policy.num_waiting:
             return None
         nxt = self._next_event(eng)
         # Cheap pre-check: a run needs room for at least two steps before the next arrival.
         if nxt is None or nxt > end + 1.5 * dt:
-            return self._run(end, nxt)
+            return self._run(eng, end, nxt)
         return None
 
     def _caused(self, reqs: list[Request], fin: list[int], ends: list[float]) -> float:
@@ -274,7 +275,7 @@ class FastForward:
         """May this run go on past finishes (the source's standing answer, or a pushed source's now)?"""
         return self.passes or (self.may_pass is not None and self.may_pass())
 
-    def _sleep_through(self, start: float, starts: list[float], ends: list[float],
+    def _sleep_through(self, eng: Engine, start: float, starts: list[float], ends: list[float],
                        free_after: Callable[[], list[int]],
                        finishing: tuple[list[Request], list[int]] | None = None) -> Generator[Any, Any, int]:
         """Wait out a run of ``len(starts)`` steps begun at ``start``; returns how many of them happened.
@@ -286,7 +287,6 @@ class FastForward:
         free blocks after each step (``free_after()``), for a router reading the replica mid-run; with
         them (rows and the step, 1-based, of each one's finish) the finishes and their times instead,
         announced to the source's ``on_run``."""
-        eng = self.engine
         env = eng.env
         k = len(starts)
         wake = getattr(eng.source, "wake_event", None)
@@ -319,7 +319,7 @@ class FastForward:
         """Durations of the run's first steps, enough of them to pass ``limit`` (or all): priced in
         growing windows, since a run is usually cut by an arrival long before its last finish."""
         k = len(rows)
-        cost = self.engine.cost
+        cost = self.cost
         out: list[float] = []
         a, t, window = 0, start, 32
         while a < k:
@@ -336,7 +336,7 @@ class FastForward:
         """When the run's steps must have started by (the next arrival or client timeout ``nxt``, which
         it would join or abort at that boundary, or the horizon), and a bound on how many can start by
         then counting from ``first`` (None: no bound)."""
-        limit = min(math.inf if nxt is None else nxt, self.engine.horizon)
+        limit = min(math.inf if nxt is None else nxt, self.horizon)
         return limit, (self._steps_before(limit - first, rows) if limit < math.inf and rows else None)
 
     def _steps_before(self, span: float, rows: int) -> int:
@@ -348,15 +348,14 @@ class FastForward:
         fastest = self._fastest
         if len(fastest) < rows:
             n = max(rows, 2 * len(fastest), 64)
-            times = self.engine.cost.decode_step_times(np.arange(1, n + 1), np.zeros(n))
+            times = self.cost.decode_step_times(np.arange(1, n + 1), np.zeros(n))
             fastest = self._fastest = np.minimum.accumulate(times).tolist()
         m = fastest[rows - 1]
         if not m > 0:
             return 1 << 62
         return int(span / m) + 3 if span > 0 else 2
 
-    def _run(self, start: float, nxt: float | None) -> Generator[Any, Any, None]:
-        eng = self.engine
+    def _run(self, eng: Engine, start: float, nxt: float | None) -> Generator[Any, Any, None]:
         policy, source = eng.policy, eng.source
         passes = self._passes_now()
         limit, cap = self._limit(nxt, start, len(policy.running))
@@ -382,7 +381,7 @@ class FastForward:
         last_tok = last_token_times(run.requests)
         num_waiting = policy.num_waiting
         free = kv.num_free_blocks
-        k = yield from self._sleep_through(start, starts, ends, lambda: [free - x for x in run.new_blocks[1:k + 1]],
+        k = yield from self._sleep_through(eng, start, starts, ends, lambda: [free - x for x in run.new_blocks[1:k + 1]],
                                            (run.requests, fin) if k > first_fin else None)
         starts, durations, ends, rows = starts[:k], durations[:k], ends[:k], rows[:k]
         finished = apply_run(policy, run, ends)

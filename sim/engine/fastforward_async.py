@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mypy_extensions import mypyc_attr
 
@@ -19,6 +19,9 @@ from sim.engine.rowpass import apply_async as _apply_async
 from sim.engine.rowpass import decode_plan as _decode_plan
 from sim.engine.rowpass import last_token_times, queued_rows
 from sim.engine.runcalc import at_least, clock, run_rows
+
+if TYPE_CHECKING:
+    from sim.engine.loop import Engine
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (sim/native.py), like FastForward
@@ -33,19 +36,18 @@ class AsyncFastForward(FastForward):
     whose blocks get hashed are stepped one by one. Past a finish only as the synchronous run goes.
     """
 
-    def after_batch(self, queue: Any, now: float) -> Generator[Any, Any, Any] | None:
+    def after_batch(self, eng: Engine, queue: Any, now: float) -> Generator[Any, Any, Any] | None:
         """A process for the run, whose value is (queued batch, gpu_free), or None when there is none."""
         if len(queue) != 1:
             return None
         plan, start, dt, counters = queue[0]
-        nxt = self._next_event(self.engine)
+        nxt = self._next_event(eng)
         if start != now or (nxt is not None and nxt <= now + dt):
             return None  # a run needs its second schedule (at the end of the queued batch) in time
-        return self._run_async(plan, dt, counters, now, nxt)
+        return self._run_async(eng, plan, dt, counters, now, nxt)
 
-    def _run_async(self, plan: Any, dt: float, counters: tuple, now: float,
+    def _run_async(self, eng: Engine, plan: Any, dt: float, counters: tuple, now: float,
                    nxt: float | None) -> Generator[Any, Any, Any]:
-        eng = self.engine
         policy = eng.policy
         quiet = policy.quiet()
         running: list[Request] = list(policy.running)
@@ -94,7 +96,7 @@ class AsyncFastForward(FastForward):
         cached0 = kv.num_cached_free_blocks
         # Schedules happen at ``starts``: a push ends the run after the schedules made by then, and the
         # loop goes on from there (_sleep_through).
-        k = yield from self._sleep_through(now, starts, ends, lambda: [free0 - x for x in cum[1:k + 1]],
+        k = yield from self._sleep_through(eng, now, starts, ends, lambda: [free0 - x for x in cum[1:k + 1]],
                                            (running, left) if through and k >= min(left) else None)
         starts, applied, ends = starts[:k], applied[:k], ends[:k]
         free_after, cached_after, finished = _apply_async(policy, running, c0, left, cum, ends, k, cached0)

@@ -11,7 +11,8 @@ import heapq
 import math
 from array import array
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from typing import Any
 
 import simpy
 
@@ -25,6 +26,7 @@ from sim.engine.sources import ClosedSource, OpenSource
 
 SWEEP_MIN = 4096  # held requests before the first sweep (and the least between two)
 BREATH = 16  # every BREATH-th wait is a SimPy event even where it could be jumped (Engine.jump)
+JUMPS = True  # False: an engine built from now on takes every wait as a SimPy event (tests compare the two)
 
 
 class Engine:
@@ -42,9 +44,11 @@ class Engine:
         keep_requests: bool = True,
     ) -> None:
         self.env = env
-        self.policy = policy
-        self.cost = cost_model
-        self.source = source
+        # Any: compiled (sim/native.py), the engine takes any policy, cost model or source with the methods
+        # it calls (plug-ins, a cluster replica's inbox), read as Python attributes
+        self.policy: Any = policy
+        self.cost: Any = cost_model
+        self.source: Any = source
         self.rec = recorder
         self.num_schedules = 0  # policy.schedule calls (each priced step is one, or part of a decode run)
         usable = getattr(getattr(policy, "kv", None), "usable_blocks", None)
@@ -73,6 +77,7 @@ class Engine:
         # A decode run in flight, for observers that need the state mid-run (a cluster router reading KV
         # usage, a gateway counting finishes; fastforward.RunView); None otherwise.
         self.run_view: RunView | None = None
+        self.jumps = JUMPS
         self._jumps = 0  # waits jumped so far (Engine.jump)
         self._gen = self._loop_async() if async_scheduling else self._loop()
         self.process = env.process(self._gen)
@@ -91,7 +96,7 @@ class Engine:
         collections, sim/app/progress.py) still gets a turn now and then."""
         env = self.env
         t = env.now + delay
-        if env.peek() <= t:
+        if not self.jumps or env.peek() <= t:
             return False
         self._jumps += 1
         if not self._jumps % BREATH:
@@ -194,7 +199,7 @@ class Engine:
         self.last_rejected = req.spec
         self.source.on_done(req.spec, now)
 
-    def _wait_for_arrival(self, now: float):
+    def _wait_for_arrival(self, now: float) -> Generator[Any, Any, bool]:
         """Sleep until the next arrival; returns True when none can come before the horizon.
 
         A source that is pushed to (a cluster replica's inbox, sim/app/replica.py) offers ``wake_event()``:
@@ -229,7 +234,7 @@ class Engine:
         return now >= self.horizon
 
     # ---- the loop --------------------------------------------------------------------------------
-    def _loop(self):
+    def _loop(self) -> Generator[Any, Any, None]:
         env, policy, rec, source = self.env, self.policy, self.rec, self.source
         kv = policy.kv
         step_time = self.cost.step_time
@@ -262,10 +267,10 @@ class Engine:
             rec.on_step(plan, now, dt, num_running, num_waiting, usage, free, finished, num_cached_free=cached)
             for req in finished:
                 source.on_done(req.spec, end)
-            if ff is not None and (run := ff.after_step(end, dt, finished)) is not None:
+            if ff is not None and (run := ff.after_step(self, end, dt, finished)) is not None:
                 yield from run
 
-    def _loop_async(self):
+    def _loop_async(self) -> Generator[Any, Any, None]:
         """vLLM V1's engine core with ``async_scheduling``: a two-deep batch queue (EngineCore's
         step_with_batch_queue). Batch i+1 is scheduled when batch i starts on the GPU, before i's
         output is applied, so an arrival during batch i first runs in batch i+2, and a finish frees
@@ -277,7 +282,7 @@ class Engine:
         step_time = self.cost.step_time
         queue: deque[tuple[StepPlan, float, float, tuple]] = deque()  # in flight, oldest first
         gpu_free = env.now  # when the last launched batch ends
-        aff = self.ff
+        aff = self.ff if isinstance(self.ff, AsyncFastForward) else None
         while True:
             now = env.now
             if self._boundary(now):
@@ -317,7 +322,7 @@ class Engine:
             for req in finished:
                 source.on_done(req.spec, end)
             if aff is not None and not (finished and policy.num_waiting):
-                run = aff.after_batch(queue, end)
+                run = aff.after_batch(self, queue, end)
                 if run is not None and (res := (yield from run)) is not None:
                     entry, gpu_free = res
                     queue[0] = entry

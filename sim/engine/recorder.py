@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from sim.core.policy import StepPlan
 from sim.core.request import Request
@@ -27,6 +28,7 @@ STEP_COLUMNS = ("start", "duration", *COUNT_COLUMNS[:COUNT_COLUMNS.index("num_fi
 FRAME_COLUMNS = ("step", "replica", *STEP_COLUMNS, "num_scheduled_tokens")  # steps_frame's, in order
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (sim/native.py); observers subclass it (tests)
 class Recorder:
     def __init__(self, replica: int = 0, trace: bool = False) -> None:
         self.replica = replica
@@ -196,7 +198,7 @@ class StepTable:
         out = []
         for (replica, store), a, b in zip(self.parts, self.offsets[:-1], self.offsets[1:], strict=True):
             if a < hi and lo < b:
-                out.append((replica, store, max(lo, a) - a, min(hi, b) - a))
+                out.append((replica, store, int(max(lo, a) - a), int(min(hi, b) - a)))
         return out
 
     def columns(self, names: list[str] | tuple[str, ...], lo: int = 0, hi: int | None = None) -> dict[str, np.ndarray]:

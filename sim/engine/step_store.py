@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +43,7 @@ DENSE = 64  # more stored starts than one per DENSE steps (an often idle engine)
 FLUSH = 1 << 13  # buffered steps before they go into the typed columns
 _WIDER = {"b": "h", "h": "i", "i": "q"}
 _DTYPE = {"b": np.int8, "h": np.int16, "i": np.int32, "q": np.int64}
-_RANGE = {c: (int(np.iinfo(t).min), int(np.iinfo(t).max)) for c, t in _DTYPE.items()}
+_RANGE = {c: (-(1 << (8 * w - 1)), (1 << (8 * w - 1)) - 1) for c, w in (("b", 1), ("h", 2), ("i", 4), ("q", 8))}
 _INT64 = _RANGE["q"]
 assert [array(c).itemsize for c in "bhiq"] == [1, 2, 4, 8]
 
@@ -72,7 +73,7 @@ class StepStore:
         self.kv_usage: array | None = None if self.usable_blocks else array("d")
         self.stored = 0  # steps in the typed columns; the rest are in the buffer
         # The buffer, in step order: a step's counts tuple, or (k, counts) of a run of k steps.
-        self._pending: list[tuple] = []
+        self._pending: list[Any] = []
         self._dur: list[float] = []  # durations of the buffered steps
         self._st: list[float] = []  # their starts, while every start is stored (dense)
         self._kv: list[float] = []  # their kv_usage, while that column is stored
@@ -114,7 +115,7 @@ class StepStore:
         """Widen column ``i`` until [lo, hi] fits its type."""
         a = self.counts[i]
         assert a is not None
-        code = a.typecode
+        code: str = a.typecode
         while not _RANGE[code][0] <= lo <= hi <= _RANGE[code][1]:
             if code == "q":
                 raise ResultsIntegrityError(f"step column {COUNT_COLUMNS[i]}: value {hi if hi > 0 else lo} "
@@ -139,8 +140,8 @@ class StepStore:
         array) or one int for all k; their ``kv_usage`` is ``1 - num_free_blocks / usable_blocks``,
         computed only when the store keeps that column (it is derived otherwise). The lists are kept
         as given until the buffer is flushed (the caller does not touch them again)."""
-        st = np.asarray(starts, dtype=np.float64).tolist() if isinstance(starts, np.ndarray) else starts
-        du = np.asarray(durations, dtype=np.float64).tolist() if isinstance(durations, np.ndarray) else durations
+        st = _floats(starts)
+        du = _floats(durations)
         k = len(st)
         if not k:
             return
@@ -161,7 +162,7 @@ class StepStore:
         if len(self._dur) >= FLUSH:
             self.flush()
 
-    def _extend_starts(self, n: int, st: Sequence[float], du: Sequence[float]) -> None:
+    def _extend_starts(self, n: int, st: list[float], du: list[float]) -> None:
         if self.start is not None:
             self._st.extend(st)
         else:
@@ -193,7 +194,7 @@ class StepStore:
             if n != m:
                 raise ResultsIntegrityError(f"step column {COUNT_COLUMNS[i]}: {n} values for {m} steps")
             if b is None or not _INT64[0] <= b[0] <= b[1] <= _INT64[1]:
-                v = cols[i] = _as_int64(COUNT_COLUMNS[i], cols[i] if not const[i] else [b[0]] * m)
+                v = cols[i] = _as_int64(COUNT_COLUMNS[i], [b[0]] * m if const[i] and b is not None else cols[i])
                 bounds[i] = (int(v.min()), int(v.max()), m)
         for i, b in enumerate(bounds):
             assert b is not None
@@ -310,6 +311,15 @@ class StepStore:
             if name == "num_finished":
                 out["kv_usage"] = kv
         return out
+
+
+def _floats(values: Sequence[float]) -> list[float]:
+    """A run's starts or durations as a list (numpy arrays as float64, then Python floats)."""
+    if isinstance(values, list):
+        return values
+    if isinstance(values, np.ndarray):
+        return np.asarray(values, dtype=np.float64).tolist()
+    return list(values)
 
 
 def _as_int64(name: str, vals: list) -> np.ndarray:
