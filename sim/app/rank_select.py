@@ -43,18 +43,23 @@ def from_keys(k: np.ndarray) -> np.ndarray:
     return np.where(pos, k ^ _SIGN, ~k).view(np.float64)
 
 
-def select(blocks: Blocks, ranks: np.ndarray, by_count: bool) -> tuple[np.ndarray, np.ndarray]:
+def select(blocks: Blocks, ranks: np.ndarray, by_count: bool,
+           value_range: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """For each rank r (0-based; in entries when ``by_count``, else in weight), the entry of the sample
     sorted stably by value where the cumulative measure first exceeds r: its value and (``by_count``)
     the cumulative weight through it. ``blocks`` gives finite values and int64 weights > 0; ranks lie in
-    [0, the total measure)."""
+    [0, the total measure). ``value_range``: the sample's least and greatest value, when the caller's own
+    pass found them (a pass over the blocks less: a big run's gaps are rebuilt for each)."""
     ranks = np.asarray(ranks)
     lo = hi = None
-    for v, _ in blocks():
-        k = order_keys(v)
-        if k.size:
-            a, b = int(k.min()), int(k.max())
-            lo, hi = (a, b) if lo is None else (min(lo, a), max(hi, b))
+    if value_range is not None:
+        lo, hi = (int(k) for k in order_keys(np.array(value_range, dtype=np.float64)))
+    else:
+        for v, _ in blocks():
+            k = order_keys(v)
+            if k.size:
+                a, b = int(k.min()), int(k.max())
+                lo, hi = (a, b) if lo is None else (min(lo, a), max(hi, b))
     if lo is None:
         raise ValueError("rank selection in an empty sample")
     base = np.uint64(lo)

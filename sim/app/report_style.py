@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from plotly.colors import qualitative
 
-from sim.app.stats import weighted_percentiles_blocks
+from sim.app.stats import clean_blocks, count_blocks, weighted_percentiles_blocks
 
 RUN_PALETTE: tuple[str, ...] = tuple(qualitative.Plotly)
 # Timeline series keep their colour across subplots and across runs.
@@ -47,15 +47,12 @@ def spans_decades(samples: Iterable[tuple[np.ndarray, np.ndarray | None]], ratio
                 keep = np.isfinite(bv) & (bv > 0) & (bw > 0)
                 yield bv[keep], bw[keep]
 
-    kept, top = 0, 0.0  # one pass for the count and the maximum (each pass reads every block)
-    for v, _ in positive():
-        if len(v):
-            kept += len(v)
-            top = max(top, float(v.max()))
-    if kept < 2:
+    # one pass for the count, the weight and the range (each pass reads every block), handed on
+    kept, total, span = count_blocks(clean_blocks(positive))
+    if kept < 2 or span is None:
         return False
-    lo = float(weighted_percentiles_blocks(positive, [1.0])[0])
-    return bool(lo > 0 and top / lo > ratio)
+    lo = float(weighted_percentiles_blocks(positive, [1.0], total, span)[0])
+    return bool(lo > 0 and span[1] / lo > ratio)
 
 
 def _num(v: Any) -> str:

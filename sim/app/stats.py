@@ -93,6 +93,17 @@ def stats_ms(name: str, values: np.ndarray, percentiles: Sequence[float],
 LEAF = 1 << 16  # pairwise-summation leaves summed by numpy at once (>= 128, numpy's own block)
 
 
+def count_blocks(blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[int, int, tuple[float, float] | None]:
+    """Entries, total weight, and least and greatest value (None when empty) of blocks, in one pass."""
+    n = total = 0
+    lo, hi = math.inf, -math.inf
+    for v, w in blocks:
+        if len(v):
+            n, total = n + len(v), total + int(w.sum())
+            lo, hi = min(lo, float(v.min())), max(hi, float(v.max()))
+    return n, total, (lo, hi) if n else None
+
+
 def clean_blocks(blocks: Blocks) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     for values, weights in blocks():
         v, w = clean_weighted(values, weights)
@@ -135,29 +146,27 @@ def _node(m: int, take: _Take) -> np.float64:
 def stats_ms_blocks(name: str, blocks: Blocks, percentiles: Sequence[float]) -> dict[str, float | None]:
     """``stats_ms(name, values, percentiles, weights)`` of the sample ``blocks`` gives, pass by pass."""
     keys = _stat_keys(name, percentiles)
-    n = total = 0
-    for v, w in clean_blocks(blocks):
-        n, total = n + len(v), total + int(w.sum())
+    n, total, span = count_blocks(clean_blocks(blocks))
     if n == 0:
         return dict.fromkeys(keys)
     scl = np.float64(total)  # np.average: the weights' sum (an integer: exact in any order)
     mean = pairwise_sum(n, (np.multiply(v, w, dtype=np.float64) for v, w in clean_blocks(blocks))) / scl
     var = pairwise_sum(n, (np.multiply((v - mean) ** 2, w, dtype=np.float64)
                            for v, w in clean_blocks(blocks))) / scl  # fmt: skip
-    med, *pcts = weighted_percentiles_blocks(blocks, [50.0, *percentiles], total)
+    med, *pcts = weighted_percentiles_blocks(blocks, [50.0, *percentiles], total, span)
     out = [mean, med, math.sqrt(var), *pcts]
     return {k: float(x) * 1000.0 for k, x in zip(keys, out, strict=True)}
 
 
-def weighted_percentiles_blocks(blocks: Blocks, qs: Sequence[float], total: int | None = None) -> np.ndarray:
+def weighted_percentiles_blocks(blocks: Blocks, qs: Sequence[float], total: int | None = None,
+                                value_range: tuple[float, float] | None = None) -> np.ndarray:  # fmt: skip
     """``weighted_percentiles`` of the sample ``blocks`` gives: the two entries around each virtual index
-    found by rank selection (sim/app/rank_select.py), then numpy's linear interpolation. ``total``: the
-    kept entries' weight, when the caller has it (a pass over the blocks less; a million-request run's gaps
-    are rebuilt for each pass)."""
+    found by rank selection (sim/app/rank_select.py), then numpy's linear interpolation. ``total`` and
+    ``value_range``: the kept entries' weight and least and greatest value, when the caller has them
+    (``_count``: a pass over the blocks less for each; a million-request run's gaps are rebuilt for each
+    pass)."""
     if total is None:
-        total = 0
-        for _, w in clean_blocks(blocks):
-            total += int(w.sum())
+        _, total, value_range = count_blocks(clean_blocks(blocks))
     if total == 0:
         raise ValueError("weighted_percentiles of an empty sample")
     n = np.int64(total)
@@ -165,7 +174,7 @@ def weighted_percentiles_blocks(blocks: Blocks, qs: Sequence[float], total: int 
     lo = np.floor(h)
     frac = h - lo
     got, _ = rank_select.select(lambda: clean_blocks(blocks), np.concatenate([lo, np.minimum(lo + 1, n - 1)]),
-                                by_count=False)  # fmt: skip
+                                by_count=False, value_range=value_range)  # fmt: skip
     a, b = got[: len(qs)], got[len(qs) :]
     diff = b - a
     return np.where(frac >= 0.5, b - diff * (1 - frac), a + diff * frac)
@@ -187,9 +196,7 @@ def ecdf_blocks(blocks: Blocks, max_points: int) -> tuple[np.ndarray, np.ndarray
     """A weighted sample's empirical CDF as sim/app/report.py ``_ecdf`` draws it, from blocks: the values
     at entry ranks ``unique(linspace(0, n - 1, max_points))`` of the kept entries sorted stably by value,
     and the cumulated weight there over the total; every entry when there are at most ``max_points``."""
-    n = total = 0
-    for v, w in clean_blocks(blocks):
-        n, total = n + len(v), total + int(w.sum())
+    n, total, span = count_blocks(clean_blocks(blocks))
     if n <= max_points:
         parts = list(clean_blocks(blocks))
         v = np.concatenate([p for p, _ in parts]) if parts else np.zeros(0)
@@ -198,5 +205,5 @@ def ecdf_blocks(blocks: Blocks, max_points: int) -> tuple[np.ndarray, np.ndarray
         cw = np.cumsum(w[order])
         return v[order], cw / cw[-1] if cw.size else cw
     ranks = np.unique(np.linspace(0, n - 1, max_points).astype(np.int64))
-    values, cum_w = rank_select.select(lambda: clean_blocks(blocks), ranks, by_count=True)
+    values, cum_w = rank_select.select(lambda: clean_blocks(blocks), ranks, by_count=True, value_range=span)
     return values, cum_w.astype(np.float64) / np.float64(total)
