@@ -157,6 +157,14 @@ def test_starts_are_rebuilt_exactly_where_steps_follow_each_other(idle: float, m
         np.testing.assert_array_equal(s.column("start", lo, hi), want[lo:hi])
     np.testing.assert_array_equal(s.columns()["start"], want)
     assert s.end_time() == float((want + s.column("duration")).max())
+    s.hold_starts()  # the writers' cache: the same slices, and a step added after it is not missed
+    assert (s._held is None) == (idle == 0.9) and (s._held is None or len(s._held) == len(want))
+    for lo, hi in ((0, 1), (7, 9), (2999, 4000), (13, 13), (0, 3000)):
+        np.testing.assert_array_equal(s.column("start", lo, hi), want[lo:hi])
+    s.append(t + 1.0, 0.01, _row(num_free_blocks=5), 0.95)
+    np.testing.assert_array_equal(s.column("start")[-2:], [want[-1], t + 1.0])
+    s.drop_starts()
+    assert s._held is None
 
 
 @pytest.mark.parametrize("seed", range(4))

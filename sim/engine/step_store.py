@@ -77,6 +77,7 @@ class StepStore:
         self._dur: list[float] = []  # durations of the buffered steps
         self._st: list[float] = []  # their starts, while every start is stored (dense)
         self._kv: list[float] = []  # their kv_usage, while that column is stored
+        self._held: np.ndarray | None = None  # every step's start, while a reader holds them (hold_starts)
 
     def __len__(self) -> int:
         return self.stored + len(self._dur)
@@ -231,11 +232,25 @@ class StepStore:
         the last one's end, which appending keeps."""
         return self.end if len(self) else None
 
+    def hold_starts(self) -> None:
+        """Rebuild every step's start once and keep them (8 bytes a step) until ``drop_starts``: for a
+        reader that goes over the steps many times (the output writers: the step table, the time series,
+        the report's gap passes each rebuilt them). A store that keeps every start needs none."""
+        self._held = None
+        if self.start is None:  # every start stored: they are read in place already
+            self._held = self.starts(0, len(self))
+
+    def drop_starts(self) -> None:
+        self._held = None
+
     def starts(self, lo: int, hi: int) -> np.ndarray:
         """The starts of steps [lo, hi), float64: from the last stored start at or before lo, each the
         previous start plus the previous duration (np.cumsum adds in order, as the engine's clock did)."""
         self.flush()
         hi = min(hi, len(self.duration))
+        held = self._held
+        if held is not None and len(held) == len(self.duration):
+            return held[lo:hi] if hi > lo else np.zeros(0, dtype=np.float64)
         if self.start is not None:
             return np.frombuffer(self.start, dtype=np.float64)[lo:hi]
         if hi <= lo:
