@@ -171,6 +171,45 @@ def test_plain_spec_is_the_constructors_spec():
             plain_spec("b", *bad, 0)
 
 
+def test_content_spec_is_the_constructors_spec():
+    """content_spec (a conversation's turn, slot by slot) leaves every slot, and its type, as the
+    constructor does, for every turn of generated conversations; what its checks refuse goes to the
+    constructor, which names it."""
+    import numpy as np
+
+    from sim.core.errors import ConfigError
+    from sim.core.prefix import PrefixHashes
+    from sim.core.spec import HASH_ALL, RequestSpec, content_spec
+    from workloads.gen.sessions import build_session_workload
+
+    wl = build_session_workload({"kind": "sessions", "num_sessions": 12, "rate": 0.6, "think_time": 2.0,
+                                 "turns": {"dist": "uniform", "low": 1, "high": 6},
+                                 "message": {"dist": "uniform", "low": 10, "high": 90},
+                                 "output": {"dist": "uniform", "low": 5, "high": 60},
+                                 "system_prompt": {"num_prompts": 3, "len": 70}}, 5)  # fmt: skip
+    turns = 0
+    for conv in wl.conversations:
+        for k in range(conv.num_turns):
+            got = conv.spec(k, 3.0 + k)
+            prompt = conv.prompt_len(k)
+            want = RequestSpec(f"s{conv.index}t{k}", 3.0 + k, prompt, conv.outputs[k], session_id=f"s{conv.index}",
+                               segments=conv.segments(k), output_key=conv.output_key(k),
+                               private_from=prompt - conv.messages[k], private_until_done=k < conv.num_turns - 1)
+            assert [getattr(got, n) for n in RequestSpec.__slots__] == [getattr(want, n) for n in RequestSpec.__slots__]
+            assert [type(getattr(got, n)) for n in RequestSpec.__slots__] == [
+                type(getattr(want, n)) for n in RequestSpec.__slots__]
+            turns += 1
+    assert turns > 12 and got.shares_content and got.hash_end == got.private_from < HASH_ALL
+    segs = ((("sys", 1), 32), (("u", 2), 16))
+    ph = PrefixHashes(segs[:1])
+    args = ("c", 1.0, 48, 4, "s", segs, ("o", 1), ph, np.int64(40), True)  # a numpy int: the constructor's way
+    assert content_spec(*args) == RequestSpec("c", 1.0, 48, 4, session_id="s", segments=segs, output_key=("o", 1),
+                                              private_from=40, private_until_done=True)  # fmt: skip
+    for i, bad, field in ((2, 50, "segment lengths"), (3, 0, "output_len"), (8, -1, "private_from")):
+        with pytest.raises(ConfigError, match=field):
+            content_spec(*args[:i], bad, *args[i + 1:])
+
+
 def test_plug_in_inputs_work_compiled_or_not():
     """What a plug-in may hand the compiled modules, as the interpreted ones took it: lists and numpy
     numbers in a spec, an int id, arrays in a batch summary; specs with shared prefixes and the policy's

@@ -216,6 +216,49 @@ def plain_spec(request_id: str, arrival_time: float, prompt_len: int, output_len
                        output_len=output_len, priority=priority)
 
 
+_TURN_ARGS = ("request_id", "arrival_time", "prompt_len", "output_len", "session_id", "segments", "output_key",
+              "prefix_hashes", "private_from", "private_until_done", "shares_content", "hash_end")
+_TURN_DEFAULTS = tuple((_SETTERS[f.name], f.default) for f in fields(RequestSpec) if f.name not in _TURN_ARGS)
+if any(v is MISSING for _, v in _TURN_DEFAULTS):
+    raise RuntimeError("content_spec needs a plain default for every field it is not given")
+
+
+def content_spec(request_id: str, arrival_time: float, prompt_len: int, output_len: int, session_id: str | None,
+                 segments: tuple[Segment, ...], output_key: Hashable | None, prefix_hashes: PrefixHashes | None,
+                 private_from: int, private_until_done: bool) -> RequestSpec:  # fmt: skip
+    """``RequestSpec(...)`` of these fields (a conversation's turn: content segments already in their plain
+    form, a private part from ``private_from``), built slot by slot with the checks ``__post_init__``
+    would make on such values: ~1.5 us against ~6 us through the constructor, once per turn. Anything
+    else, or a value the checks refuse, goes through the constructor (which names it)."""
+    if (type(request_id) is str and type(arrival_time) is float and type(prompt_len) is int
+            and type(output_len) is int and type(private_from) is int and prompt_len >= 1 and output_len >= 1
+            and private_from >= 0 and 0 <= arrival_time <= MAX_ARRIVAL_S and _segments_total(segments) == prompt_len
+            and (session_id is None or type(session_id) is str) and type(private_until_done) is bool):
+        spec = _new(RequestSpec)
+        _S_ID(spec, request_id)
+        _S_T(spec, arrival_time)
+        _S_P(spec, prompt_len)
+        _S_O(spec, output_len)
+        _S_SESSION(spec, session_id)
+        _S_SEGMENTS(spec, segments)
+        _S_OUT_KEY(spec, output_key)
+        _S_PREFIX(spec, prefix_hashes)
+        _S_PRIVATE(spec, private_from)
+        _S_UNTIL_DONE(spec, private_until_done)
+        _S_SHARES(spec, True)  # segments are content
+        _S_HASH_END(spec, min(private_from, HASH_ALL))
+        for setter, value in _TURN_DEFAULTS:
+            setter(spec, value)
+        return spec
+    return RequestSpec(request_id=request_id, arrival_time=arrival_time, prompt_len=prompt_len, output_len=output_len,
+                       session_id=session_id, segments=segments, output_key=output_key, prefix_hashes=prefix_hashes,
+                       private_from=private_from, private_until_done=private_until_done)  # fmt: skip
+
+
+_S_SESSION, _S_SEGMENTS, _S_OUT_KEY, _S_PREFIX, _S_PRIVATE, _S_UNTIL_DONE, _S_SHARES, _S_HASH_END = (
+    _SETTERS[n] for n in _TURN_ARGS[4:])
+
+
 def _integer(request_id: str, name: str, v: object) -> int:
     """``v`` as a plain int: an integer (numpy's too) or an integral float; anything else is refused."""
     if isinstance(v, Integral) and not isinstance(v, bool):

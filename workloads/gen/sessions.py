@@ -53,7 +53,7 @@ import numpy as np
 from sim.core.errors import ConfigError
 from sim.core.fields import MAX_REQUESTS
 from sim.core.request import PrefixHashes, RequestSpec, Segment
-from sim.core.spec import MAX_ARRIVAL_S
+from sim.core.spec import MAX_ARRIVAL_S, content_spec
 from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig, check_span
 from workloads.gen.lengths import LengthDist, check_keys, clip_to_context, read_float, read_int
 
@@ -119,18 +119,13 @@ class Conversation:
         return tuple(segs)
 
     def spec(self, k: int, arrival_time: float, prefix_hashes: PrefixHashes | None = None) -> RequestSpec:
-        return RequestSpec(
-            request_id=f"s{self.index}t{k}",
-            arrival_time=float(arrival_time),
-            prompt_len=self.prompt_len(k),
-            output_len=self.outputs[k],
-            session_id=f"s{self.index}",
-            segments=self.segments(k),
-            output_key=self.output_key(k),
-            prefix_hashes=prefix_hashes,
+        prompt_len = self.prompt_len(k)
+        return content_spec(
+            f"s{self.index}t{k}", float(arrival_time), prompt_len, self.outputs[k], f"s{self.index}",
+            self.segments(k), self.output_key(k), prefix_hashes,
             # from its new message on, the turn is this conversation's alone until it is answered: the
             # next turn (sent after the answer) repeats it, and the last one's is never repeated
-            private_from=self.prompt_len(k) - self.messages[k],
+            private_from=prompt_len - self.messages[k],
             private_until_done=k < self.num_turns - 1,
         )
 
