@@ -113,3 +113,16 @@ def test_a_lone_engine_still_gives_the_run_loop_turns():
     assert eng._jumps > 10 * loop.BREATH
     moving = sorted(set(seen))
     assert len(moving) > 10 and moving[-1] == 400  # read at many points of the run, not only at its end
+
+
+def test_an_environment_subclass_gets_every_wait_as_an_event():
+    """A subclass of SimPy's Environment (a realtime one paces each event) is never jumped."""
+
+    class Watched(simpy.Environment):
+        pass
+
+    pol = make_policy("vllm", limits(num_gpu_blocks=256, max_num_seqs=4))
+    specs = [RequestSpec(f"r{i}", 0.5 * i, 64, 20) for i in range(20)]
+    eng = Engine(Watched(), pol, ConstantCostModel(step_s=0.01), OpenSource(specs), Recorder())
+    eng.env.run()
+    assert not eng.jumps and eng._jumps == 0 and eng.num_schedules > 0

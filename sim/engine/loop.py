@@ -77,7 +77,9 @@ class Engine:
         # A decode run in flight, for observers that need the state mid-run (a cluster router reading KV
         # usage, a gateway counting finishes; fastforward.RunView); None otherwise.
         self.run_view: RunView | None = None
-        self.jumps = JUMPS
+        # only on SimPy's own Environment, whose clock this sets (a subclass may pace or watch its events:
+        # a RealtimeEnvironment syncs each one with the wall clock)
+        self.jumps = JUMPS and type(env) is simpy.Environment
         self._jumps = 0  # waits jumped so far (Engine.jump)
         self._gen = self._loop_async() if async_scheduling else self._loop()
         self.process = env.process(self._gen)
