@@ -126,3 +126,29 @@ def test_an_environment_subclass_gets_every_wait_as_an_event():
     eng = Engine(Watched(), pol, ConstantCostModel(step_s=0.01), OpenSource(specs), Recorder())
     eng.env.run()
     assert not eng.jumps and eng._jumps == 0 and eng.num_schedules > 0
+
+
+def test_a_negative_or_numpy_step_time_is_taken_as_before():
+    """A cost model's numpy float32 step time runs (the compiled recorder takes floats); a negative one is
+    refused at the first step, as SimPy's timeout refuses it, never jumped backwards."""
+    import numpy as np
+
+    class Cost(ConstantCostModel):
+        def __init__(self, dt):
+            super().__init__(step_s=0.01)
+            self.dt = dt
+
+        def step_time(self, batch):
+            return self.dt
+
+    specs = [RequestSpec(f"r{i}", 0.5 * i, 64, 20) for i in range(5)]
+    for dt in (np.float32(0.02), -0.01):
+        env = simpy.Environment()
+        eng = Engine(env, make_policy("vllm", limits()), Cost(dt), OpenSource(specs), Recorder(), fast_forward=False)
+        if dt > 0:
+            env.run()
+            assert eng.num_schedules > 20 and env.now > 2.0
+        else:
+            with pytest.raises(ValueError, match="Negative delay"):
+                env.run()
+            assert eng.num_schedules == 1

@@ -15,6 +15,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 import simpy
+from mypy_extensions import mypyc_attr
 
 from sim.core.policy import Policy, StepPlan
 from sim.core.request import Request, RequestSpec, Status
@@ -29,6 +30,7 @@ BREATH = 16  # every BREATH-th wait is a SimPy event even where it could be jump
 JUMPS = True  # False: an engine built from now on takes every wait as a SimPy event (tests compare the two)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (sim/native.py); a notebook may extend it
 class Engine:
     def __init__(
         self,
@@ -98,7 +100,7 @@ class Engine:
         collections, sim/app/progress.py) still gets a turn now and then."""
         env = self.env
         t = env.now + delay
-        if not self.jumps or env.peek() <= t:
+        if not self.jumps or not delay >= 0 or env.peek() <= t:  # a negative delay: SimPy's timeout refuses it
             return False
         self._jumps += 1
         if not self._jumps % BREATH:
@@ -260,7 +262,7 @@ class Engine:
                 continue
             num_running, num_waiting = policy.num_running, policy.num_waiting
             usage, free, cached = kv.usage, kv.num_free_blocks, kv.num_cached_free_blocks
-            dt = step_time(plan.batch)
+            dt = float(step_time(plan.batch))  # a plug-in's numpy float32 too (the recorder is compiled)
             if not self.jump(dt):
                 yield env.timeout(dt)
             end = env.now
@@ -297,7 +299,7 @@ class Engine:
                 work = bool(plan.scheduled) or not plan.batch.is_empty
                 if work or queue:
                     start = gpu_free if gpu_free > now else now
-                    dt = step_time(plan.batch) if work else 0.0
+                    dt = float(step_time(plan.batch)) if work else 0.0
                     gpu_free = start + dt
                     counters = (policy.num_running, policy.num_waiting, kv.usage, kv.num_free_blocks,
                                 kv.num_cached_free_blocks)
