@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import sim.app.rank_select as rank_select
-from sim.app.stats import count_blocks
+from sim.app.rank_select import count_blocks
 
 
 def _sample(kind: str, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -49,7 +49,7 @@ def test_every_rank_is_the_sorted_samples_entry(kind: str, cells: tuple[int, int
     by_weight = np.concatenate([[0, cw[-1] - 1], rng.integers(0, cw[-1], 40)])
     got_v, _ = rank_select.select(blocks, by_weight, by_count=False)
     assert np.array_equal(got_v, sv[np.searchsorted(cw, by_weight, side="right")])
-    # the caller's pass handing the range on (stats.count_blocks) gives the same entries
+    # the caller's pass handing the range on (rank_select.count_blocks) gives the same entries
     n_, total, span = count_blocks(blocks())
     assert (n_, total, span) == (n, int(w.sum()), (float(v.min()), float(v.max())))
     got_v, got_w = rank_select.select(blocks, by_count, by_count=True, value_range=span)

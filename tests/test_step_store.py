@@ -161,6 +161,9 @@ def test_starts_are_rebuilt_exactly_where_steps_follow_each_other(idle: float, m
     assert (s._held is None) == (idle == 0.9) and (s._held is None or len(s._held) == len(want))
     for lo, hi in ((0, 1), (7, 9), (2999, 4000), (13, 13), (0, 3000)):
         np.testing.assert_array_equal(s.column("start", lo, hi), want[lo:hi])
+    frame_start = s.columns()["start"]  # the frame's own copy, writable
+    frame_start[0] = -1.0
+    np.testing.assert_array_equal(s.column("start", 0, 1), want[:1])
     s.append(t + 1.0, 0.01, _row(num_free_blocks=5), 0.95)
     np.testing.assert_array_equal(s.column("start")[-2:], [want[-1], t + 1.0])
     s.drop_starts()

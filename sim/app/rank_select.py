@@ -15,6 +15,7 @@ value intervals, so the order is the whole sample's.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -43,6 +44,18 @@ def from_keys(k: np.ndarray) -> np.ndarray:
     return np.where(pos, k ^ _SIGN, ~k).view(np.float64)
 
 
+def count_blocks(blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[int, int, tuple[float, float] | None]:
+    """Entries, total weight, and least and greatest value (None when empty) of (values, weights) blocks, in
+    one pass: a caller that counts its sample hands the range on to ``select``."""
+    n = total = 0
+    lo, hi = math.inf, -math.inf
+    for v, w in blocks:
+        if len(v):
+            n, total = n + len(v), total + int(w.sum())
+            lo, hi = min(lo, float(v.min())), max(hi, float(v.max()))
+    return n, total, (lo, hi) if n else None
+
+
 def select(blocks: Blocks, ranks: np.ndarray, by_count: bool,
            value_range: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """For each rank r (0-based; in entries when ``by_count``, else in weight), the entry of the sample
@@ -51,17 +64,12 @@ def select(blocks: Blocks, ranks: np.ndarray, by_count: bool,
     [0, the total measure). ``value_range``: the sample's least and greatest value, when the caller's own
     pass found them (a pass over the blocks less: a big run's gaps are rebuilt for each)."""
     ranks = np.asarray(ranks)
-    lo = hi = None
-    if value_range is not None:
-        lo, hi = (int(k) for k in order_keys(np.array(value_range, dtype=np.float64)))
-    else:
-        for v, _ in blocks():
-            k = order_keys(v)
-            if k.size:
-                a, b = int(k.min()), int(k.max())
-                lo, hi = (a, b) if lo is None else (min(lo, a), max(hi, b))
-    if lo is None:
+    if value_range is None:
+        value_range = count_blocks(blocks())[2]
+    if value_range is None:
         raise ValueError("rank selection in an empty sample")
+    # finite values: their keys' order is the values' (order_keys), -0.0 and 0.0 one key
+    lo, hi = (int(k) for k in order_keys(np.array(value_range, dtype=np.float64)))
     base = np.uint64(lo)
     shift = max(0, (hi - lo).bit_length() - RADIX_BITS)
     count, weight = _cell_sums(blocks, base, shift, ((hi - lo) >> shift) + 1)

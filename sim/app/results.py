@@ -437,6 +437,11 @@ def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, floa
     ``plotlyjs`` (sim.app.plotlyjs.PlotlyJS or its mode): how report.html loads plotly.js; by default one
     plotly.min.js in ``out_dir``. ``step_trace=False`` leaves out steps.jsonl (the demo: steps.parquet
     holds the same counts)."""
+    from sim.app.parquet_out import ROWS_PER_GROUP, write_parquet, write_parquet_slices
+    from sim.app.plotlyjs import as_plotlyjs
+    from sim.app.report import write_report  # report imports this module
+    from sim.app.step_trace import write_step_trace  # so does step_trace
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if summary is None:
@@ -449,8 +454,21 @@ def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, floa
         "timeseries": out / "timeseries.csv",
         "report": out / "report.html",
     }
-    with starts_held(result):
-        _write_all(result, paths, summary, title, plotlyjs, step_trace)
+    with starts_held(result):  # every pass below reads the steps' starts
+        write_parquet(result.requests, paths["requests"], request_metrics)  # a row group at a time
+        if result.num_steps <= ROWS_PER_GROUP:
+            write_parquet(steps_table(result.steps), paths["steps"])
+        else:  # a row group at a time from the step stores: the frame is never built
+            write_parquet_slices((steps_table(p) for p in result.step_slices(ROWS_PER_GROUP)), paths["steps"])
+        if step_trace:
+            write_step_trace(result, paths["step_trace"])
+        else:
+            del paths["step_trace"]
+        paths["summary"].write_text(
+            json.dumps(to_jsonable(summary), indent=2, allow_nan=False) + "\n", encoding="utf-8"
+        )
+        time_series(result).to_csv(paths["timeseries"], index=False)
+        write_report(result, paths["report"], summary, title=title, plotlyjs=as_plotlyjs(plotlyjs).rooted(out))
     return paths
 
 
@@ -467,27 +485,3 @@ def starts_held(result: SimResult) -> Iterator[None]:
     finally:
         for store in stores:
             store.drop_starts()
-
-
-def _write_all(result: SimResult, paths: dict[str, Path], summary: dict, title: str, plotlyjs: Any,
-               step_trace: bool) -> None:  # fmt: skip
-    from sim.app.parquet_out import ROWS_PER_GROUP, write_parquet, write_parquet_slices
-    from sim.app.plotlyjs import as_plotlyjs
-    from sim.app.report import write_report  # report imports this module
-    from sim.app.step_trace import write_step_trace  # so does step_trace
-
-    out = paths["report"].parent
-    write_parquet(result.requests, paths["requests"], request_metrics)  # a row group at a time
-    if result.num_steps <= ROWS_PER_GROUP:
-        write_parquet(steps_table(result.steps), paths["steps"])
-    else:  # a row group at a time from the step stores: the frame is never built
-        write_parquet_slices((steps_table(p) for p in result.step_slices(ROWS_PER_GROUP)), paths["steps"])
-    if step_trace:
-        write_step_trace(result, paths["step_trace"])
-    else:
-        del paths["step_trace"]
-    paths["summary"].write_text(
-        json.dumps(to_jsonable(summary), indent=2, allow_nan=False) + "\n", encoding="utf-8"
-    )
-    time_series(result).to_csv(paths["timeseries"], index=False)
-    write_report(result, paths["report"], summary, title=title, plotlyjs=as_plotlyjs(plotlyjs).rooted(out))

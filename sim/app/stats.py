@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from sim.app import rank_select
-from sim.app.rank_select import Blocks  # a fresh pass over (values, weights)
+from sim.app.rank_select import Blocks, count_blocks  # Blocks: a fresh pass over (values, weights)
 from sim.core.errors import ResultsIntegrityError
 
 
@@ -93,17 +93,6 @@ def stats_ms(name: str, values: np.ndarray, percentiles: Sequence[float],
 LEAF = 1 << 16  # pairwise-summation leaves summed by numpy at once (>= 128, numpy's own block)
 
 
-def count_blocks(blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[int, int, tuple[float, float] | None]:
-    """Entries, total weight, and least and greatest value (None when empty) of blocks, in one pass."""
-    n = total = 0
-    lo, hi = math.inf, -math.inf
-    for v, w in blocks:
-        if len(v):
-            n, total = n + len(v), total + int(w.sum())
-            lo, hi = min(lo, float(v.min())), max(hi, float(v.max()))
-    return n, total, (lo, hi) if n else None
-
-
 def clean_blocks(blocks: Blocks) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     for values, weights in blocks():
         v, w = clean_weighted(values, weights)
@@ -163,7 +152,7 @@ def weighted_percentiles_blocks(blocks: Blocks, qs: Sequence[float], total: int 
     """``weighted_percentiles`` of the sample ``blocks`` gives: the two entries around each virtual index
     found by rank selection (sim/app/rank_select.py), then numpy's linear interpolation. ``total`` and
     ``value_range``: the kept entries' weight and least and greatest value, when the caller has them
-    (``_count``: a pass over the blocks less for each; a million-request run's gaps are rebuilt for each
+    (``count_blocks``: a pass over the blocks less for each; a million-request run's gaps are rebuilt for each
     pass)."""
     if total is None:
         _, total, value_range = count_blocks(clean_blocks(blocks))

@@ -43,7 +43,7 @@ DENSE = 64  # more stored starts than one per DENSE steps (an often idle engine)
 FLUSH = 1 << 13  # buffered steps before they go into the typed columns
 _WIDER = {"b": "h", "h": "i", "i": "q"}
 _DTYPE = {"b": np.int8, "h": np.int16, "i": np.int32, "q": np.int64}
-_RANGE = {c: (-(1 << (8 * w - 1)), (1 << (8 * w - 1)) - 1) for c, w in (("b", 1), ("h", 2), ("i", 4), ("q", 8))}
+_RANGE = {c: (-(1 << (8 * array(c).itemsize - 1)), (1 << (8 * array(c).itemsize - 1)) - 1) for c in "bhiq"}
 _INT64 = _RANGE["q"]
 assert [array(c).itemsize for c in "bhiq"] == [1, 2, 4, 8]
 
@@ -238,7 +238,9 @@ class StepStore:
         the report's gap passes each rebuilt them). A store that keeps every start needs none."""
         self._held = None
         if self.start is None:  # every start stored: they are read in place already
-            self._held = self.starts(0, len(self))
+            held = self.starts(0, len(self))
+            held.flags.writeable = False  # handed out as views (column), like the store's own columns
+            self._held = held
 
     def drop_starts(self) -> None:
         self._held = None
@@ -297,8 +299,9 @@ class StepStore:
         never both held whole; float columns then become the frame's without a copy."""
         self.flush()
         n = len(self.duration)
-        st = self.starts(0, n)  # a view of the store only where every start is stored
-        out: dict[str, np.ndarray] = {"start": st.copy() if self.start is not None and not release else st}
+        st = self.starts(0, n)  # a view of the store where every start is stored, or of the held starts
+        held = self._held is not None and len(self._held) == n
+        out: dict[str, np.ndarray] = {"start": st.copy() if held or (self.start is not None and not release) else st}
         d = self.duration
         out["duration"] = np.frombuffer(d, dtype=np.float64) if release else np.array(d, dtype=np.float64)
         if release:
