@@ -60,3 +60,66 @@ class QuietFirst:
 
     def on_done(self, spec, replica, now) -> None:
         pass
+
+
+def _inbox_in_run(starts: list[float], ends: list[float], push_at: float) -> tuple[float, int, int]:
+    """An engine-like process sleeping through a run (as FastForward._sleep_through does) and a push at
+    ``push_at``: when it wakes, the steps the run keeps, and the SimPy events processed."""
+    import simpy
+
+    from sim.app.replica import Inbox
+    from sim.engine.fastforward import RunView, delay_to
+
+    env = simpy.Environment()
+    inbox = Inbox(env, lambda spec, now: None)
+    view = RunView(starts, ends, None, [], [])
+    woke: list[float] = []
+
+    def sleeper():
+        ev = inbox.wake_event(view)
+        end = env.timeout(delay_to(0.0, ends[-1]))
+        end.callbacks.append(lambda _t: ev.triggered or inbox.nudge())
+        yield ev
+        woke.append(env.now)
+
+    def pusher():
+        yield env.timeout(push_at)
+        inbox.push(object())
+
+    env.process(sleeper())
+    env.process(pusher())
+    events = 0
+    while env.peek() < float("inf"):
+        env.step()
+        events += 1
+    return woke[0], view.cut_step, events
+
+
+@pytest.mark.parametrize(
+    ("push_at", "woke", "kept"),
+    [
+        (0.05, 0.1, 1),  # inside the first step: it still runs
+        (0.1, 0.25, 2),  # at a step's start: that step started, it runs too
+        (0.3, 0.45, 3),
+        (0.45, 0.45, 3),  # at the run's end
+        (0.6, 0.45, 3),  # after it: the run ended first
+    ],
+)
+def test_a_push_cuts_a_run_at_the_end_of_the_steps_started(push_at: float, woke: float, kept: int) -> None:
+    starts, ends = [0.0, 0.1, 0.25], [0.1, 0.25, 0.45]
+    t, k, events = _inbox_in_run(starts, ends, push_at)
+    assert (t, k) == (woke, kept)
+    # the engine wakes once, by one event: two processes' starts and ends, the run's end timeout, the
+    # pusher's timeout and the wake-up itself (not a wake-up at the push, then a timeout to the boundary)
+    assert events == 7
+
+
+def test_a_lazy_gateway_schedules_no_tick_for_a_finish_while_nothing_waits() -> None:
+    """With nothing queued, a finish's tick would do nothing: the gateway's ticks are its arrivals'."""
+    c = Cluster(cluster_from_dict(_cluster({"replicas": 3, "router": "least-outstanding"})))
+    ticks: list[float] = []
+    schedule = c.gateway.schedule_tick
+    c.gateway.schedule_tick = lambda t: (ticks.append(t), schedule(t))[1]  # type: ignore[method-assign]
+    res = c.run()
+    assert c.gateway.lazy and (res.requests["status"] == "finished").all()
+    assert len(ticks) + 1 == len(res.requests)  # one per arrival (the first one's, by start(), not seen)

@@ -58,6 +58,8 @@ class Gateway:
         self._fit_group = _fit_groups(self.front)
         self._group_first = [self.front[self._fit_group.index(g)] for g in range(max(self._fit_group, default=-1) + 1)]
         self._front_views = [r.view for r in self.front]
+        self._front_index = {r.index for r in self.front}
+        self._with_room = sum(v.room for v in self._front_views)  # front replicas below max_outstanding
         self.router = router
         self.devices = devices
         self.disagg: PDCoordinator | None = None  # the P/D hooks, when the cluster has them
@@ -98,7 +100,7 @@ class Gateway:
         if t in self._ticks or (self.horizon is not None and t > self.horizon):
             return
         self._ticks.add(t)
-        at_late(self.env, t, LATE_GATEWAY, lambda: self._tick(t))
+        at_late(self.env, t, LATE_GATEWAY, partial(self._tick, t))
 
     def _tick(self, t: float) -> None:
         self._ticks.discard(t)
@@ -109,11 +111,14 @@ class Gateway:
             for spec in self.source.pop_due(now):
                 self.spec_of[spec.request_id] = spec
                 self.queue.append((spec, now))
-        self._dispatch(now)
-        self._enforce_queue_limits(now)
+        if self.queue:
+            self._dispatch(now)
+            if self.queue:
+                self._enforce_queue_limits(now)
         if self.disagg is not None:
             self.disagg.dispatch(now)
-        self.refresh_devices()
+        if self.devices.groups:
+            self.refresh_devices()
         nxt = self.source.peek_time()
         if nxt is not None:
             self.schedule_tick(max(nxt, now))
@@ -140,14 +145,12 @@ class Gateway:
 
     # ---- routing -------------------------------------------------------------------------------------
     def _dispatch(self, now: float) -> None:
-        if not self.queue:
-            return
         if not self.poll_on and self.polls:
             for r in self.front:
                 r.poll(now)
         kept: deque[tuple[RequestSpec, float]] = deque()
         while self.queue:
-            if not any(r.view.room for r in self.front):
+            if not self._with_room:
                 kept.extend(self.queue)
                 self.queue.clear()
                 break
@@ -222,7 +225,11 @@ class Gateway:
 
     def _set_room(self, v: ReplicaView) -> None:
         cap = self.cfg.max_outstanding
-        v.room = cap is None or v.outstanding < cap
+        room = cap is None or v.outstanding < cap
+        if room != v.room:
+            v.room = room
+            if v.index in self._front_index:
+                self._with_room += 1 if room else -1
 
     def refresh_devices(self) -> None:
         reps = self.replicas
@@ -234,7 +241,8 @@ class Gateway:
         if self._pending:
             self.settle(now)  # earlier finishes inside other replicas' runs first
         self._finished(index, spec, now)
-        self.schedule_tick(now)
+        if self.queue or not self.lazy:  # lazy with nothing queued: the finish's tick would do nothing
+            self.schedule_tick(now)
 
     # ---- finishes inside decode runs (``lazy``) ------------------------------------------------------
     def _queue_empty(self) -> bool:

@@ -15,8 +15,9 @@ from policies.base import Policy
 from routers.base import ReplicaView
 from sim.app.cluster_config import ReplicaSpec
 from sim.app.simulate import Setup, resolve
+from sim.app.timing import succeed_after
 from sim.core.request import RequestSpec
-from sim.engine.fastforward import RunView
+from sim.engine.fastforward import RunView, delay_to
 from sim.engine.loop import Engine
 from sim.engine.recorder import Recorder
 
@@ -34,6 +35,7 @@ class Inbox:
         self.items: deque[tuple[float, RequestSpec]] = deque()
         self._on_done = on_done
         self._wake: simpy.Event | None = None
+        self._run: RunView | None = None  # the decode run the engine sleeps through (wake_event)
         self.may_pass: Callable[[], bool] | None = None
         self.run_hook: Callable[[RunView], None] | None = None
         self.taken: set[str] = set()  # request ids whose finish the gateway took from a run's view
@@ -52,14 +54,24 @@ class Inbox:
         self.nudge()
 
     def nudge(self) -> None:
-        """Wake the engine (a push, or a change of its shared card's load that ends a decode run)."""
-        if self._wake is not None:
-            ev, self._wake = self._wake, None
+        """Wake the engine (a push, or a change of its shared card's load that ends a decode run). In a
+        decode run it wakes when the steps started by now end (``RunView.cut``): one event then."""
+        ev = self._wake
+        if ev is None:
+            return
+        run, self._wake, self._run = self._run, None, None
+        if run is None:
             ev.succeed()
+        else:
+            now = self.env.now
+            succeed_after(self.env, ev, delay_to(now, run.cut(now)))
 
-    def wake_event(self) -> simpy.Event:
+    def wake_event(self, run: RunView | None = None) -> simpy.Event:
+        """The event the engine waits on: for a push, or with ``run`` for the end of that decode run,
+        cut short by a push."""
         if self._wake is None:
             self._wake = self.env.event()
+        self._run = run
         return self._wake
 
     def peek_time(self) -> float | None:

@@ -35,3 +35,11 @@ class LateCall(simpy.Event):
 def at_late(env: simpy.Environment, when: float, priority: int, fn: Callable[[], None]) -> None:
     """Call ``fn`` at time ``when``, after every NORMAL event of that instant."""
     LateCall(env, when, priority, fn)
+
+
+def succeed_after(env: simpy.Environment, ev: simpy.Event, delay: float) -> None:
+    """Trigger ``ev`` (successfully, value None) to be processed ``delay`` seconds from now, at NORMAL
+    priority, as a Timeout would be: a wake-up event found to be due later, without a second event."""
+    ev._ok = True
+    ev._value = None
+    env.schedule(ev, simpy.events.NORMAL, delay)

@@ -60,15 +60,27 @@ class DecodeRun:
 @dataclass(slots=True)
 class RunView:
     """A decode run in flight, for observers of a pushed source's engine (a cluster's gateway): when
-    each step starts, the free blocks after each step's allocation (None when rows finish inside the
-    run: their frees are not known before it is applied), and the rows that finish inside it with
-    when, in the order the engine reports them. A push that cuts the run keeps the steps started by
-    then, so a finish at or before any later instant of the run is certain."""
+    each step starts and ends, the free blocks after each step's allocation (None when rows finish
+    inside the run: their frees are not known before it is applied), and the rows that finish inside it
+    with when, in the order the engine reports them. A push that cuts the run keeps the steps started by
+    then (``cut``), so a finish at or before any later instant of the run is certain."""
 
     starts: list[float]
+    ends: list[float]
     free_blocks: list[int] | None
     finish_times: list[float]
     finish_specs: list[Any]
+    cut_step: int = 0  # the steps kept once cut (0: not cut yet)
+
+    def cut(self, t: float) -> float:
+        """End the run at ``t`` (a push, or its own end): it keeps the steps started by then, at least
+        the first, and the engine goes on when the last of them ends, returned (``t`` when it has)."""
+        k = bisect_right(self.starts, t)
+        if k < 1:
+            k = 1
+        self.cut_step = k
+        end = self.ends[k - 1]
+        return end if end > t else t
 
 
 def plan_run(policy: Any, finishes_ok: bool, max_through: int | None = None,
@@ -296,24 +308,23 @@ class FastForward:
                 yield env.timeout(d)
             return k
         if finishing is None:
-            eng.run_view = RunView(starts, free_after(), [], [])
+            view = RunView(starts, ends, free_after(), [], [])
         else:
             reqs, fin = finishing
             rows = finish_order(fin, k)  # by step, then row: the order they are applied
-            eng.run_view = RunView(starts, None, [ends[fin[i] - 1] for i in rows], [reqs[i].spec for i in rows])
-            eng.source.on_run(eng.run_view)
-        # The first of a push and the run's end wakes the engine: the end through the source's own
-        # wake-up event (no SimPy condition: a run costs two events, not four).
-        ev, nudge = wake(), eng.source.nudge
+            view = RunView(starts, ends, None, [ends[fin[i] - 1] for i in rows], [reqs[i].spec for i in rows])
+        eng.run_view = view
+        if finishing is not None:
+            eng.source.on_run(view)
+        # One wake-up event: a push cuts the run (``RunView.cut``) and the source schedules the event at
+        # the end of the steps kept; the run's own end cuts it there. The engine resumes once, when the
+        # run ends either way (a push mid-run costs one event, not a wake-up and then a timeout).
+        ev, nudge = wake(view), eng.source.nudge
         timeout = env.timeout(delay_to(start, ends[-1]))
         timeout.callbacks.append(lambda _t: ev.triggered or nudge())
         yield ev
-        if not timeout.processed:  # a push came first
-            t = env.now
-            k = max(bisect_right(starts, t), 1)
-            yield env.timeout(delay_to(t, ends[k - 1]) if ends[k - 1] > t else 0.0)
         eng.run_view = None
-        return k
+        return view.cut_step
 
     def _price_until(self, rows: list[int], ctx_sums: list[int], start: float, limit: float) -> list[float]:
         """Durations of the run's first steps, enough of them to pass ``limit`` (or all): priced in
