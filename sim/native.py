@@ -54,6 +54,8 @@ MODULES = (
     "sim.engine.gaps",
     "sim.cost.decode_price",
     "sim.cost.step_price",
+    "sim.app.gateway",
+    "sim.app.inbox",
 )
 PURE_ENV = "SERVESIM_PURE"
 PACKAGES = ("sim", "policies")  # where compiled modules live (and where an old in-place build may linger)

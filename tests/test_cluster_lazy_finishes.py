@@ -67,7 +67,7 @@ def _inbox_in_run(starts: list[float], ends: list[float], push_at: float) -> tup
     ``push_at``: when it wakes, the steps the run keeps, and the SimPy events processed."""
     import simpy
 
-    from sim.app.replica import Inbox
+    from sim.app.inbox import Inbox
     from sim.engine.fastforward import RunView, delay_to
 
     env = simpy.Environment()
@@ -116,10 +116,18 @@ def test_a_push_cuts_a_run_at_the_end_of_the_steps_started(push_at: float, woke:
 
 def test_a_lazy_gateway_schedules_no_tick_for_a_finish_while_nothing_waits() -> None:
     """With nothing queued, a finish's tick would do nothing: the gateway's ticks are its arrivals'."""
+    from sim.app.timing import LATE_GATEWAY
+
     c = Cluster(cluster_from_dict(_cluster({"replicas": 3, "router": "least-outstanding"})))
     ticks: list[float] = []
-    schedule = c.gateway.schedule_tick
-    c.gateway.schedule_tick = lambda t: (ticks.append(t), schedule(t))[1]  # type: ignore[method-assign]
+    schedule = c.env.schedule
+
+    def counting(event, priority=1, delay=0):  # the gateway's events are its ticks (no polls: lazy)
+        if priority == LATE_GATEWAY:
+            ticks.append(c.env.now + delay)
+        return schedule(event, priority, delay)
+
+    c.env.schedule = counting  # type: ignore[method-assign]
     res = c.run()
     assert c.gateway.lazy and (res.requests["status"] == "finished").all()
-    assert len(ticks) + 1 == len(res.requests)  # one per arrival (the first one's, by start(), not seen)
+    assert len(ticks) + 1 == len(res.requests)  # one per arrival (the first, scheduled by start(), not seen)

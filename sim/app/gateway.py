@@ -188,7 +188,7 @@ class Gateway:
     def _enforce_queue_limits(self, now: float) -> None:
         gw = self.cfg
         if gw.queue_timeout_s is not None:
-            kept = deque()
+            kept: deque[tuple[RequestSpec, float]] = deque()
             for spec, t0 in self.queue:
                 if t0 + gw.queue_timeout_s <= now:
                     self.reject(spec, f"gateway queue timeout ({gw.queue_timeout_s:g} s)", now)

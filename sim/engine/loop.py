@@ -23,7 +23,6 @@ from sim.engine.fastforward import FastForward, RunView
 from sim.engine.fastforward_async import AsyncFastForward
 from sim.engine.recorder import Recorder
 from sim.engine.request_log import RequestLog
-from sim.engine.sources import ClosedSource, OpenSource
 
 SWEEP_MIN = 4096  # held requests before the first sweep (and the least between two)
 BREATH = 16  # every BREATH-th wait is a SimPy event even where it could be jumped (Engine.jump)
@@ -37,7 +36,7 @@ class Engine:
         env: simpy.Environment,
         policy: Policy,
         cost_model,
-        source: OpenSource | ClosedSource,
+        source: Any,  # OpenSource, ClosedSource, a cluster replica's Inbox: pop_due, peek_time, on_done
         recorder: Recorder,
         horizon: float | None = None,
         fast_forward: bool = True,
