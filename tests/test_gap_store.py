@@ -121,3 +121,41 @@ def test_block_ecdf_is_the_reports_ecdf(kind: str, monkeypatch: pytest.MonkeyPat
     for ratio in (5.0, 50.0, 1e4, 1e6):
         want = bool(lo > 0 and float(v[keep].max()) / lo > ratio)
         assert spans_decades([(blocks, None)], ratio) == spans_decades([(v, w)], ratio) == want
+
+
+@pytest.mark.parametrize("kind", ["uniform", "ties", "dropped", "zeros"])
+def test_log_axis_from_the_cdf_points_is_spans_decades(kind: str) -> None:
+    """The report judges a run's ITL axis from its CDF's points (report_style.decades_from_ecdf): where
+    it decides, it is spans_decades' answer, at every ratio around the sample's own values; it leaves
+    only ratios next to the 1st percentile undecided, and a sample with non-positive values to
+    spans_decades."""
+    from sim.app.report_style import decades_from_ecdf, spans_decades
+
+    rng = np.random.default_rng(11 + len(kind))
+    n = 12_000
+    v = rng.integers(1, 30, n) * 0.01 if kind == "ties" else np.exp(rng.standard_normal(n) * 2)
+    w = rng.integers(1, 30, n)
+    if kind == "dropped":
+        w[rng.random(n) < 0.1] = 0
+        v[rng.random(n) < 0.05] = np.nan
+    if kind == "zeros":
+        v[rng.random(n) < 0.02] = 0.0
+    cuts = np.sort(rng.integers(0, n, 5))
+
+    def blocks():
+        return zip(np.split(v, cuts), np.split(w, cuts), strict=True)
+
+    keep = np.isfinite(v) & (w > 0)
+    top = float(v[keep].max())
+    ratios = sorted({top / x for x in np.quantile(v[keep & (v > 0)], np.linspace(0, 1, 41))} | {1e-3, 1e9})
+    ratios += [np.nextafter(r, 0.0) for r in ratios] + [np.nextafter(r, np.inf) for r in ratios]
+    for points in (50, 2000, 100_000):
+        pts = stats.ecdf_points(blocks, points)
+        decided = [decades_from_ecdf(*pts, ratio=r) for r in ratios]
+        if kind == "zeros":
+            assert decided == [None] * len(ratios)
+            continue
+        for r, d in zip(ratios, decided, strict=True):
+            assert d is None or d == spans_decades([(blocks, None)], r), (points, r)
+        assert sum(d is None for d in decided) <= 9  # at most the ratios around p1 (three of each kind)
+        assert decades_from_ecdf(*pts, ratio=1e-3) is True and decades_from_ecdf(*pts, ratio=1e9) is False

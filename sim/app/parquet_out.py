@@ -4,9 +4,10 @@ would be a third copy). The file reads back to the same frame as ``to_parquet`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,15 +31,21 @@ def write_parquet(frame: pd.DataFrame, path: str | Path,
     write_parquet_slices(parts if transform is None else map(transform, parts), path)
 
 
-def write_parquet_slices(parts: Iterable[pd.DataFrame], path: str | Path) -> None:
+def write_parquet_slices(parts: Iterable[pd.DataFrame | Mapping[str, np.ndarray]], path: str | Path) -> None:
     """A table given as consecutive slices of more than one row group in all, made one at a time (a big
     run's step table is never whole), each a row group: the file ``write_parquet`` writes of the whole
-    frame. No object columns (Arrow would infer their type per slice)."""
+    frame. A slice may be a frame or its columns ({name: array}, in order: after the first, which gives
+    the schema pandas would write, they go to Arrow as they are, without a frame's consolidation copy).
+    No object columns (Arrow would infer their type per slice)."""
     writer: pq.ParquetWriter | None = None
     try:
         for part in parts:
-            table = pa.Table.from_pandas(part, preserve_index=False,
-                                         schema=None if writer is None else writer.schema)  # fmt: skip
+            if writer is not None and not isinstance(part, pd.DataFrame):
+                table = pa.Table.from_arrays([part[name] for name in writer.schema.names], schema=writer.schema)
+            else:
+                frame = part if isinstance(part, pd.DataFrame) else pd.DataFrame(part, copy=False)
+                table = pa.Table.from_pandas(frame, preserve_index=False,
+                                             schema=None if writer is None else writer.schema)  # fmt: skip
             if writer is None:
                 writer = pq.ParquetWriter(path, table.schema, compression="snappy",
                                           use_dictionary=_few_values(table))  # fmt: skip

@@ -22,9 +22,17 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sim.app.plotlyjs import PlotlyJS, as_plotlyjs
-from sim.app.report_style import SERIES_COLORS, SLO_COLOR, common_label, run_colors, run_label, spans_decades
+from sim.app.report_style import (
+    SERIES_COLORS,
+    SLO_COLOR,
+    common_label,
+    decades_from_ecdf,
+    run_colors,
+    run_label,
+    spans_decades,
+)
 from sim.app.results import SimResult, parse_slo, request_metrics, time_series
-from sim.app.stats import ecdf_blocks
+from sim.app.stats import ecdf_points
 from sim.core.errors import ConfigError
 
 DEFAULT_COMPARE_METRICS = (
@@ -176,13 +184,13 @@ def fig_latency_cdf(result: SimResult | Mapping[str, SimResult], slo: Mapping[st
     runs = {"run": result} if isinstance(result, SimResult) else dict(result)
     colors = run_colors(runs)
     samples = {name: _latency_samples(res) for name, res in runs.items()}
-    logs = {m: spans_decades(s[m] for s in samples.values()) for m, _ in _CDF_METRICS}
+    curves = {name: {m: _curve(*per[m]) for m, _ in _CDF_METRICS} for name, per in samples.items()}
+    logs = {m: _log_axis([s[m] for s in samples.values()], [c[m] for c in curves.values()]) for m, _ in _CDF_METRICS}
     fig = make_subplots(rows=1, cols=len(_CDF_METRICS),
                         subplot_titles=[f"{t} (ms{', log' if logs[m] else ''})" for m, t in _CDF_METRICS])  # fmt: skip
-    for name, per in samples.items():
+    for name, per in curves.items():
         for col, (metric, _) in enumerate(_CDF_METRICS, start=1):
-            values, weights = per[metric]
-            x, y = ecdf_blocks(values, _MAX_POINTS) if isinstance(values, GapsMs) else _ecdf(values, weights)
+            x, y = per[metric][:2]
             fig.add_trace(go.Scatter(x=_f32(x), y=_f32(y), name=name, legendgroup=name, showlegend=col == 1,
                                      line={"color": colors[name]}), 1, col)  # fmt: skip
     _slo_marks(fig, slo, logs)
@@ -193,6 +201,26 @@ def fig_latency_cdf(result: SimResult | Mapping[str, SimResult], slo: Mapping[st
     default = "Latency CDFs (finished requests)" + ("" if len(runs) > 1 else f": {label(next(iter(runs.values())))}")
     fig.update_layout(height=420, title=title or default, legend={"orientation": "h", "y": -0.2})
     return fig
+
+
+def _curve(values: Any, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, tuple | None]:
+    """A metric's drawn CDF (x, y) and, for a run's gaps read as blocks, its points with their integer
+    cumulated weights and total (``decades_from_ecdf`` reads them)."""
+    if not isinstance(values, GapsMs):
+        return (*_ecdf(values, weights), None)
+    x, cum_w, total = ecdf_points(values, _MAX_POINTS)
+    y = cum_w.astype(np.float64) / np.float64(total) if total else cum_w.astype(np.float64)
+    return x, y, (x, cum_w, total)
+
+
+def _log_axis(samples: list[tuple[Any, np.ndarray | None]], curves: list[tuple]) -> bool:
+    """``spans_decades`` of the pooled samples; one run's gaps are first judged from their CDF's points,
+    which settle it unless the ratio falls between two of them (a big run's gaps: passes spared)."""
+    if len(curves) == 1 and curves[0][2] is not None:
+        decided = decades_from_ecdf(*curves[0][2])
+        if decided is not None:
+            return decided
+    return spans_decades(samples)
 
 
 def fig_compare(summaries: Mapping[str, Mapping[str, Any]], metrics: Sequence[str] = DEFAULT_COMPARE_METRICS,

@@ -55,6 +55,29 @@ def spans_decades(samples: Iterable[tuple[np.ndarray, np.ndarray | None]], ratio
     return bool(lo > 0 and span[1] / lo > ratio)
 
 
+def decades_from_ecdf(values: np.ndarray, cum_w: np.ndarray, total: int, ratio: float = LOG_SPAN) -> bool | None:
+    """``spans_decades`` of one sample from its ECDF points (stats.ecdf_points: values at entry ranks from
+    the first to the last, with the cumulated weight through each), or None where they cannot tell. The
+    1st weighted percentile interpolates between the entries at two weight ranks, each found between
+    the ECDF points around it; a big run's inter-token gaps need no further pass unless ``ratio`` times
+    that value falls between those points."""
+    if len(values) < 2:
+        return False
+    if not values[0] > 0:  # the sample is not all positive: spans_decades reads the positive part only
+        return None
+    h = (total - 1) * 0.01  # weighted_percentiles' virtual index, its two weight ranks
+    lo_rank = int(np.floor(h))
+    i = int(np.searchsorted(cum_w, lo_rank, side="right"))  # the first point past the lower rank's entry
+    j = int(np.searchsorted(cum_w, min(lo_rank + 1, total - 1), side="right"))
+    least, most = float(values[max(i - 1, 0)]), float(values[min(j, len(values) - 1)])
+    top = float(values[-1])
+    if top / most > ratio:  # the percentile is at most ``most``, so top over it is at least this
+        return True
+    if top / least <= ratio:
+        return False
+    return None
+
+
 def _num(v: Any) -> str:
     return f"{v:g}" if isinstance(v, int | float) and not isinstance(v, bool) else str(v)
 

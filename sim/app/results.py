@@ -118,6 +118,15 @@ class SimResult:
         for i in range(0, len(s), rows):
             yield s.frame(i, i + rows) if isinstance(s, StepTable) else s.iloc[i : i + rows]
 
+    def step_array_slices(self, rows: int) -> Iterator[dict[str, np.ndarray]]:
+        """``step_slices`` as {column: array} (no frame built when the steps are still in their stores)."""
+        s = self.__dict__["_steps"]
+        for i in range(0, len(s), rows):
+            if isinstance(s, StepTable):
+                yield s.arrays(i, i + rows)
+            else:
+                yield {c: s[c].to_numpy()[i : i + rows] for c in s.columns}
+
 
 def _get_steps(self: SimResult) -> pd.DataFrame:
     s = self.__dict__["_steps"]
@@ -197,7 +206,15 @@ def request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
 def steps_table(steps: pd.DataFrame) -> pd.DataFrame:
     """The steps as written to steps.parquet and shown by the Python API: ``duration`` (a step's length)
     becomes ``duration_s``; ``start`` stays, a timestamp in seconds like the requests' ``*_time``."""
-    return steps.rename(columns={"duration": "duration_s"})
+    return steps.rename(columns=STEPS_RENAMED)
+
+
+STEPS_RENAMED = {"duration": "duration_s"}
+
+
+def steps_arrays(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``steps_table`` of a slice given as {column: array}."""
+    return {STEPS_RENAMED.get(c, c): v for c, v in cols.items()}
 
 
 def _check_counts(df: pd.DataFrame, meta: Mapping[str, Any]) -> dict[str, int]:
@@ -459,7 +476,7 @@ def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, floa
         if result.num_steps <= ROWS_PER_GROUP:
             write_parquet(steps_table(result.steps), paths["steps"])
         else:  # a row group at a time from the step stores: the frame is never built
-            write_parquet_slices((steps_table(p) for p in result.step_slices(ROWS_PER_GROUP)), paths["steps"])
+            write_parquet_slices((steps_arrays(p) for p in result.step_array_slices(ROWS_PER_GROUP)), paths["steps"])
         if step_trace:
             write_step_trace(result, paths["step_trace"])
         else:

@@ -185,14 +185,20 @@ def ecdf_blocks(blocks: Blocks, max_points: int) -> tuple[np.ndarray, np.ndarray
     """A weighted sample's empirical CDF as sim/app/report.py ``_ecdf`` draws it, from blocks: the values
     at entry ranks ``unique(linspace(0, n - 1, max_points))`` of the kept entries sorted stably by value,
     and the cumulated weight there over the total; every entry when there are at most ``max_points``."""
+    values, cum_w, total = ecdf_points(blocks, max_points)
+    return values, cum_w.astype(np.float64) / np.float64(total) if total else cum_w.astype(np.float64)
+
+
+def ecdf_points(blocks: Blocks, max_points: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """``ecdf_blocks``' points with their cumulated weight as integers, and the total weight (which
+    ``report_style.decades_from_ecdf`` reads exactly)."""
     n, total, span = count_blocks(clean_blocks(blocks))
     if n <= max_points:
         parts = list(clean_blocks(blocks))
         v = np.concatenate([p for p, _ in parts]) if parts else np.zeros(0)
-        w = np.concatenate([q for _, q in parts]).astype(np.float64) if parts else np.zeros(0)
+        w = np.concatenate([q for _, q in parts]) if parts else np.zeros(0, dtype=np.int64)
         order = np.argsort(v, kind="stable")
-        cw = np.cumsum(w[order])
-        return v[order], cw / cw[-1] if cw.size else cw
+        return v[order], np.cumsum(w[order], dtype=np.int64), total
     ranks = np.unique(np.linspace(0, n - 1, max_points).astype(np.int64))
     values, cum_w = rank_select.select(lambda: clean_blocks(blocks), ranks, by_count=True, value_range=span)
-    return values, cum_w.astype(np.float64) / np.float64(total)
+    return values, cum_w.astype(np.int64), total

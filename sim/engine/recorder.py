@@ -231,9 +231,14 @@ class StepTable:
         """Rows [lo, hi) of ``whole()``, its columns and dtypes (index from 0)."""
         import pandas as pd
 
+        return pd.DataFrame(self.arrays(lo, hi), copy=False)
+
+    def arrays(self, lo: int = 0, hi: int | None = None) -> dict[str, np.ndarray]:
+        """Rows [lo, hi) of ``frame()``'s columns as arrays of its dtypes, without the frame (a writer
+        that hands them to Arrow spares pandas' consolidation copy)."""
         cols = self.columns(FRAME_COLUMNS, lo, hi)
-        return pd.DataFrame({c: v.astype(np.float64 if c in ("start", "duration", "kv_usage") else np.int64)
-                             for c, v in cols.items()}, copy=False)  # fmt: skip
+        return {c: v.astype(np.float64 if c in ("start", "duration", "kv_usage") else np.int64)
+                for c, v in cols.items()}  # fmt: skip
 
     def whole(self) -> pd.DataFrame:
         """The whole frame (Recorder.steps_frame, parts concatenated); the stores are emptied as it is
