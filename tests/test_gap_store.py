@@ -4,6 +4,8 @@ bit, as the whole arrays give."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -88,6 +90,26 @@ def test_time_weighted_blocks_is_time_weighted() -> None:
     assert stats.time_weighted_blocks(0, lambda: iter([])) is None
 
 
+def _gap_sample(kind: str, seed: int, least_tie: int) -> tuple[np.ndarray, np.ndarray, Any]:
+    """12,000 weighted gaps (lognormal; ``ties``: 30 values from ``least_tie`` / 100; ``dropped``: zero
+    weights and NaNs; ``zeros``: some zero values) and a function giving them in six blocks."""
+    rng = np.random.default_rng(seed + len(kind))
+    n = 12_000
+    v = rng.integers(least_tie, 30, n) * 0.01 if kind == "ties" else np.exp(rng.standard_normal(n) * 2)
+    w = rng.integers(1, 30, n)
+    if kind == "dropped":
+        w[rng.random(n) < 0.1] = 0
+        v[rng.random(n) < 0.05] = np.nan
+    if kind == "zeros":
+        v[rng.random(n) < 0.02] = 0.0
+    cuts = np.sort(rng.integers(0, n, 5))
+
+    def blocks():
+        return zip(np.split(v, cuts), np.split(w, cuts), strict=True)
+
+    return v, w, blocks
+
+
 @pytest.mark.parametrize("kind", ["uniform", "ties", "dropped"])
 def test_block_ecdf_is_the_reports_ecdf(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The report's ITL CDF from blocks (sim/app/stats.py ecdf_blocks) has _ecdf's points, thinned or
@@ -96,18 +118,7 @@ def test_block_ecdf_is_the_reports_ecdf(kind: str, monkeypatch: pytest.MonkeyPat
     import sim.app.report as report
     from sim.app.report_style import spans_decades
 
-    rng = np.random.default_rng(7 + len(kind))
-    n = 12_000
-    v = rng.integers(0, 30, n) * 0.01 if kind == "ties" else np.exp(rng.standard_normal(n) * 2)
-    w = rng.integers(1, 30, n)
-    if kind == "dropped":
-        w[rng.random(n) < 0.1] = 0
-        v[rng.random(n) < 0.05] = np.nan
-    cuts = np.sort(rng.integers(0, n, 5))
-
-    def blocks():
-        return zip(np.split(v, cuts), np.split(w, cuts), strict=True)
-
+    v, w, blocks = _gap_sample(kind, 7, least_tie=0)
     for points in (50, 2000, 100_000):
         monkeypatch.setattr(report, "_MAX_POINTS", points)
         want = report._ecdf(v, w)
@@ -131,20 +142,7 @@ def test_log_axis_from_the_cdf_points_is_spans_decades(kind: str) -> None:
     spans_decades."""
     from sim.app.report_style import decades_from_ecdf, spans_decades
 
-    rng = np.random.default_rng(11 + len(kind))
-    n = 12_000
-    v = rng.integers(1, 30, n) * 0.01 if kind == "ties" else np.exp(rng.standard_normal(n) * 2)
-    w = rng.integers(1, 30, n)
-    if kind == "dropped":
-        w[rng.random(n) < 0.1] = 0
-        v[rng.random(n) < 0.05] = np.nan
-    if kind == "zeros":
-        v[rng.random(n) < 0.02] = 0.0
-    cuts = np.sort(rng.integers(0, n, 5))
-
-    def blocks():
-        return zip(np.split(v, cuts), np.split(w, cuts), strict=True)
-
+    v, w, blocks = _gap_sample(kind, 11, least_tie=1)
     keep = np.isfinite(v) & (w > 0)
     top = float(v[keep].max())
     ratios = sorted({top / x for x in np.quantile(v[keep & (v > 0)], np.linspace(0, 1, 41))} | {1e-3, 1e9})

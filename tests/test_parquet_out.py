@@ -41,11 +41,12 @@ def test_an_object_column_is_written_in_one_go(tmp_path):
 def test_steps_are_written_from_the_stores_without_the_frame(tmp_path, monkeypatch):
     """A result's summary, steps.parquet, steps.jsonl and time series are made from the step stores'
     narrow columns (the frame is never built), and are byte for byte what the built frame gives."""
-    import sim.app.parquet_out as po
-    from sim.app.results import summarize, write_outputs
+    import sim.app.outputs as outputs
+    from sim.app.outputs import write_outputs
+    from sim.app.results import summarize
     from sim.engine.recorder import StepTable
 
-    monkeypatch.setattr(po, "ROWS_PER_GROUP", 100)  # several row groups
+    monkeypatch.setattr(outputs, "ROWS_PER_GROUP", 100)  # several row groups
     lazy, built = CASES["quickstart"](), CASES["quickstart"]()  # one engine (a cluster report builds the frame)
     frame = built.steps  # builds it: every reader below then takes the frame
     assert isinstance(lazy.__dict__["_steps"], StepTable) and lazy.num_steps == len(frame) > 300

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.app.outputs import write_outputs
 from sim.app.results import (
     STEP_COLUMNS,
     TIMESERIES_COLUMNS,
@@ -26,7 +27,6 @@ from sim.app.results import (
     summarize,
     time_series,
     weighted_percentiles,
-    write_outputs,
 )
 from sim.core.errors import ConfigError
 

@@ -15,8 +15,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from sim.app.outputs import write_outputs
 from sim.app.plotlyjs import PlotlyJS, as_plotlyjs, write_figure
-from sim.app.results import SimResult, request_metrics, summarize, time_series, to_jsonable, write_outputs
+from sim.app.results import SimResult, request_metrics, summarize, time_series, to_jsonable
 
 REPLICA_COLUMNS = (
     "replica",

@@ -15,7 +15,8 @@ import pandas as pd
 
 from sim.app.config import config_from_dict
 from sim.app.memory import seeds_example_plan
-from sim.app.results import SimResult, summarize, write_outputs
+from sim.app.outputs import write_outputs
+from sim.app.results import SimResult, summarize
 from sim.app.simulate import simulate
 
 CONCURRENCY = (4, 8, 16, 32)

@@ -9,12 +9,9 @@ result JSON can be diffed key by key; the time series follows vLLM's 1-second st
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -444,61 +441,3 @@ def to_jsonable(obj: Any) -> Any:
     if obj is pd.NA or obj is pd.NaT:
         return None
     return str(obj)
-
-
-def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, float] | None = None, *,
-                  summary: dict | None = None, title: str = "servesim run", plotlyjs: Any = None,
-                  step_trace: bool = True) -> dict[str, Path]:  # fmt: skip
-    """Write requests.parquet, steps.parquet, steps.jsonl, summary.json, timeseries.csv, report.html.
-
-    ``plotlyjs`` (sim.app.plotlyjs.PlotlyJS or its mode): how report.html loads plotly.js; by default one
-    plotly.min.js in ``out_dir``. ``step_trace=False`` leaves out steps.jsonl (the demo: steps.parquet
-    holds the same counts)."""
-    from sim.app.parquet_out import ROWS_PER_GROUP, write_parquet, write_parquet_slices
-    from sim.app.plotlyjs import as_plotlyjs
-    from sim.app.report import write_report  # report imports this module
-    from sim.app.step_trace import write_step_trace  # so does step_trace
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if summary is None:
-        summary = summarize(result, slo)
-    paths = {
-        "requests": out / "requests.parquet",
-        "steps": out / "steps.parquet",
-        "step_trace": out / "steps.jsonl",
-        "summary": out / "summary.json",
-        "timeseries": out / "timeseries.csv",
-        "report": out / "report.html",
-    }
-    with starts_held(result):  # every pass below reads the steps' starts
-        write_parquet(result.requests, paths["requests"], request_metrics)  # a row group at a time
-        if result.num_steps <= ROWS_PER_GROUP:
-            write_parquet(steps_table(result.steps), paths["steps"])
-        else:  # a row group at a time from the step stores: the frame is never built
-            write_parquet_slices((steps_arrays(p) for p in result.step_array_slices(ROWS_PER_GROUP)), paths["steps"])
-        if step_trace:
-            write_step_trace(result, paths["step_trace"])
-        else:
-            del paths["step_trace"]
-        paths["summary"].write_text(
-            json.dumps(to_jsonable(summary), indent=2, allow_nan=False) + "\n", encoding="utf-8"
-        )
-        time_series(result).to_csv(paths["timeseries"], index=False)
-        write_report(result, paths["report"], summary, title=title, plotlyjs=as_plotlyjs(plotlyjs).rooted(out))
-    return paths
-
-
-@contextmanager
-def starts_held(result: SimResult) -> Iterator[None]:
-    """The step stores keep every step's start while the writers read them (sim/engine/step_store.py
-    ``hold_starts``): 8 bytes a step for the writers' time, each rebuilt once instead of once a pass."""
-    s = result.__dict__["_steps"]
-    stores = [store for _, store in s.parts] if isinstance(s, StepTable) else []
-    try:
-        for store in stores:
-            store.hold_starts()
-        yield
-    finally:
-        for store in stores:
-            store.drop_starts()

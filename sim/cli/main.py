@@ -59,7 +59,8 @@ def _run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from sim.app.config import load_config
-    from sim.app.results import slo_from_goodput_args, summarize, write_outputs
+    from sim.app.outputs import write_outputs
+    from sim.app.results import slo_from_goodput_args, summarize
     from sim.app.simulate import simulate
     from sim.cli import cluster as cli_cluster
     from sim.cli.catalog import vllm_overrides
