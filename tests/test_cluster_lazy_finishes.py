@@ -5,6 +5,7 @@ timestamps and steps as stepping one by one; only routers that read no engine me
 from __future__ import annotations
 
 import pytest
+import simpy
 
 from sim.app.cluster import Cluster, simulate_cluster
 from sim.app.cluster_config import cluster_from_dict
@@ -63,36 +64,37 @@ class QuietFirst:
 
 
 def _inbox_in_run(starts: list[float], ends: list[float], push_at: float) -> tuple[float, int, int]:
-    """An engine-like process sleeping through a run (as FastForward._sleep_through does) and a push at
-    ``push_at``: when it wakes, the steps the run keeps, and the SimPy events processed."""
-    import simpy
+    """A replica's engine sleeping through a run of these steps (its fast-forward's own
+    ``_sleep_through``, its loop closed) and a push at ``push_at``: when it wakes, the steps the run
+    keeps, and the SimPy timeouts scheduled."""
+    c = Cluster(cluster_from_dict(raw(cluster={"replicas": 1}, engine={"policy": "vllm", "max_model_len": 8192},
+                                      workload={"rate": 0.001, "num_requests": 1})))  # fmt: skip
+    env, eng, inbox = c.env, c.replicas[0].engine, c.replicas[0].inbox
+    got: list = []
 
-    from sim.app.inbox import Inbox
-    from sim.engine.fastforward import RunView, delay_to
-
-    env = simpy.Environment()
-    inbox = Inbox(env, lambda spec, now: None)
-    view = RunView(starts, ends, None, [], [])
-    woke: list[float] = []
-
-    def sleeper():
-        ev = inbox.wake_event(view)
-        end = env.timeout(delay_to(0.0, ends[-1]))
-        end.callbacks.append(lambda _t: ev.triggered or inbox.nudge())
-        yield ev
-        woke.append(env.now)
-
-    def pusher():
+    def pusher():  # first: at the run's end instant its push comes before the run's own end
         yield env.timeout(push_at)
         inbox.push(object())
 
-    env.process(sleeper())
+    def sleeper():
+        eng.close()  # the engine's own loop waits no more
+        k = yield from eng.ff._sleep_through(eng, 0.0, starts, ends, lambda: [0] * len(starts))
+        got.extend([env.now, k, eng.run_view])
+
+    timeouts = 0
+    schedule = env.schedule
+
+    def counting(event, priority=1, delay=0):
+        nonlocal timeouts
+        timeouts += type(event) is simpy.Timeout
+        return schedule(event, priority, delay)
+
+    env.schedule = counting  # type: ignore[method-assign]
     env.process(pusher())
-    events = 0
-    while env.peek() < float("inf"):
-        env.step()
-        events += 1
-    return woke[0], view.cut_step, events
+    done = env.process(sleeper())
+    env.run(until=done)
+    assert got[2] is None  # the run's view is gone once it ends
+    return got[0], got[1], timeouts
 
 
 @pytest.mark.parametrize(
@@ -101,33 +103,42 @@ def _inbox_in_run(starts: list[float], ends: list[float], push_at: float) -> tup
         (0.05, 0.1, 1),  # inside the first step: it still runs
         (0.1, 0.25, 2),  # at a step's start: that step started, it runs too
         (0.3, 0.45, 3),
-        (0.45, 0.45, 3),  # at the run's end
+        (0.45, 0.45, 3),  # at the run's end, before the run's own end event
         (0.6, 0.45, 3),  # after it: the run ended first
     ],
 )
 def test_a_push_cuts_a_run_at_the_end_of_the_steps_started(push_at: float, woke: float, kept: int) -> None:
     starts, ends = [0.0, 0.1, 0.25], [0.1, 0.25, 0.45]
-    t, k, events = _inbox_in_run(starts, ends, push_at)
+    t, k, timeouts = _inbox_in_run(starts, ends, push_at)
     assert (t, k) == (woke, kept)
-    # the engine wakes once, by one event: two processes' starts and ends, the run's end timeout, the
-    # pusher's timeout and the wake-up itself (not a wake-up at the push, then a timeout to the boundary)
-    assert events == 7
+    # the pusher's and the run's end: a push wakes the sleeper by the inbox's own event at the cut, not
+    # by a wake-up at the push and then a second timeout to the boundary
+    assert timeouts == 2
 
 
 def test_a_lazy_gateway_schedules_no_tick_for_a_finish_while_nothing_waits() -> None:
-    """With nothing queued, a finish's tick would do nothing: the gateway's ticks are its arrivals'."""
+    """With nothing queued, a finish's tick would do nothing: the gateway's ticks are its arrivals', and
+    a run where every finish still schedules its tick (as before) gives the same tables."""
     from sim.app.timing import LATE_GATEWAY
 
-    c = Cluster(cluster_from_dict(_cluster({"replicas": 3, "router": "least-outstanding"})))
-    ticks: list[float] = []
-    schedule = c.env.schedule
+    def run(finish_ticks: bool):
+        c = Cluster(cluster_from_dict(_cluster({"replicas": 3, "router": "least-outstanding"})))
+        assert c.gateway.lazy
+        c.gateway.lazy = not finish_ticks  # runs still pass finishes (set by start()); only the ticks differ
+        ticks: list[float] = []
+        schedule = c.env.schedule
 
-    def counting(event, priority=1, delay=0):  # the gateway's events are its ticks (no polls: lazy)
-        if priority == LATE_GATEWAY:
-            ticks.append(c.env.now + delay)
-        return schedule(event, priority, delay)
+        def counting(event, priority=1, delay=0):  # the gateway's events are its ticks (no polls: lazy)
+            if priority == LATE_GATEWAY:
+                ticks.append(c.env.now + delay)
+            return schedule(event, priority, delay)
 
-    c.env.schedule = counting  # type: ignore[method-assign]
-    res = c.run()
-    assert c.gateway.lazy and (res.requests["status"] == "finished").all()
+        c.env.schedule = counting  # type: ignore[method-assign]
+        return c.run(), ticks
+
+    res, ticks = run(finish_ticks=False)
+    assert (res.requests["status"] == "finished").all()
     assert len(ticks) + 1 == len(res.requests)  # one per arrival (the first, scheduled by start(), not seen)
+    old, old_ticks = run(finish_ticks=True)
+    assert len(old_ticks) > len(ticks) + 50
+    _same_run(res, old)

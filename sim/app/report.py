@@ -32,7 +32,7 @@ from sim.app.report_style import (
     spans_decades,
 )
 from sim.app.results import SimResult, parse_slo, request_metrics, time_series
-from sim.app.stats import ecdf_points
+from sim.app.stats import ecdf_fractions, ecdf_points
 from sim.core.errors import ConfigError
 
 DEFAULT_COMPARE_METRICS = (
@@ -209,8 +209,7 @@ def _curve(values: Any, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndar
     if not isinstance(values, GapsMs):
         return (*_ecdf(values, weights), None)
     x, cum_w, total = ecdf_points(values, _MAX_POINTS)
-    y = cum_w.astype(np.float64) / np.float64(total) if total else cum_w.astype(np.float64)
-    return x, y, (x, cum_w, total)
+    return x, ecdf_fractions(cum_w, total), (x, cum_w, total)
 
 
 def _log_axis(samples: list[tuple[Any, np.ndarray | None]], curves: list[tuple]) -> bool:

@@ -61,8 +61,8 @@ def decades_from_ecdf(values: np.ndarray, cum_w: np.ndarray, total: int, ratio: 
     1st weighted percentile interpolates between the entries at two weight ranks, each found between
     the ECDF points around it; a big run's inter-token gaps need no further pass unless ``ratio`` times
     that value falls between those points."""
-    if len(values) < 2:
-        return False
+    if len(values) < 2:  # one point may stand for several entries: spans_decades counts them
+        return None
     if not values[0] > 0:  # the sample is not all positive: spans_decades reads the positive part only
         return None
     h = (total - 1) * 0.01  # weighted_percentiles' virtual index, its two weight ranks

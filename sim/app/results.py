@@ -200,13 +200,13 @@ def request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+STEPS_RENAMED = {"duration": "duration_s"}  # steps_table's names for the frame's columns
+
+
 def steps_table(steps: pd.DataFrame) -> pd.DataFrame:
     """The steps as written to steps.parquet and shown by the Python API: ``duration`` (a step's length)
     becomes ``duration_s``; ``start`` stays, a timestamp in seconds like the requests' ``*_time``."""
     return steps.rename(columns=STEPS_RENAMED)
-
-
-STEPS_RENAMED = {"duration": "duration_s"}
 
 
 def steps_arrays(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

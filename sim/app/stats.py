@@ -186,7 +186,12 @@ def ecdf_blocks(blocks: Blocks, max_points: int) -> tuple[np.ndarray, np.ndarray
     at entry ranks ``unique(linspace(0, n - 1, max_points))`` of the kept entries sorted stably by value,
     and the cumulated weight there over the total; every entry when there are at most ``max_points``."""
     values, cum_w, total = ecdf_points(blocks, max_points)
-    return values, cum_w.astype(np.float64) / np.float64(total) if total else cum_w.astype(np.float64)
+    return values, ecdf_fractions(cum_w, total)
+
+
+def ecdf_fractions(cum_w: np.ndarray, total: int) -> np.ndarray:
+    """``ecdf_points``' cumulated weights as the fractions of the total the CDF draws."""
+    return cum_w.astype(np.float64) / np.float64(total) if total else cum_w.astype(np.float64)
 
 
 def ecdf_points(blocks: Blocks, max_points: int) -> tuple[np.ndarray, np.ndarray, int]:

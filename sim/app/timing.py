@@ -20,16 +20,13 @@ LATE_GATEWAY = 3  # routing, queue release, KV transfer arrivals
 class LateCall(simpy.Event):
     """A call of ``fn`` at time ``when``, after every event of a lower priority value at that instant.
 
-    Triggered (successfully, value None) when made and scheduled at ``priority``, as SimPy's own
-    ``Timeout`` builds itself: ``Event.succeed`` would schedule it at NORMAL priority, now.
+    Triggered when made, scheduled at ``priority`` (``succeed_after``).
     """
 
     def __init__(self, env: simpy.Environment, when: float, priority: int, fn: Callable[[], None]) -> None:
         super().__init__(env)
-        self._ok = True
-        self._value = None
         self.callbacks.append(lambda _ev: fn())
-        env.schedule(self, priority, max(when - env.now, 0.0))
+        succeed_after(env, self, max(when - env.now, 0.0), priority)
 
 
 def at_late(env: simpy.Environment, when: float, priority: int, fn: Callable[[], None]) -> None:
@@ -37,9 +34,10 @@ def at_late(env: simpy.Environment, when: float, priority: int, fn: Callable[[],
     LateCall(env, when, priority, fn)
 
 
-def succeed_after(env: simpy.Environment, ev: simpy.Event, delay: float) -> None:
-    """Trigger ``ev`` (successfully, value None) to be processed ``delay`` seconds from now, at NORMAL
-    priority, as a Timeout would be: a wake-up event found to be due later, without a second event."""
+def succeed_after(env: simpy.Environment, ev: simpy.Event, delay: float, priority: int = simpy.events.NORMAL) -> None:
+    """Trigger ``ev`` (successfully, value None) to be processed ``delay`` seconds from now at ``priority``,
+    as SimPy's own Timeout triggers itself (``Event.succeed`` schedules at NORMAL priority, now): a
+    gateway call after the replicas' boundaries, a wake-up event found to be due later."""
     ev._ok = True
     ev._value = None
-    env.schedule(ev, simpy.events.NORMAL, delay)
+    env.schedule(ev, priority, delay)

@@ -292,7 +292,7 @@ class FastForward:
                        finishing: tuple[list[Request], list[int]] | None = None) -> Generator[Any, Any, int]:
         """Wait out a run of ``len(starts)`` steps begun at ``start``; returns how many of them happened.
 
-        A pushed source (a cluster replica's inbox, sim/app/replica.py) cannot say when the next request
+        A pushed source (a cluster replica's inbox, sim/app/inbox.py) cannot say when the next request
         comes, so a push ends the run early: the steps that started by then still run (the push comes after
         every step boundary at its instant) and the request joins at the next boundary, as without the
         jump. While it runs, ``engine.run_view`` shows it: without finishes inside (``finishing`` None) the

@@ -205,7 +205,7 @@ class Engine:
     def _wait_for_arrival(self, now: float) -> Generator[Any, Any, bool]:
         """Sleep until the next arrival; returns True when none can come before the horizon.
 
-        A source that is pushed to (a cluster replica's inbox, sim/app/replica.py) offers ``wake_event()``:
+        A source that is pushed to (a cluster replica's inbox, sim/app/inbox.py) offers ``wake_event()``:
         its pushes come at times nobody knows in advance, so the replica sleeps until one wakes it.
         """
         deadline = self.next_deadline() if self._deadlines else None
