@@ -112,7 +112,7 @@ def _gap_sample(kind: str, seed: int, least_tie: int) -> tuple[np.ndarray, np.nd
 
 @pytest.mark.parametrize("kind", ["uniform", "ties", "dropped"])
 def test_block_ecdf_is_the_reports_ecdf(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The report's ITL CDF from blocks (sim/app/stats.py ecdf_blocks) has _ecdf's points, thinned or
+    """The report's ITL CDF from blocks (sim/app/stats.py ecdf_points) has _ecdf's points, thinned or
     not, with cells split down to single keys and with the default cells; spans_decades pools blocks as
     it pools arrays."""
     import sim.app.report as report
@@ -124,7 +124,8 @@ def test_block_ecdf_is_the_reports_ecdf(kind: str, monkeypatch: pytest.MonkeyPat
         want = report._ecdf(v, w)
         for cells in RADIX:
             _radix(monkeypatch, cells)
-            got = stats.ecdf_blocks(blocks, points)
+            x, cum_w, total = stats.ecdf_points(blocks, points)
+            got = (x, stats.ecdf_fractions(cum_w, total))
             for a, b in zip(got, want, strict=True):
                 assert a.dtype == b.dtype and np.array_equal(a, b), (points, cells)
     keep = np.isfinite(v) & (v > 0) & (w > 0)  # the arrays' rule: max over the 1st weighted percentile

@@ -258,9 +258,8 @@ class Gateway:
     def settle(self, now: float) -> None:
         """Count every finish inside a replica's run in flight up to ``now``, in time order, as its step
         boundary would have (with the queue empty a finish schedules no tick of its own: it would do no
-        more). A run cut by a
-        push keeps the steps started by then, so each finish so far is certain; a run that has ended
-        reported its own (its view is gone)."""
+        more). A run cut by a push keeps the steps started by then, so each finish so far is certain; a
+        run that has ended reported its own (its view is gone)."""
         pending, reps = self._pending, self.replicas
         while pending and pending[0][0] <= now:
             t, _, i, view = heapq.heappop(pending)

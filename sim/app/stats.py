@@ -181,22 +181,16 @@ def time_weighted_blocks(n: int, blocks: Callable[[], Iterable[tuple[np.ndarray,
     return float(pairwise_sum(n, (np.asarray(v, dtype=np.float64) for v, _ in blocks())) / n)
 
 
-def ecdf_blocks(blocks: Blocks, max_points: int) -> tuple[np.ndarray, np.ndarray]:
-    """A weighted sample's empirical CDF as sim/app/report.py ``_ecdf`` draws it, from blocks: the values
-    at entry ranks ``unique(linspace(0, n - 1, max_points))`` of the kept entries sorted stably by value,
-    and the cumulated weight there over the total; every entry when there are at most ``max_points``."""
-    values, cum_w, total = ecdf_points(blocks, max_points)
-    return values, ecdf_fractions(cum_w, total)
-
-
 def ecdf_fractions(cum_w: np.ndarray, total: int) -> np.ndarray:
     """``ecdf_points``' cumulated weights as the fractions of the total the CDF draws."""
     return cum_w.astype(np.float64) / np.float64(total) if total else cum_w.astype(np.float64)
 
 
 def ecdf_points(blocks: Blocks, max_points: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """``ecdf_blocks``' points with their cumulated weight as integers, and the total weight (which
-    ``report_style.decades_from_ecdf`` reads exactly)."""
+    """A weighted sample's empirical CDF as sim/app/report.py ``_ecdf`` draws it, from blocks: the values
+    at entry ranks ``unique(linspace(0, n - 1, max_points))`` of the kept entries sorted stably by value
+    (every entry when there are at most ``max_points``), the cumulated weight through each as an integer
+    (``ecdf_fractions`` draws it; ``report_style.decades_from_ecdf`` reads it exactly), and the total."""
     n, total, span = count_blocks(clean_blocks(blocks))
     if n <= max_points:
         parts = list(clean_blocks(blocks))

@@ -221,6 +221,8 @@ _TURN_ARGS = ("request_id", "arrival_time", "prompt_len", "output_len", "session
 _TURN_DEFAULTS = tuple((_SETTERS[f.name], f.default) for f in fields(RequestSpec) if f.name not in _TURN_ARGS)
 if any(v is MISSING for _, v in _TURN_DEFAULTS):
     raise RuntimeError("content_spec needs a plain default for every field it is not given")
+_S_SESSION, _S_SEGMENTS, _S_OUT_KEY, _S_PREFIX, _S_PRIVATE, _S_UNTIL_DONE, _S_SHARES, _S_HASH_END = (
+    _SETTERS[n] for n in _TURN_ARGS[4:])
 
 
 def content_spec(request_id: str, arrival_time: float, prompt_len: int, output_len: int, session_id: str | None,
@@ -253,10 +255,6 @@ def content_spec(request_id: str, arrival_time: float, prompt_len: int, output_l
     return RequestSpec(request_id=request_id, arrival_time=arrival_time, prompt_len=prompt_len, output_len=output_len,
                        session_id=session_id, segments=segments, output_key=output_key, prefix_hashes=prefix_hashes,
                        private_from=private_from, private_until_done=private_until_done)  # fmt: skip
-
-
-_S_SESSION, _S_SEGMENTS, _S_OUT_KEY, _S_PREFIX, _S_PRIVATE, _S_UNTIL_DONE, _S_SHARES, _S_HASH_END = (
-    _SETTERS[n] for n in _TURN_ARGS[4:])
 
 
 def _integer(request_id: str, name: str, v: object) -> int:

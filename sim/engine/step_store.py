@@ -245,13 +245,18 @@ class StepStore:
     def drop_starts(self) -> None:
         self._held = None
 
+    def _held_starts(self) -> np.ndarray | None:
+        """The held starts while they are every step's (a step appended since is not among them)."""
+        held = self._held
+        return held if held is not None and len(held) == len(self.duration) else None
+
     def starts(self, lo: int, hi: int) -> np.ndarray:
         """The starts of steps [lo, hi), float64: from the last stored start at or before lo, each the
         previous start plus the previous duration (np.cumsum adds in order, as the engine's clock did)."""
         self.flush()
         hi = min(hi, len(self.duration))
-        held = self._held
-        if held is not None and len(held) == len(self.duration):
+        held = self._held_starts()
+        if held is not None:
             return held[lo:hi] if hi > lo else np.zeros(0, dtype=np.float64)
         if self.start is not None:
             return np.frombuffer(self.start, dtype=np.float64)[lo:hi]
@@ -300,7 +305,7 @@ class StepStore:
         self.flush()
         n = len(self.duration)
         st = self.starts(0, n)  # a view of the store where every start is stored, or of the held starts
-        held = self._held is not None and len(self._held) == n
+        held = self._held_starts() is not None
         out: dict[str, np.ndarray] = {"start": st.copy() if held or (self.start is not None and not release) else st}
         d = self.duration
         out["duration"] = np.frombuffer(d, dtype=np.float64) if release else np.array(d, dtype=np.float64)
