@@ -30,7 +30,7 @@ def test_session_turns_share_hashes_and_match_hashing_alone():
     w = build_session_workload(SESSIONS, 3)
     src = SessionSource(w)
     seen = 0
-    while src.heap:
+    while src.due:
         t = src.peek_time()
         for spec in src.pop_due(t):
             req = Request(spec)

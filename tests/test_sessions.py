@@ -259,11 +259,10 @@ def test_response_delay_is_the_think_time_its_end_starts(clients):
             assert src.response_delay(spec) is None  # no longer in flight
     assert seen["next turn"] and seen["nothing"] and (seen["next conversation"] > 0) == (clients is not None)
     fe = FrontendConfig()
-    wrapped, _ = with_frontend(w.make_source(), fe)
-    inner = wrapped.inner
-    got = wrapped.pop_due(1e9)
-    assert got
-    d = wrapped.response_delay(got[0])
-    base = inner.response_delay(got[0])
-    if base is not None:
-        assert d == pytest.approx(base + float(fe.output_latency(1)) + float(fe.input_latency(0)))
+    own, _ = with_frontend(w.make_source(), fe)  # the source times its own arrivals (no wrapper)
+    bare = w.make_source()
+    got, ref = own.pop_due(1e9), bare.pop_due(1e9)
+    assert got and [s.request_id for s in got] == [s.request_id for s in ref]
+    base = bare.response_delay(ref[0])
+    assert base is not None
+    assert own.response_delay(got[0]) == base + float(fe.output_latency(1)) + float(fe.input_latency(0))

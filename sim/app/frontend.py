@@ -211,6 +211,9 @@ def with_frontend(source: Any, fe: FrontendConfig | None) -> tuple[Any, dict[str
         return OpenSource(chunks=chunks, total=source.total), send_time
     if type(source) is OpenSource and not source.lazy:  # a listed workload: shift it once
         return OpenSource([_arrived(s, fe, send_time) for s in source.specs[source.pos :]]), send_time
+    with_path = getattr(source, "with_path", None)  # a source that times its arrivals itself (sessions)
+    if callable(with_path) and (own := with_path(fe, send_time)) is not None:
+        return own, send_time
     return FrontendSource(source, fe, send_time), send_time
 
 

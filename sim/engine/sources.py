@@ -26,6 +26,16 @@ class ClosedWorkloadLike(Protocol):
     def think_time(self, index: int) -> float: ...
 
 
+class RequestPath(Protocol):
+    """A front end's ways around the engine (sim/app/frontend.py FrontendConfig): a request's send to the
+    engine, and a token from the engine to the client. A source that takes one (sessions) times its own
+    arrivals instead of being wrapped."""
+
+    def input_latency(self, prompt_len: int) -> float: ...
+
+    def output_latency(self, batch: int) -> float: ...
+
+
 # The same requests' chunks with each arrival delayed by a function of the prompt lengths (a front end's
 # input path): (specs at the delayed times, the original times), chunk by chunk, in the original order.
 DelayedChunks = Callable[[Callable[[np.ndarray], np.ndarray]], Iterator[tuple[list[RequestSpec], list[float]]]]

@@ -54,6 +54,7 @@ from sim.core.errors import ConfigError
 from sim.core.fields import MAX_REQUESTS
 from sim.core.request import PrefixHashes, RequestSpec, Segment
 from sim.core.spec import MAX_ARRIVAL_S, content_spec
+from sim.engine.sources import RequestPath
 from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig, check_span
 from workloads.gen.lengths import LengthDist, check_keys, clip_to_context, read_float, read_int
 
@@ -96,7 +97,16 @@ class Conversation:
         return len(self.messages)
 
     def prompt_len(self, k: int) -> int:
-        return self.system_len + sum(self.messages[: k + 1]) + sum(self.outputs[:k])
+        return self._prompt_lens[k]
+
+    @cached_property
+    def _prompt_lens(self) -> tuple[int, ...]:
+        """Every turn's prompt length, in one pass (each turn's: the last one's, its answer, a message)."""
+        out, n = [], self.system_len
+        for k, m in enumerate(self.messages):
+            n += m + (self.outputs[k - 1] if k else 0)
+            out.append(n)
+        return tuple(out)
 
     def output_key(self, k: int) -> tuple:
         return ("sess-out", self.index, k)
@@ -159,14 +169,24 @@ class SessionWorkload:
 class SessionSource:
     """Engine-facing source (peek_time / pop_due / on_done / remaining, as in sim.engine.sources).
 
-    The heap holds (time, order, conversation, turn); a turn is pushed when the previous one is done.
-    """
+    ``due`` holds (send time, order, conversation, turn); a turn is pushed when the previous one is done.
+    With a request path (``with_path``: a front end's input and output latencies, sim/app/frontend.py), a
+    turn sent by ``now`` moves to ``transit`` at its engine-side arrival (send + input latency, its send
+    noted in ``send_time``), ordered by arrival then the order it moved in, and a finish reaches the user
+    after the output latency: what ``FrontendSource`` does around any source, without building each turn
+    twice (once at its send, once at its arrival) or a wrapper's calls per request."""
 
-    def __init__(self, workload: SessionWorkload) -> None:
+    def __init__(self, workload: SessionWorkload, path: RequestPath | None = None,
+                 send_time: dict[str, float] | None = None) -> None:  # fmt: skip
         self.w = workload
         self.convs = workload.conversations
-        self.heap: list[tuple[float, int, int, int]] = []
+        self.due: list[tuple[float, int, int, int]] = []
         self.order = 0
+        self.path = path
+        self.send_time: dict[str, float] = {} if send_time is None else send_time
+        self.transit: list[tuple[float, int, float, int, int]] = []  # (arrival, moved, send, conversation, turn)
+        self.moved = 0
+        self.back = 0.0 if path is None else path.output_latency(1)  # B = 1: the batch is not known here
         self.next_conv = 0  # closed loop: next conversation not yet given to a client
         self.sent: dict[str, tuple[int, int]] = {}  # request id -> (conversation, turn) in flight
         self.done_turns = [0] * len(self.convs)  # turns of each conversation sent so far
@@ -181,27 +201,59 @@ class SessionSource:
                 self._push(0.0, self.next_conv, 0)
                 self.next_conv += 1
 
+    def with_path(self, path: RequestPath, send_time: dict[str, float]) -> SessionSource | None:
+        """This source's turns through ``path`` (None once it has handed out a turn)."""
+        if any(self.done_turns):
+            return None
+        return SessionSource(self.w, path, send_time)
+
     def _push(self, t: float, j: int, k: int) -> None:
-        heapq.heappush(self.heap, (t, self.order, j, k))
+        heapq.heappush(self.due, (t, self.order, j, k))
         self.order += 1
 
     def peek_time(self) -> float | None:
-        return self.heap[0][0] if self.heap else None
+        """The next arrival, or the next send when it is earlier (then no turn is due yet; as the front
+        end's wrapper answers, so the engine wakes at the same times)."""
+        due, transit = self.due, self.transit
+        if not transit:
+            return due[0][0] if due else None
+        return transit[0][0] if not due or transit[0][0] < due[0][0] else due[0][0]
 
     def pop_due(self, now: float) -> list[RequestSpec]:
         out: list[RequestSpec] = []
-        while self.heap and self.heap[0][0] <= now:
-            t, _, j, k = heapq.heappop(self.heap)
-            conv = self.convs[j]
-            ph = self.hashes.get(j)
-            if ph is None and conv.num_turns > 1:
-                ph = self.hashes[j] = PrefixHashes(conv.content())
-            spec = conv.spec(k, t, ph)
-            self.sent[spec.request_id] = (j, k)
-            self.done_turns[j] = k + 1
-            out.append(spec)
-        self.last_time = max(self.last_time, now)
+        due, convs = self.due, self.convs
+        path = self.path
+        if path is None:
+            while due and due[0][0] <= now:
+                t, _, j, k = heapq.heappop(due)
+                self.done_turns[j] = k + 1
+                out.append(self._spec(t, j, k))
+        else:
+            transit = self.transit
+            while due and due[0][0] <= now:  # sent by now: on the way in
+                t, _, j, k = heapq.heappop(due)
+                self.done_turns[j] = k + 1
+                arrival = t + path.input_latency(convs[j].prompt_len(k))
+                heapq.heappush(transit, (arrival, self.moved, t, j, k))
+                self.moved += 1
+            while transit and transit[0][0] <= now:
+                arrival, _, t, j, k = heapq.heappop(transit)
+                spec = self._spec(arrival, j, k)
+                self.send_time[spec.request_id] = t
+                out.append(spec)
+        if now > self.last_time:
+            self.last_time = now
         return out
+
+    def _spec(self, arrival: float, j: int, k: int) -> RequestSpec:
+        """Turn k of conversation j as it reaches the engine (at ``arrival``), now in flight."""
+        conv = self.convs[j]
+        ph = self.hashes.get(j)
+        if ph is None and conv.num_turns > 1:
+            ph = self.hashes[j] = PrefixHashes(conv.content())
+        spec = conv.spec(k, arrival, ph)
+        self.sent[spec.request_id] = (j, k)
+        return spec
 
     def on_done(self, spec: RequestSpec, now: float) -> None:
         """Next turn after the think time; a closed-loop client whose conversation ended starts another.
@@ -212,7 +264,7 @@ class SessionSource:
             return
         j, k = jk
         conv = self.convs[j]
-        t = now + conv.thinks[k]
+        t = (now + self.back if self.path is not None else now) + conv.thinks[k]
         if k + 1 < conv.num_turns:
             self._push(t, j, k + 1)
             return
@@ -223,24 +275,39 @@ class SessionSource:
 
     def response_delay(self, spec: RequestSpec) -> float | None:
         """Seconds from this turn's end to the arrival it causes (the think time after it: the next turn,
-        or a closed-loop client's next conversation), None if it causes none."""
+        or a closed-loop client's next conversation; through a path also the way back and at least the
+        way in), None if it causes none."""
         jk = self.sent.get(spec.request_id)
         if jk is None:
             return None
         j, k = jk
         conv = self.convs[j]
         if k + 1 < conv.num_turns or (self.w.num_clients is not None and self.next_conv < len(self.convs)):
-            return float(conv.thinks[k])
+            d = float(conv.thinks[k])
+            return d if self.path is None else d + float(self.back) + float(self.path.input_latency(0))
         return None
 
     def remaining(self) -> list[RequestSpec]:
-        """Every turn never sent: due ones with their due time, later ones stamped with the last time seen."""
-        due = {(j, k): t for t, _, j, k in self.heap}
-        out = []
+        """Every turn never sent: due ones with their due time, later ones stamped with the last time seen;
+        through a path, at their engine-side times (sends noted), those on their way in first, all in
+        order of that time."""
+        due = {(j, k): t for t, _, j, k in self.due}
+        later = []
         for j, c in enumerate(self.convs):
             for k in range(self.done_turns[j], c.num_turns):
-                out.append(c.spec(k, due.get((j, k), self.last_time)))
-        return out
+                later.append(c.spec(k, due.get((j, k), self.last_time)))
+        if self.path is None:
+            return later
+        path = self.path
+        for i, s in enumerate(later):
+            self.send_time[s.request_id] = s.arrival_time
+            later[i] = s.arriving_at(s.arrival_time + path.input_latency(s.prompt_len))
+        coming = []
+        for arrival, _, t, j, k in sorted(self.transit):
+            s = self.convs[j].spec(k, arrival, self.hashes.get(j))
+            self.send_time[s.request_id] = t
+            coming.append(s)
+        return sorted(coming + later, key=lambda s: s.arrival_time)
 
 
 # ---- building ------------------------------------------------------------------------------------
