@@ -6,9 +6,9 @@ STAMP := $(VENV)/.installed
 NATIVE := $(VENV)/.native-built
 PYC := $(VENV)/.pyc-built
 # the sources a native build depends on (sim/native.py dependencies(): the compiled modules and what they import)
-NATIVE_SRC := sim/native.py $(wildcard sim/core/*.py sim/kv/*.py policies/*.py) sim/engine/rowpass.py sim/engine/runcalc.py sim/engine/fastforward.py sim/engine/fastforward_async.py \
-	sim/engine/loop.py sim/engine/recorder.py sim/engine/step_store.py sim/engine/gaps.py \
-	sim/cost/decode_price.py sim/cost/step_price.py
+NATIVE_SRC := sim/native.py $(wildcard sim/core/*.py sim/kv/*.py sim/engine/*.py policies/*.py) \
+	sim/cost/decode_price.py sim/cost/step_price.py workloads/gen/session_source.py \
+	$(foreach m,cluster_config devices disagg gateway inbox replica timing,sim/app/$(m).py)
 
 .PHONY: demo test lint bench clean native
 

@@ -56,9 +56,10 @@ MODULES = (
     "sim.cost.step_price",
     "sim.app.gateway",
     "sim.app.inbox",
+    "workloads.gen.session_source",
 )
 PURE_ENV = "SERVESIM_PURE"
-PACKAGES = ("sim", "policies")  # where compiled modules live (and where an old in-place build may linger)
+PACKAGES = ("sim", "policies", "workloads")  # where compiled modules live (and where an old in-place build may linger)
 
 
 def native_dir() -> Path:

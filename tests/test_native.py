@@ -35,6 +35,15 @@ cfg = config_from_dict({
 res = simulate(cfg)
 digest = {name: hashlib.sha256(df.to_csv(index=False).encode()).hexdigest()
           for name, df in (("requests", res.requests), ("steps", res.steps))}
+# conversations through the front end (workloads/gen/session_source.py): turns built slot by slot, at arrival
+ses = simulate(config_from_dict({
+    "model": {"name": "Meta-Llama-3-8B"}, "hardware": {"gpu": "A100-80GB-SXM"}, "engine": {"policy": "vllm"},
+    "workload": {"kind": "sessions", "num_sessions": 60, "rate": 2.0, "think_time": 1.0,
+                 "turns": {"dist": "uniform", "low": 1, "high": 8}, "message": {"dist": "uniform", "low": 20, "high": 300},
+                 "output": {"dist": "uniform", "low": 5, "high": 120}, "system_prompt": {"num_prompts": 2, "len": 100}},
+}))
+digest["sessions"] = hashlib.sha256(ses.requests.drop(columns=["wall_time_s"], errors="ignore").to_csv(index=False).encode()
+                                    + ses.steps.to_csv(index=False).encode()).hexdigest()
 print(json.dumps({"active": native.active(), "preemptions": int(res.steps["num_preempted"].sum()), **digest}))
 """
 
@@ -123,6 +132,20 @@ def test_an_installed_servesim_started_elsewhere_runs_the_build(tmp_path):
     assert active == "True" and vllm_file.endswith(".so")
 
 
+def test_make_rebuilds_when_any_source_of_the_build_changes():
+    """The Makefile's NATIVE_SRC (what ``make native`` depends on) covers every module the build's manifest
+    records: an edit to any of them rebuilds, instead of leaving the finder to fall back to the sources."""
+    try:
+        out = subprocess.run(["make", "-s", "--no-print-directory", "--eval",
+                              "print-native-src: ; @echo $(NATIVE_SRC)", "print-native-src"],
+                             cwd=REPO, capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    except (OSError, subprocess.CalledProcessError) as e:
+        pytest.skip(f"no GNU make here: {e}")
+    listed = set(out.stdout.split())
+    needed = {str(native.source(m).relative_to(REPO)) for m in native.dependencies()}
+    assert needed and not needed - listed, sorted(needed - listed)
+
+
 def test_a_spec_holds_plain_numbers_whatever_it_is_given():
     """Workloads draw with numpy; the spec keeps plain ints and floats, so the compiled modules (which
     refuse a numpy integer where they expect an int) and the interpreted ones see the same values."""
@@ -171,15 +194,18 @@ def test_plain_spec_is_the_constructors_spec():
             plain_spec("b", *bad, 0)
 
 
-def test_content_spec_is_the_constructors_spec():
-    """content_spec (a conversation's turn, slot by slot) leaves every slot, and its type, as the
-    constructor does, for every turn of generated conversations; what its checks refuse goes to the
-    constructor, which names it."""
+def test_turn_spec_is_the_constructors_spec():
+    """A conversation's turn built slot by slot (session_source.Turns.spec) leaves every slot, and its
+    type, as the constructor does, for every turn of generated conversations; a conversation the
+    once-per-conversation checks refuse (a numpy length, a zero output, content that does not add up)
+    builds each turn through the constructor, which converts or names what it refuses."""
+    import dataclasses
+
     import numpy as np
 
     from sim.core.errors import ConfigError
-    from sim.core.prefix import PrefixHashes
-    from sim.core.spec import HASH_ALL, RequestSpec, content_spec
+    from sim.core.spec import HASH_ALL, RequestSpec
+    from workloads.gen.session_source import Turns
     from workloads.gen.sessions import build_session_workload
 
     wl = build_session_workload({"kind": "sessions", "num_sessions": 12, "rate": 0.6, "think_time": 2.0,
@@ -187,27 +213,39 @@ def test_content_spec_is_the_constructors_spec():
                                  "message": {"dist": "uniform", "low": 10, "high": 90},
                                  "output": {"dist": "uniform", "low": 5, "high": 60},
                                  "system_prompt": {"num_prompts": 3, "len": 70}}, 5)  # fmt: skip
+
+    def want(conv, k, t):
+        prompt = conv.prompt_len(k)
+        return RequestSpec(f"s{conv.index}t{k}", t, prompt, int(conv.outputs[k]), session_id=f"s{conv.index}",
+                           segments=conv.segments(k), output_key=conv.output_key(k),
+                           private_from=prompt - int(conv.messages[k]), private_until_done=k < conv.num_turns - 1)
+
+    def slots(spec):
+        return [(getattr(spec, n), type(getattr(spec, n))) for n in RequestSpec.__slots__]
+
     turns = 0
     for conv in wl.conversations:
+        assert Turns(conv).plain
         for k in range(conv.num_turns):
             got = conv.spec(k, 3.0 + k)
-            prompt = conv.prompt_len(k)
-            want = RequestSpec(f"s{conv.index}t{k}", 3.0 + k, prompt, conv.outputs[k], session_id=f"s{conv.index}",
-                               segments=conv.segments(k), output_key=conv.output_key(k),
-                               private_from=prompt - conv.messages[k], private_until_done=k < conv.num_turns - 1)
-            assert [getattr(got, n) for n in RequestSpec.__slots__] == [getattr(want, n) for n in RequestSpec.__slots__]
-            assert [type(getattr(got, n)) for n in RequestSpec.__slots__] == [
-                type(getattr(want, n)) for n in RequestSpec.__slots__]
+            assert slots(got) == slots(want(conv, k, 3.0 + k))
             turns += 1
     assert turns > 12 and got.shares_content and got.hash_end == got.private_from < HASH_ALL
-    segs = ((("sys", 1), 32), (("u", 2), 16))
-    ph = PrefixHashes(segs[:1])
-    args = ("c", 1.0, 48, 4, "s", segs, ("o", 1), ph, np.int64(40), True)  # a numpy int: the constructor's way
-    assert content_spec(*args) == RequestSpec("c", 1.0, 48, 4, session_id="s", segments=segs, output_key=("o", 1),
-                                              private_from=40, private_until_done=True)  # fmt: skip
-    for i, bad, field in ((2, 50, "segment lengths"), (3, 0, "output_len"), (8, -1, "private_from")):
-        with pytest.raises(ConfigError, match=field):
-            content_spec(*args[:i], bad, *args[i + 1:])
+    conv = next(c for c in wl.conversations if c.num_turns > 1)
+    odd = dataclasses.replace(conv, messages=(np.int64(conv.messages[0]), *conv.messages[1:]))
+    assert not Turns(odd).plain and slots(odd.spec(1, 2.0)) == slots(want(conv, 1, 2.0))  # converted
+    zero = dataclasses.replace(conv, outputs=(0, *conv.outputs[1:]))
+    assert not Turns(zero).plain
+    with pytest.raises(ConfigError, match="output_len must be >= 1"):
+        zero.spec(0, 1.0)
+    short = Turns(conv)
+    short.prompt_lens = [p + 1 for p in short.prompt_lens]  # prompts past their segments
+    short.plain = short._plain()
+    assert not short.plain
+    with pytest.raises(ConfigError, match="segment lengths do not add up"):
+        short.spec(0, 1.0, None)
+    with pytest.raises(ConfigError, match="arrival_time must be"):
+        Turns(conv).spec(0, 2e9, None)
 
 
 def test_plug_in_inputs_work_compiled_or_not():

@@ -185,14 +185,15 @@ def _segments_total(segs: object) -> int | None:
 _new, _set = object.__new__, object.__setattr__  # a frozen dataclass's fields are set past its __setattr__
 
 # Each slot's own setter (its member descriptor's ``__set__``): a spec built slot by slot through them skips the
-# frozen class's ``object.__setattr__`` lookup for every field (plain_spec).
-_SETTERS = {name: RequestSpec.__dict__[name].__set__ for name in RequestSpec.__slots__}
+# frozen class's ``object.__setattr__`` lookup for every field (plain_spec; a conversation's turns in
+# workloads/gen/session_source.py).
+SLOT_SETTERS = {name: RequestSpec.__dict__[name].__set__ for name in RequestSpec.__slots__}
 _PLAIN_ARGS = ("request_id", "arrival_time", "prompt_len", "output_len", "priority")
 # every other field at its declared default (the dataclass's own, so a new field cannot be missed)
-_SET_DEFAULTS = tuple((_SETTERS[f.name], f.default) for f in fields(RequestSpec) if f.name not in _PLAIN_ARGS)
+_SET_DEFAULTS = tuple((SLOT_SETTERS[f.name], f.default) for f in fields(RequestSpec) if f.name not in _PLAIN_ARGS)
 if any(v is MISSING for _, v in _SET_DEFAULTS):
     raise RuntimeError("plain_spec needs a plain default for every field it is not given")
-_S_ID, _S_T, _S_P, _S_O, _S_PRIO = (_SETTERS[n] for n in _PLAIN_ARGS)
+_S_ID, _S_T, _S_P, _S_O, _S_PRIO = (SLOT_SETTERS[n] for n in _PLAIN_ARGS)
 
 
 def plain_spec(request_id: str, arrival_time: float, prompt_len: int, output_len: int, priority: int) -> RequestSpec:
@@ -214,47 +215,6 @@ def plain_spec(request_id: str, arrival_time: float, prompt_len: int, output_len
         return spec
     return RequestSpec(request_id=request_id, arrival_time=arrival_time, prompt_len=prompt_len,
                        output_len=output_len, priority=priority)
-
-
-_TURN_ARGS = ("request_id", "arrival_time", "prompt_len", "output_len", "session_id", "segments", "output_key",
-              "prefix_hashes", "private_from", "private_until_done", "shares_content", "hash_end")
-_TURN_DEFAULTS = tuple((_SETTERS[f.name], f.default) for f in fields(RequestSpec) if f.name not in _TURN_ARGS)
-if any(v is MISSING for _, v in _TURN_DEFAULTS):
-    raise RuntimeError("content_spec needs a plain default for every field it is not given")
-_S_SESSION, _S_SEGMENTS, _S_OUT_KEY, _S_PREFIX, _S_PRIVATE, _S_UNTIL_DONE, _S_SHARES, _S_HASH_END = (
-    _SETTERS[n] for n in _TURN_ARGS[4:])
-
-
-def content_spec(request_id: str, arrival_time: float, prompt_len: int, output_len: int, session_id: str | None,
-                 segments: tuple[Segment, ...], output_key: Hashable | None, prefix_hashes: PrefixHashes | None,
-                 private_from: int, private_until_done: bool) -> RequestSpec:  # fmt: skip
-    """``RequestSpec(...)`` of these fields (a conversation's turn: content segments already in their plain
-    form, a private part from ``private_from``), built slot by slot with the checks ``__post_init__``
-    would make on such values: ~1.5 us against ~6 us through the constructor, once per turn. Anything
-    else, or a value the checks refuse, goes through the constructor (which names it)."""
-    if (type(request_id) is str and type(arrival_time) is float and type(prompt_len) is int
-            and type(output_len) is int and type(private_from) is int and prompt_len >= 1 and output_len >= 1
-            and private_from >= 0 and 0 <= arrival_time <= MAX_ARRIVAL_S and _segments_total(segments) == prompt_len
-            and (session_id is None or type(session_id) is str) and type(private_until_done) is bool):
-        spec = _new(RequestSpec)
-        _S_ID(spec, request_id)
-        _S_T(spec, arrival_time)
-        _S_P(spec, prompt_len)
-        _S_O(spec, output_len)
-        _S_SESSION(spec, session_id)
-        _S_SEGMENTS(spec, segments)
-        _S_OUT_KEY(spec, output_key)
-        _S_PREFIX(spec, prefix_hashes)
-        _S_PRIVATE(spec, private_from)
-        _S_UNTIL_DONE(spec, private_until_done)
-        _S_SHARES(spec, True)  # segments are content
-        _S_HASH_END(spec, min(private_from, HASH_ALL))
-        for setter, value in _TURN_DEFAULTS:
-            setter(spec, value)
-        return spec
-    return RequestSpec(request_id=request_id, arrival_time=arrival_time, prompt_len=prompt_len, output_len=output_len,
-                       session_id=session_id, segments=segments, output_key=output_key, prefix_hashes=prefix_hashes,
-                       private_from=private_from, private_until_done=private_until_done)  # fmt: skip
 
 
 def _integer(request_id: str, name: str, v: object) -> int:

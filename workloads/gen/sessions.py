@@ -40,7 +40,6 @@ draws do not depend on ``num_sessions`` beyond j.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -53,10 +52,10 @@ import numpy as np
 from sim.core.errors import ConfigError
 from sim.core.fields import MAX_REQUESTS
 from sim.core.request import PrefixHashes, RequestSpec, Segment
-from sim.core.spec import MAX_ARRIVAL_S, content_spec
-from sim.engine.sources import RequestPath
+from sim.core.spec import MAX_ARRIVAL_S
 from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig, check_span
 from workloads.gen.lengths import LengthDist, check_keys, clip_to_context, read_float, read_int
+from workloads.gen.session_source import SessionSource, Turns
 
 SESSION_STREAMS = ("starts", "turns", "message", "first_message", "output", "system", "think")
 _STREAM_OFFSET = 64  # children 0..63 are reserved for workloads.synthetic.STREAMS
@@ -97,11 +96,14 @@ class Conversation:
         return len(self.messages)
 
     def prompt_len(self, k: int) -> int:
-        return self._prompt_lens[k]
+        return self.prompt_lens()[k]
+
+    def prompt_lens(self) -> tuple[int, ...]:
+        """Every turn's prompt length (each turn's: the last one's, its answer, then a message)."""
+        return self._prompt_lens
 
     @cached_property
     def _prompt_lens(self) -> tuple[int, ...]:
-        """Every turn's prompt length, in one pass (each turn's: the last one's, its answer, a message)."""
         out, n = [], self.system_len
         for k, m in enumerate(self.messages):
             n += m + (self.outputs[k - 1] if k else 0)
@@ -129,15 +131,8 @@ class Conversation:
         return tuple(segs)
 
     def spec(self, k: int, arrival_time: float, prefix_hashes: PrefixHashes | None = None) -> RequestSpec:
-        prompt_len = self.prompt_len(k)
-        return content_spec(
-            f"s{self.index}t{k}", float(arrival_time), prompt_len, self.outputs[k], f"s{self.index}",
-            self.segments(k), self.output_key(k), prefix_hashes,
-            # from its new message on, the turn is this conversation's alone until it is answered: the
-            # next turn (sent after the answer) repeats it, and the last one's is never repeated
-            private_from=prompt_len - self.messages[k],
-            private_until_done=k < self.num_turns - 1,
-        )
+        """Turn k arriving at ``arrival_time`` (workloads/gen/session_source.py ``Turns.spec``)."""
+        return Turns(self).spec(k, float(arrival_time), prefix_hashes)
 
 
 @dataclass
@@ -164,150 +159,6 @@ class SessionWorkload:
 
     def make_source(self) -> SessionSource:
         return SessionSource(self)
-
-
-class SessionSource:
-    """Engine-facing source (peek_time / pop_due / on_done / remaining, as in sim.engine.sources).
-
-    ``due`` holds (send time, order, conversation, turn); a turn is pushed when the previous one is done.
-    With a request path (``with_path``: a front end's input and output latencies, sim/app/frontend.py), a
-    turn sent by ``now`` moves to ``transit`` at its engine-side arrival (send + input latency, its send
-    noted in ``send_time``), ordered by arrival then the order it moved in, and a finish reaches the user
-    after the output latency: what ``FrontendSource`` does around any source, without building each turn
-    twice (once at its send, once at its arrival) or a wrapper's calls per request."""
-
-    def __init__(self, workload: SessionWorkload, path: RequestPath | None = None,
-                 send_time: dict[str, float] | None = None) -> None:  # fmt: skip
-        self.w = workload
-        self.convs = workload.conversations
-        self.due: list[tuple[float, int, int, int]] = []
-        self.order = 0
-        self.path = path
-        self.send_time: dict[str, float] = {} if send_time is None else send_time
-        self.transit: list[tuple[float, int, float, int, int]] = []  # (arrival, moved, send, conversation, turn)
-        self.moved = 0
-        self.back = 0.0 if path is None else path.output_latency(1)  # B = 1: the batch is not known here
-        self.next_conv = 0  # closed loop: next conversation not yet given to a client
-        self.sent: dict[str, tuple[int, int]] = {}  # request id -> (conversation, turn) in flight
-        self.done_turns = [0] * len(self.convs)  # turns of each conversation sent so far
-        # Block hashes of each conversation in flight, shared by its turns (dropped after its last turn).
-        self.hashes: dict[int, PrefixHashes] = {}
-        self.last_time = 0.0
-        if workload.num_clients is None:
-            for j, c in enumerate(self.convs):
-                self._push(c.start, j, 0)
-        else:
-            for _ in range(min(workload.num_clients, len(self.convs))):
-                self._push(0.0, self.next_conv, 0)
-                self.next_conv += 1
-
-    def with_path(self, path: RequestPath, send_time: dict[str, float]) -> SessionSource | None:
-        """This source's turns through ``path`` (None once it has handed out a turn)."""
-        if any(self.done_turns):
-            return None
-        return SessionSource(self.w, path, send_time)
-
-    def _push(self, t: float, j: int, k: int) -> None:
-        heapq.heappush(self.due, (t, self.order, j, k))
-        self.order += 1
-
-    def peek_time(self) -> float | None:
-        """The next arrival, or the next send when it is earlier (then no turn is due yet; as the front
-        end's wrapper answers, so the engine wakes at the same times)."""
-        due, transit = self.due, self.transit
-        if not transit:
-            return due[0][0] if due else None
-        return transit[0][0] if not due or transit[0][0] < due[0][0] else due[0][0]
-
-    def pop_due(self, now: float) -> list[RequestSpec]:
-        out: list[RequestSpec] = []
-        due, convs = self.due, self.convs
-        path = self.path
-        if path is None:
-            while due and due[0][0] <= now:
-                t, _, j, k = heapq.heappop(due)
-                self.done_turns[j] = k + 1
-                out.append(self._spec(t, j, k))
-        else:
-            transit = self.transit
-            while due and due[0][0] <= now:  # sent by now: on the way in
-                t, _, j, k = heapq.heappop(due)
-                self.done_turns[j] = k + 1
-                arrival = t + path.input_latency(convs[j].prompt_len(k))
-                heapq.heappush(transit, (arrival, self.moved, t, j, k))
-                self.moved += 1
-            while transit and transit[0][0] <= now:
-                arrival, _, t, j, k = heapq.heappop(transit)
-                spec = self._spec(arrival, j, k)
-                self.send_time[spec.request_id] = t
-                out.append(spec)
-        if now > self.last_time:
-            self.last_time = now
-        return out
-
-    def _spec(self, arrival: float, j: int, k: int) -> RequestSpec:
-        """Turn k of conversation j as it reaches the engine (at ``arrival``), now in flight."""
-        conv = self.convs[j]
-        ph = self.hashes.get(j)
-        if ph is None and conv.num_turns > 1:
-            ph = self.hashes[j] = PrefixHashes(conv.content())
-        spec = conv.spec(k, arrival, ph)
-        self.sent[spec.request_id] = (j, k)
-        return spec
-
-    def on_done(self, spec: RequestSpec, now: float) -> None:
-        """Next turn after the think time; a closed-loop client whose conversation ended starts another.
-
-        A rejected turn also counts as done: the user moves on (its output is then never cached)."""
-        jk = self.sent.pop(spec.request_id, None)
-        if jk is None:
-            return
-        j, k = jk
-        conv = self.convs[j]
-        t = (now + self.back if self.path is not None else now) + conv.thinks[k]
-        if k + 1 < conv.num_turns:
-            self._push(t, j, k + 1)
-            return
-        self.hashes.pop(j, None)
-        if self.w.num_clients is not None and self.next_conv < len(self.convs):
-            self._push(t, self.next_conv, 0)
-            self.next_conv += 1
-
-    def response_delay(self, spec: RequestSpec) -> float | None:
-        """Seconds from this turn's end to the arrival it causes (the think time after it: the next turn,
-        or a closed-loop client's next conversation; through a path also the way back and at least the
-        way in), None if it causes none."""
-        jk = self.sent.get(spec.request_id)
-        if jk is None:
-            return None
-        j, k = jk
-        conv = self.convs[j]
-        if k + 1 < conv.num_turns or (self.w.num_clients is not None and self.next_conv < len(self.convs)):
-            d = float(conv.thinks[k])
-            return d if self.path is None else d + float(self.back) + float(self.path.input_latency(0))
-        return None
-
-    def remaining(self) -> list[RequestSpec]:
-        """Every turn never sent: due ones with their due time, later ones stamped with the last time seen;
-        through a path, at their engine-side times (sends noted), those on their way in first, all in
-        order of that time."""
-        due = {(j, k): t for t, _, j, k in self.due}
-        later = []
-        for j, c in enumerate(self.convs):
-            for k in range(self.done_turns[j], c.num_turns):
-                later.append(c.spec(k, due.get((j, k), self.last_time)))
-        if self.path is None:
-            return later
-        path = self.path
-        for i, s in enumerate(later):
-            self.send_time[s.request_id] = s.arrival_time
-            later[i] = s.arriving_at(s.arrival_time + path.input_latency(s.prompt_len))
-        coming = []
-        for arrival, _, t, j, k in sorted(self.transit):
-            s = self.convs[j].spec(k, arrival, self.hashes.get(j))
-            self.send_time[s.request_id] = t
-            coming.append(s)
-        return sorted(coming + later, key=lambda s: s.arrival_time)
 
 
 # ---- building ------------------------------------------------------------------------------------
