@@ -110,11 +110,11 @@ class SessionSource:
     after the output latency: what ``FrontendSource`` does around any source, without building each turn
     twice (once at its send, once at its arrival) or a wrapper's calls per request."""
 
-    def __init__(self, workload: Any, path: RequestPath | None = None,
-                 send_time: dict[str, float] | None = None) -> None:  # fmt: skip
+    def __init__(self, workload: Any, path: RequestPath | None = None, send_time: dict[str, float] | None = None,
+                 turns: list[Turns] | None = None) -> None:  # fmt: skip
         self.w = workload
         self.convs: list[Any] = workload.conversations
-        self.turns = [Turns(c) for c in self.convs]
+        self.turns = [Turns(c) for c in self.convs] if turns is None else turns
         self.num_clients: int | None = workload.num_clients
         self.due: list[tuple[float, int, int, int]] = []
         self.order = 0
@@ -144,7 +144,7 @@ class SessionSource:
         """This source's turns through ``path`` (None once it has handed out a turn)."""
         if any(self.done_turns):
             return None
-        return SessionSource(self.w, path, send_time)
+        return SessionSource(self.w, path, send_time, self.turns)
 
     def _push(self, t: float, j: int, k: int) -> None:
         heapq.heappush(self.due, (t, self.order, j, k))

@@ -125,9 +125,10 @@ class Conversation:
     def _content(self) -> tuple[Segment, ...]:
         """Built once per conversation: each turn's prompt is a slice of it."""
         segs: list[Segment] = [(("sys", self.system), self.system_len)] if self.system_len else []
-        for i in range(self.num_turns):
-            segs.append((("sess-msg", self.index, i), self.messages[i]))
-            segs.append((self.output_key(i), self.outputs[i]))
+        index = self.index
+        for i, (m, o) in enumerate(zip(self.messages, self.outputs, strict=True)):
+            segs.append((("sess-msg", index, i), m))
+            segs.append((("sess-out", index, i), o))  # output_key(i)
         return tuple(segs)
 
     def spec(self, k: int, arrival_time: float, prefix_hashes: PrefixHashes | None = None) -> RequestSpec:
