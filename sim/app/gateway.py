@@ -26,7 +26,7 @@ from routers.base import ReplicaView, Router
 from sim.app.cluster_config import GatewayConfig
 from sim.app.devices import Devices
 from sim.app.replica import Replica
-from sim.app.timing import LATE_GATEWAY, LATE_POLL, at_late
+from sim.app.timing import LATE_GATEWAY, LATE_POLL, at_late, late_event
 from sim.core.request import RequestSpec
 from sim.engine.fastforward import RunView
 
@@ -100,7 +100,10 @@ class Gateway:
         if t in self._ticks or (self.horizon is not None and t > self.horizon):
             return
         self._ticks.add(t)
-        at_late(self.env, t, LATE_GATEWAY, partial(self._tick, t))
+        late_event(self.env, t, LATE_GATEWAY, self._on_tick, t)
+
+    def _on_tick(self, ev: simpy.Event) -> None:
+        self._tick(ev._value)  # the tick's time (late_event)
 
     def _tick(self, t: float) -> None:
         self._ticks.discard(t)

@@ -34,6 +34,17 @@ def at_late(env: simpy.Environment, when: float, priority: int, fn: Callable[[],
     LateCall(env, when, priority, fn)
 
 
+def late_event(env: simpy.Environment, when: float, priority: int, fn: Callable[[simpy.Event], None],
+               value: object) -> None:
+    """Call ``fn(event)`` at time ``when`` as ``at_late`` does, ``event.value`` being ``value``: a plain
+    event with ``fn`` as its callback (the gateway's tick, once per arrival: no closure, no subclass)."""
+    ev = simpy.Event(env)
+    ev.callbacks.append(fn)
+    ev._ok = True
+    ev._value = value
+    env.schedule(ev, priority, max(when - env.now, 0.0))
+
+
 def succeed_after(env: simpy.Environment, ev: simpy.Event, delay: float, priority: int = simpy.events.NORMAL) -> None:
     """Trigger ``ev`` (successfully, value None) to be processed ``delay`` seconds from now at ``priority``,
     as SimPy's own Timeout triggers itself (``Event.succeed`` schedules at NORMAL priority, now): a
