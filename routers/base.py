@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from routers.rotor import Rotor, with_room  # compiled (sim/native.py); routers import them from here
 from sim.core.errors import ConfigError
 from sim.core.plugins import registrar, resolve
 from sim.core.request import RequestSpec
@@ -77,33 +78,6 @@ class BaseRouter:
 
     def on_done(self, spec: RequestSpec, replica: ReplicaView, now: float) -> None:
         pass
-
-
-class Rotor:
-    """Breaks ties by rotating through replica indices, so equal replicas share the load evenly
-    (always taking the first of equals would pile every quiet-period request onto replica 0)."""
-
-    def __init__(self) -> None:
-        self.next = 0
-
-    def pick(self, cands: Sequence[ReplicaView], key: Callable[[ReplicaView], Any]) -> ReplicaView:
-        """The candidate with the smallest key; among equals, the first at or after ``next`` in index
-        order (wrapping). One pass, each key read once: the gateway asks this for every request."""
-        nxt = self.next
-        chosen = cands[0]
-        best, rot = key(chosen), (chosen.index - nxt) % (1 << 30)
-        for c in cands[1:]:
-            k = key(c)
-            if k < best:
-                chosen, best, rot = c, k, (c.index - nxt) % (1 << 30)
-            elif k == best and (r := (c.index - nxt) % (1 << 30)) < rot:
-                chosen, rot = c, r
-        self.next = chosen.index + 1
-        return chosen
-
-
-def with_room(cands: Sequence[ReplicaView]) -> list[ReplicaView]:
-    return [c for c in cands if c.room]
 
 
 class LeastRouter(BaseRouter):

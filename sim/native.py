@@ -57,9 +57,10 @@ MODULES = (
     "sim.app.gateway",
     "sim.app.inbox",
     "workloads.gen.session_source",
+    "routers.rotor",
 )
 PURE_ENV = "SERVESIM_PURE"
-PACKAGES = ("sim", "policies", "workloads")  # where compiled modules live (and where an old in-place build may linger)
+PACKAGES = ("sim", "policies", "workloads", "routers")  # where compiled modules live (and where an old in-place build may linger)
 
 
 def native_dir() -> Path:
