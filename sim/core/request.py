@@ -13,7 +13,6 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from itertools import accumulate
 
 from mypy_extensions import mypyc_attr
 
@@ -174,20 +173,34 @@ class Request:
         ph = self.spec.prefix_hashes
         if ph is None or self.spec.token_ids is not None:
             return
-        content = self._content_segments()
-        m = min(len(content), len(ph.segments))
-        if m == 0 or content[:m] != ph.segments[:m]:
+        # the segments as objects: compiled, a typed (key, int) item would be unpacked and boxed anew
+        content: tuple[object, ...] = self._content_segments()
+        theirs: tuple[object, ...] = ph.segments
+        m = min(len(content), len(theirs))
+        if m == 0:
             return
+        for i in range(m):  # the leading segments in common (a turn's are its conversation's own tuples)
+            a, b = content[i], theirs[i]
+            if a is not b and a != b:
+                return
+        ends: list[int] = self._seg_ends  # type: ignore[assignment]  # set by _content_segments
         self._shared = ph.for_size(block_size)
-        self._shared_blocks = sum(n for _, n in content[:m]) // block_size
+        self._shared_blocks = ends[m - 1] // block_size
 
     def _content_segments(self) -> tuple[Segment, ...]:
         """The prompt's segments, then the output as one segment (what ``_segment_hashes`` walks)."""
         segs = self._segs
         if segs is None:
-            out_key = self.spec.output_key if self.spec.output_key is not None else ("o", self.request_id)
-            segs = self._segs = (*self.spec.prompt_segments(), (out_key, self.output_len))
-            self._seg_ends = list(accumulate(n for _, n in segs))
+            spec = self.spec
+            out_key = spec.output_key if spec.output_key is not None else ("o", self.request_id)
+            prompt = spec.segments if spec.segments is not None else spec.prompt_segments()
+            segs = self._segs = prompt + ((out_key, self.output_len),)
+            ends: list[int] = []
+            total = 0
+            for seg in segs:
+                total += seg[1]
+                ends.append(total)
+            self._seg_ends = ends
         return segs
 
     def _segment_hashes(self, first: int, last: int, bs: int, parent: int, out: list[int]) -> None:
