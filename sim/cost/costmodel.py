@@ -292,6 +292,17 @@ class RooflineCostModel:
         return self._pricer.padded(n)
 
     # ------------------------------------------------------------------ public API
+    def step_pricer(self) -> StepPricer | None:
+        """The compiled pricer whose ``step_time`` / ``decode_list`` answer as this model's ``step_time`` /
+        ``decode_step_list`` do (or NEED_TABLES / IndexError: then call those, which grow the tables), for
+        a caller that prices every step (the engine: no interpreted call per step). None for a subclass
+        that prices otherwise."""
+        cls, own = type(self), self.__dict__
+        if (cls.step_time is not RooflineCostModel.step_time or "step_time" in own
+                or cls.decode_step_list is not RooflineCostModel.decode_step_list or "decode_step_list" in own):
+            return None
+        return self._pricer
+
     def step_time(self, batch: BatchSummary) -> float:
         """One step's seconds (sim/cost/step_price.py: the compiled arithmetic, from the coefficients above)."""
         t = self._pricer.step_time(batch)

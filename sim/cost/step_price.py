@@ -11,6 +11,7 @@ pinned digests and tests/test_step_price.py). The C build keeps every multiply a
 from __future__ import annotations
 
 from sim.core.batch import BatchSummary
+from sim.cost.decode_price import decode_times
 
 NEED_TABLES = -1.0  # step_time's answer when the step reads past the token or head table (the owner grows them)
 
@@ -79,6 +80,12 @@ class StepPricer:
             mt = n + batch.num_prefill_tokens
             return self.padded(mt) if self.pad_mixed else mt
         return self.padded(n) if n else 0
+
+    def decode_list(self, rows: list[int], ctx_sums: list[int]) -> list[float]:
+        """Consecutive decode-only steps' seconds (the owner's ``decode_step_list``); raises IndexError
+        when a row count is past the tables (the owner grows them)."""
+        return decode_times(self.tok, self.head, self.pad, self.step_oh, self.seq_oh, float(self.layers),
+                            self.attn_t0, self.kv_coef, self.dec_seq, rows, ctx_sums)  # fmt: skip
 
     def step_time(self, batch: BatchSummary) -> float:
         """The step's seconds, or NEED_TABLES when it reads past the tables."""

@@ -23,6 +23,7 @@ from mypy_extensions import mypyc_attr
 
 from sim.core.request import Request
 from sim.cost.decode_price import price_decode_steps
+from sim.cost.step_price import StepPricer
 from sim.engine.rowpass import advance, last_token_times
 from sim.engine.runcalc import advance_clock, clock, finish_order, run_rows, segment_free
 
@@ -223,6 +224,7 @@ class FastForward:
         # an 80 GB card) alive after a run until a full collection, which runs of one process (a notebook,
         # a sizing search) rarely reach. The cost model and the horizon are the engine's for its life.
         self.cost: Any = engine.cost
+        self.pricer: StepPricer | None = engine.pricer  # the cost model's compiled pricer (Engine.step_seconds), or None
         self.horizon: float = engine.horizon
         # Rows may finish inside a decode run when no arrival depends on a finish (an open source: not a
         # closed loop, not a cluster inbox that routes on replica state), or when the source can say how
@@ -335,13 +337,24 @@ class FastForward:
         a, t, window = 0, start, 32
         while a < k:
             b = min(k, a + window)
-            d = price_decode_steps(cost, rows[a:b], ctx_sums[a:b])
+            d = self._decode_prices(cost, rows[a:b], ctx_sums[a:b])
             out += d
             t = advance_clock(t, d)
             if t >= limit:
                 break
             a, window = b, window * 2
         return out
+
+    def _decode_prices(self, cost: Any, rows: list[int], ctx_sums: list[int]) -> list[float]:
+        """Decode-only steps' seconds: the compiled pricer's, or the cost model's (which grows its tables
+        when the pricer reads past them)."""
+        p = self.pricer
+        if p is not None:
+            try:
+                return p.decode_list(rows, ctx_sums)
+            except IndexError:
+                pass
+        return price_decode_steps(cost, rows, ctx_sums)
 
     def _limit(self, nxt: float | None, first: float, rows: int) -> tuple[float, int | None]:
         """When the run's steps must have started by (the next arrival or client timeout ``nxt``, which

@@ -17,8 +17,10 @@ from typing import Any
 import simpy
 from mypy_extensions import mypyc_attr
 
+from sim.core.batch import BatchSummary
 from sim.core.policy import Policy, StepPlan
 from sim.core.request import Request, RequestSpec, Status
+from sim.cost.step_price import NEED_TABLES, StepPricer
 from sim.engine.fastforward import FastForward, RunView
 from sim.engine.fastforward_async import AsyncFastForward
 from sim.engine.recorder import Recorder
@@ -49,6 +51,10 @@ class Engine:
         # it calls (plug-ins, a cluster replica's inbox), read as Python attributes
         self.policy: Any = policy
         self.cost: Any = cost_model
+        # the cost model's compiled pricer, priced through without an interpreted call per step (None: a
+        # cost model without one, a plug-in's: its step_time)
+        pricer = getattr(cost_model, "step_pricer", None)
+        self.pricer: StepPricer | None = pricer() if callable(pricer) else None
         self.source: Any = source
         self.rec = recorder
         self.num_schedules = 0  # policy.schedule calls (each priced step is one, or part of a decode run)
@@ -98,14 +104,24 @@ class Engine:
         as an event all the same, so the run loop around ``env.step`` (its progress bar and young
         collections, sim/app/progress.py) still gets a turn now and then."""
         env = self.env
-        t = env.now + delay
-        if not self.jumps or not delay >= 0 or env.peek() <= t:  # a negative delay: SimPy's timeout refuses it
+        t = env._now + delay
+        queue = env._queue  # env.peek(), read in place: the next event's time
+        if not self.jumps or not delay >= 0 or (queue and queue[0][0] <= t):  # a negative delay: SimPy's timeout refuses it
             return False
         self._jumps += 1
         if not self._jumps % BREATH:
             return False
         env._now = t  # SimPy's clock (Environment.now is its read-only view)
         return True
+
+    def step_seconds(self, batch: BatchSummary) -> float:
+        """The cost model's seconds for a step (through its compiled pricer when it has one)."""
+        p = self.pricer
+        if p is not None:
+            t = p.step_time(batch)
+            if t != NEED_TABLES:
+                return t
+        return float(self.cost.step_time(batch))  # a plug-in's numpy float32 too (the recorder is compiled)
 
     def close(self) -> None:
         """End the loop where it waits (a cluster replica's waits for a push that will not come): its
@@ -240,10 +256,9 @@ class Engine:
     def _loop(self) -> Generator[Any, Any, None]:
         env, policy, rec, source = self.env, self.policy, self.rec, self.source
         kv = policy.kv
-        step_time = self.cost.step_time
         ff = self.ff
         while True:
-            now = env.now
+            now = env._now
             if self._boundary(now):
                 return
             if not policy.has_unfinished():
@@ -261,10 +276,10 @@ class Engine:
                 continue
             num_running, num_waiting = policy.num_running, policy.num_waiting
             usage, free, cached = kv.usage, kv.num_free_blocks, kv.num_cached_free_blocks
-            dt = float(step_time(plan.batch))  # a plug-in's numpy float32 too (the recorder is compiled)
+            dt = self.step_seconds(plan.batch)
             if not self.jump(dt):
                 yield env.timeout(dt)
-            end = env.now
+            end = env._now
             rec.on_tokens(plan.sampled, end)
             finished = policy.update(plan, end)
             rec.on_step(plan, now, dt, num_running, num_waiting, usage, free, finished, num_cached_free=cached)
@@ -282,12 +297,11 @@ class Engine:
         batch (every row's last token in flight) costs nothing but keeps its place in the queue."""
         env, policy, rec, source = self.env, self.policy, self.rec, self.source
         kv = policy.kv
-        step_time = self.cost.step_time
         queue: deque[tuple[StepPlan, float, float, tuple]] = deque()  # in flight, oldest first
-        gpu_free = env.now  # when the last launched batch ends
+        gpu_free = env._now  # when the last launched batch ends (SimPy's clock, read in place: its now is a property)
         aff = self.ff if isinstance(self.ff, AsyncFastForward) else None
         while True:
-            now = env.now
+            now = env._now
             if self._boundary(now):
                 return  # batches still on the GPU are in flight at the horizon
             if policy.has_unfinished():
@@ -298,7 +312,7 @@ class Engine:
                 work = bool(plan.scheduled) or not plan.batch.is_empty
                 if work or queue:
                     start = gpu_free if gpu_free > now else now
-                    dt = float(step_time(plan.batch)) if work else 0.0
+                    dt = self.step_seconds(plan.batch) if work else 0.0
                     gpu_free = start + dt
                     counters = (policy.num_running, policy.num_waiting, kv.usage, kv.num_free_blocks,
                                 kv.num_cached_free_blocks)
@@ -313,7 +327,7 @@ class Engine:
             plan, start, dt, (num_running, num_waiting, usage, free, cached) = queue.popleft()
             if start + dt > now and not self.jump(start + dt - now):
                 yield env.timeout(start + dt - now)
-            end = env.now
+            end = env._now
             finished = policy.update(plan, end)
             if plan.scheduled or not plan.batch.is_empty:
                 sampled = plan.sampled
