@@ -7,7 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from mypy_extensions import mypyc_attr
 
+
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)  # compiled (sim/native.py); routers may extend it
 class Rotor:
     """Breaks ties by rotating through replica indices, so equal replicas share the load evenly
     (always taking the first of equals would pile every quiet-period request onto replica 0)."""
@@ -21,20 +24,20 @@ class Rotor:
         nxt: int = self.next
         chosen = cands[0]
         best = key(chosen)
-        idx: int = chosen.index
+        idx = int(chosen.index)  # a plug-in's view may hold a numpy integer
         rot = (idx - nxt) % (1 << 30)
         for i in range(1, len(cands)):
             c = cands[i]
             k = key(c)
             if k < best:
-                idx = c.index
+                idx = int(c.index)
                 chosen, best, rot = c, k, (idx - nxt) % (1 << 30)
             elif k == best:
-                idx = c.index
+                idx = int(c.index)
                 r = (idx - nxt) % (1 << 30)
                 if r < rot:
                     chosen, rot = c, r
-        self.next = chosen.index + 1
+        self.next = int(chosen.index) + 1
         return chosen
 
 

@@ -25,7 +25,14 @@ FE = FrontendConfig(request_overhead_s=0.002, tokenize_s_per_token=1e-5, engine_
 
 
 def _ids(specs):
-    return [(s.request_id, s.arrival_time, s.prompt_len) for s in specs]
+    """Every slot, with its type (the shared hashes by the content they describe: each source has its own)."""
+    from sim.core.spec import RequestSpec
+
+    def slot(s, n):
+        v = getattr(s, n)
+        return (n, None if v is None else v.segments) if n == "prefix_hashes" else (n, v, type(v))
+
+    return [[slot(s, n) for n in RequestSpec.__slots__] for s in specs]
 
 
 TIES = {"num_clients": 6, "message": {"dist": "fixed", "value": 100}, "think_dist": "fixed"}  # equal arrivals
@@ -95,3 +102,44 @@ def test_same_run_as_through_the_wrapper(monkeypatch, horizon):
                                   wrapped.requests.drop(columns=drop, errors="ignore"))  # fmt: skip
     pd.testing.assert_frame_equal(own.steps, wrapped.steps)
     assert (own.requests["status"] == "not_arrived").any() == (horizon is not None)
+
+
+def test_plug_in_inputs_work_compiled_or_not():
+    """What a hand-built workload or a plug-in may hand the compiled source and rotor, as interpreted code
+    takes it: numpy counts and indices, conversations in a tuple, content as a list, a numpy arrival time,
+    subclasses, pickling."""
+    import dataclasses
+    import pickle
+
+    from routers.base import ReplicaView
+    from routers.rotor import Rotor
+    from workloads.gen.session_source import Turns
+    from workloads.gen.sessions import Conversation
+
+    w = build_session_workload({**WL, "num_clients": 3}, 0)
+    odd = dataclasses.replace(w, num_clients=np.int64(3), conversations=tuple(w.conversations))
+    assert _ids(SessionSource(odd).pop_due(0.0)) == _ids(SessionSource(w).pop_due(0.0))
+
+    class ListContent(Conversation):
+        def content(self):
+            return list(super().content())
+
+    conv = w.conversations[0]
+    listed = ListContent(**{f.name: getattr(conv, f.name) for f in dataclasses.fields(conv)})
+    assert not Turns(listed).plain
+    assert _ids([listed.spec(0, 1.0)]) == _ids([conv.spec(0, 1.0)])  # the constructor makes it a tuple
+    got = Turns(conv).spec(0, np.float64(2.0), None)
+    assert type(got.arrival_time) is float and _ids([got]) == _ids([conv.spec(0, 2.0)])
+
+    class Counting(SessionSource):
+        def pop_due(self, now):
+            self.calls = getattr(self, "calls", 0) + 1
+            return super().pop_due(now)
+
+    src = Counting(w)
+    assert src.pop_due(0.0) and src.calls == 1
+    again = pickle.loads(pickle.dumps(SessionSource(w)))
+    assert _ids(again.pop_due(0.0)) == _ids(SessionSource(w).pop_due(0.0))
+    views = [ReplicaView(index=np.int64(i), name=f"r{i}", outstanding=i % 2) for i in range(4)]
+    rotor = Rotor()
+    assert [rotor.pick(views, lambda v: v.outstanding).name for _ in range(3)] == ["r0", "r2", "r0"]

@@ -41,9 +41,26 @@ def test_the_engine_prices_as_the_model_does_past_its_tables():
                                 prefill_ctx=np.array([0]), num_logits=3))  # fmt: skip
     assert cost.step_pricer().step_time(batches[-2]) == NEED_TABLES
     assert [eng.step_seconds(b) for b in batches] == [ref.step_time(b) for b in batches]
-    ctx = [n * 1500 for n in rows]
+    inside = [1, 7, 64, 200]  # within the tables: the pricer's own answer ...
+    ctx = [n * 1500 for n in inside]
     fresh = _engine(_model())
+    assert fresh.pricer.decode_list(inside, ctx) == ref.decode_step_list(inside, ctx)
+    assert fresh.ff._decode_prices(fresh.cost, inside, ctx) == ref.decode_step_list(inside, ctx)
+    ctx = [n * 1500 for n in rows]  # ... and past them (IndexError: the model grows them)
     assert fresh.ff._decode_prices(fresh.cost, rows, ctx) == ref.decode_step_list(rows, ctx)
+
+    class Proxy:  # forwards to a roofline model but prices its own way: no pricer taken from the model
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def step_time(self, batch):
+            return 1.5 * self.inner.step_time(batch)
+
+    proxied = _engine(Proxy(_model()))
+    assert proxied.pricer is None and proxied.step_seconds(batches[1]) == 1.5 * ref.step_time(batches[1])
 
 
 def test_no_pricer_for_a_model_that_prices_otherwise():

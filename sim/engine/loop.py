@@ -52,9 +52,10 @@ class Engine:
         self.policy: Any = policy
         self.cost: Any = cost_model
         # the cost model's compiled pricer, priced through without an interpreted call per step (None: a
-        # cost model without one, a plug-in's: its step_time)
-        pricer = getattr(cost_model, "step_pricer", None)
-        self.pricer: StepPricer | None = pricer() if callable(pricer) else None
+        # cost model without one, a plug-in's: its step_time). Looked up on its class: a proxy that
+        # forwards attributes to a roofline model prices its own way.
+        pricer = getattr(type(cost_model), "step_pricer", None)
+        self.pricer: StepPricer | None = pricer(cost_model) if callable(pricer) else None
         self.source: Any = source
         self.rec = recorder
         self.num_schedules = 0  # policy.schedule calls (each priced step is one, or part of a decode run)

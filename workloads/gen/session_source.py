@@ -12,6 +12,8 @@ import heapq
 from dataclasses import MISSING, fields
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from sim.core.request import PrefixHashes, RequestSpec
 from sim.core.spec import HASH_ALL, MAX_ARRIVAL_S, SLOT_SETTERS
 from sim.engine.sources import RequestPath
@@ -28,6 +30,7 @@ _S_ID, _S_T, _S_P, _S_O, _S_SESSION, _S_SEGMENTS, _S_OUT_KEY, _S_PREFIX, _S_PRIV
 _new = object.__new__
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)  # compiled (sim/native.py); a plug-in may extend it
 class Turns:
     """One conversation's turns: its lengths as lists (read in place by compiled code), and each turn's
     spec. Turn k's prompt is the system prompt, each earlier turn's message and answer, then its own
@@ -37,7 +40,7 @@ class Turns:
     def __init__(self, conv: Any) -> None:
         self.index: Any = conv.index
         self.session_id = f"s{conv.index}"
-        self.content: tuple[Any, ...] = conv.content()  # checked below (a plug-in's may hold anything)
+        self.content: Any = conv.content()  # checked below (a plug-in's may be a list, hold anything)
         self.first = 1 if conv.system_len else 0
         self.messages: list[Any] = list(conv.messages)
         self.outputs: list[Any] = list(conv.outputs)
@@ -77,7 +80,7 @@ class Turns:
         # turn (sent after the answer) repeats it, and the last one's is never repeated
         private_from = plen - self.messages[k]
         until_done = k < self.num_turns - 1
-        if not (self.plain and 0.0 <= arrival_time <= MAX_ARRIVAL_S):
+        if not (self.plain and type(arrival_time) is float and 0.0 <= arrival_time <= MAX_ARRIVAL_S):
             return RequestSpec(request_id=rid, arrival_time=arrival_time, prompt_len=plen, output_len=self.outputs[k],
                                session_id=self.session_id, segments=self.content[:end],
                                output_key=self.content[end][0], prefix_hashes=prefix_hashes,
@@ -100,6 +103,7 @@ class Turns:
         return spec
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class SessionSource:
     """Engine-facing source (peek_time / pop_due / on_done / remaining, as in sim.engine.sources).
 
@@ -113,9 +117,9 @@ class SessionSource:
     def __init__(self, workload: Any, path: RequestPath | None = None, send_time: dict[str, float] | None = None,
                  turns: list[Turns] | None = None) -> None:  # fmt: skip
         self.w = workload
-        self.convs: list[Any] = workload.conversations
-        self.turns = [Turns(c) for c in self.convs] if turns is None else turns
-        self.num_clients: int | None = workload.num_clients
+        self.turns = [Turns(c) for c in workload.conversations] if turns is None else turns
+        clients = workload.num_clients
+        self.num_clients: int | None = None if clients is None else int(clients)
         self.due: list[tuple[float, int, int, int]] = []
         self.order = 0
         self.path = path
@@ -247,7 +251,11 @@ class SessionSource:
             later[i] = s.arriving_at(s.arrival_time + path.input_latency(s.prompt_len))
         coming: list[RequestSpec] = []
         for arrival, _, t, j, k in sorted(self.transit):
-            s = self.turns[j].spec(k, arrival, self.hashes.get(j))
+            c = self.turns[j]
+            ph = self.hashes.get(j)
+            if ph is None and c.num_turns > 1:  # as a turn in flight has them (a wrapper made them at its send)
+                ph = self.hashes[j] = PrefixHashes(c.content)
+            s = c.spec(k, arrival, ph)
             self.send_time[s.request_id] = t
             coming.append(s)
         return sorted(coming + later, key=_arrival)
