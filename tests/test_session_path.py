@@ -82,6 +82,8 @@ def test_own_path_answers_as_the_wrapper_does(loop, seed):
 def _run(raw, monkeypatch, own: bool):
     if not own:
         monkeypatch.setattr(SessionSource, "with_path", lambda self, path, send_time: None)
+        w = build_session_workload(raw["workload"], 0)
+        assert isinstance(with_frontend(SessionSource(w), FE)[0], FrontendSource)  # the patch takes
     res = simulate(config_from_dict(copy.deepcopy(raw)))
     monkeypatch.undo()
     return res

@@ -143,8 +143,9 @@ def frontend_from_dict(raw: Any, policy: str | None = None) -> FrontendConfig | 
 # ---- the input path: shifted arrivals -----------------------------------------------------------------
 class FrontendSource:
     """Wraps a dynamic source (closed loop; sessions time their own arrivals, ``SessionSource.with_path``),
-    or a lazy open one that cannot make its requests delayed itself (``OpenSource.delayed``): a spec the client sends at t reaches the engine at t + input
-    latency; a finish reaches the client (and so its next send) after the output path."""
+    or a lazy open one that cannot make its requests delayed itself (``OpenSource.delayed``): a spec the
+    client sends at t reaches the engine at t + input latency; a finish reaches the client (and so its
+    next send) after the output path."""
 
     def __init__(self, inner: Any, fe: FrontendConfig, send_time: dict[str, float]) -> None:
         self.inner, self.fe, self.send_time = inner, fe, send_time

@@ -17,38 +17,31 @@ LATE_POLL = 2  # metrics polls: after replica boundaries, before routing at the 
 LATE_GATEWAY = 3  # routing, queue release, KV transfer arrivals
 
 
-class LateCall(simpy.Event):
-    """A call of ``fn`` at time ``when``, after every event of a lower priority value at that instant.
+def late_event(env: simpy.Environment, when: float, priority: int, fn: Callable[[simpy.Event], None],
+               value: object = None) -> None:
+    """Call ``fn(event)`` at time ``when``, after every event of a lower priority value at that instant,
+    ``event.value`` being ``value``: a plain event with ``fn`` as its callback, triggered when made and
+    scheduled at ``priority`` (``succeed_after``). The gateway's tick (once per arrival) passes its time
+    as the value and a bound method as ``fn``: no closure per call."""
+    ev = simpy.Event(env)
+    ev.callbacks.append(fn)
+    succeed_after(env, ev, max(when - env.now, 0.0), priority, value)
 
-    Triggered when made, scheduled at ``priority`` (``succeed_after``).
-    """
 
-    def __init__(self, env: simpy.Environment, when: float, priority: int, fn: Callable[[], None]) -> None:
-        super().__init__(env)
-        self.callbacks.append(lambda _ev: fn())
-        succeed_after(env, self, max(when - env.now, 0.0), priority)
+def _call_value(ev: simpy.Event) -> None:
+    ev._value()
 
 
 def at_late(env: simpy.Environment, when: float, priority: int, fn: Callable[[], None]) -> None:
-    """Call ``fn`` at time ``when``, after every NORMAL event of that instant."""
-    LateCall(env, when, priority, fn)
+    """Call ``fn()`` at time ``when``, after every NORMAL event of that instant (``late_event``)."""
+    late_event(env, when, priority, _call_value, fn)
 
 
-def late_event(env: simpy.Environment, when: float, priority: int, fn: Callable[[simpy.Event], None],
-               value: object) -> None:
-    """Call ``fn(event)`` at time ``when`` as ``at_late`` does, ``event.value`` being ``value``: a plain
-    event with ``fn`` as its callback (the gateway's tick, once per arrival: no closure, no subclass)."""
-    ev = simpy.Event(env)
-    ev.callbacks.append(fn)
-    ev._ok = True
-    ev._value = value
-    env.schedule(ev, priority, max(when - env.now, 0.0))
-
-
-def succeed_after(env: simpy.Environment, ev: simpy.Event, delay: float, priority: int = simpy.events.NORMAL) -> None:
-    """Trigger ``ev`` (successfully, value None) to be processed ``delay`` seconds from now at ``priority``,
+def succeed_after(env: simpy.Environment, ev: simpy.Event, delay: float, priority: int = simpy.events.NORMAL,
+                  value: object = None) -> None:
+    """Trigger ``ev`` (successfully, with ``value``) to be processed ``delay`` seconds from now at ``priority``,
     as SimPy's own Timeout triggers itself (``Event.succeed`` schedules at NORMAL priority, now): a
     gateway call after the replicas' boundaries, a wake-up event found to be due later."""
     ev._ok = True
-    ev._value = None
+    ev._value = value
     env.schedule(ev, priority, delay)

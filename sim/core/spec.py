@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import MISSING, dataclass, field, fields
 from numbers import Integral, Real
+from typing import Any
 
 from sim.core.errors import ConfigError
 from sim.core.prefix import PrefixHashes, Segment
@@ -188,11 +189,19 @@ _new, _set = object.__new__, object.__setattr__  # a frozen dataclass's fields a
 # frozen class's ``object.__setattr__`` lookup for every field (plain_spec; a conversation's turns in
 # workloads/gen/session_source.py).
 SLOT_SETTERS = {name: RequestSpec.__dict__[name].__set__ for name in RequestSpec.__slots__}
+
+
+def slot_defaults(given: tuple[str, ...]) -> tuple[tuple[Any, Any], ...]:
+    """(setter, declared default) of every slot not in ``given``: what a spec built slot by slot sets the
+    rest to (the dataclass's own defaults, so a new field cannot be missed)."""
+    out = tuple((SLOT_SETTERS[f.name], f.default) for f in fields(RequestSpec) if f.name not in given)
+    if any(v is MISSING for _, v in out):
+        raise RuntimeError(f"a spec built from {given} needs a plain default for every other field")
+    return out
+
+
 _PLAIN_ARGS = ("request_id", "arrival_time", "prompt_len", "output_len", "priority")
-# every other field at its declared default (the dataclass's own, so a new field cannot be missed)
-_SET_DEFAULTS = tuple((SLOT_SETTERS[f.name], f.default) for f in fields(RequestSpec) if f.name not in _PLAIN_ARGS)
-if any(v is MISSING for _, v in _SET_DEFAULTS):
-    raise RuntimeError("plain_spec needs a plain default for every field it is not given")
+_SET_DEFAULTS = slot_defaults(_PLAIN_ARGS)
 _S_ID, _S_T, _S_P, _S_O, _S_PRIO = (SLOT_SETTERS[n] for n in _PLAIN_ARGS)
 
 

@@ -9,22 +9,18 @@ turns per wall second to serve.
 from __future__ import annotations
 
 import heapq
-from dataclasses import MISSING, fields
 from typing import Any
 
 from mypy_extensions import mypyc_attr
 
 from sim.core.request import PrefixHashes, RequestSpec
-from sim.core.spec import HASH_ALL, MAX_ARRIVAL_S, SLOT_SETTERS
+from sim.core.spec import HASH_ALL, MAX_ARRIVAL_S, SLOT_SETTERS, slot_defaults
 from sim.engine.sources import RequestPath
 
 # A turn's slots: these set from the conversation, every other one at the dataclass's declared default.
 _TURN_ARGS = ("request_id", "arrival_time", "prompt_len", "output_len", "session_id", "segments", "output_key",
               "prefix_hashes", "private_from", "private_until_done", "shares_content", "hash_end")
-_TURN_DEFAULTS: list[tuple[Any, Any]] = [(SLOT_SETTERS[f.name], f.default) for f in fields(RequestSpec)
-                                         if f.name not in _TURN_ARGS]  # fmt: skip
-if any(v is MISSING for _, v in _TURN_DEFAULTS):
-    raise RuntimeError("a turn's spec needs a plain default for every field it is not given")
+_TURN_DEFAULTS = slot_defaults(_TURN_ARGS)
 _S_ID, _S_T, _S_P, _S_O, _S_SESSION, _S_SEGMENTS, _S_OUT_KEY, _S_PREFIX, _S_PRIVATE, _S_UNTIL_DONE, _S_SHARES, \
     _S_HASH_END = (SLOT_SETTERS[n] for n in _TURN_ARGS)  # fmt: skip
 _new = object.__new__
@@ -46,7 +42,7 @@ class Turns:
         self.outputs: list[Any] = list(conv.outputs)
         self.thinks = [float(t) for t in conv.thinks]
         self.num_turns = len(self.messages)
-        self.prompt_lens: list[Any] = list(conv.prompt_lens())
+        self.prompt_lens: list[Any] = list(conv.prompt_lens)
         self.start = float(conv.start)
         self.plain = self._plain()
 
@@ -194,13 +190,17 @@ class SessionSource:
 
     def _spec(self, arrival: float, j: int, k: int) -> RequestSpec:
         """Turn k of conversation j as it reaches the engine (at ``arrival``), now in flight."""
-        c = self.turns[j]
-        ph = self.hashes.get(j)
-        if ph is None and c.num_turns > 1:
-            ph = self.hashes[j] = PrefixHashes(c.content)
-        spec = c.spec(k, arrival, ph)
+        spec = self.turns[j].spec(k, arrival, self._hashes(j))
         self.sent[spec.request_id] = (j, k)
         return spec
+
+    def _hashes(self, j: int) -> PrefixHashes | None:
+        """Conversation j's block hashes, shared by its turns (made when its first turn is on its way)."""
+        ph = self.hashes.get(j)
+        c = self.turns[j]
+        if ph is None and c.num_turns > 1:
+            ph = self.hashes[j] = PrefixHashes(c.content)
+        return ph
 
     def on_done(self, spec: RequestSpec, now: float) -> None:
         """Next turn after the think time; a closed-loop client whose conversation ended starts another.
@@ -251,11 +251,7 @@ class SessionSource:
             later[i] = s.arriving_at(s.arrival_time + path.input_latency(s.prompt_len))
         coming: list[RequestSpec] = []
         for arrival, _, t, j, k in sorted(self.transit):
-            c = self.turns[j]
-            ph = self.hashes.get(j)
-            if ph is None and c.num_turns > 1:  # as a turn in flight has them (a wrapper made them at its send)
-                ph = self.hashes[j] = PrefixHashes(c.content)
-            s = c.spec(k, arrival, ph)
+            s = self.turns[j].spec(k, arrival, self._hashes(j))  # as a turn in flight has them
             self.send_time[s.request_id] = t
             coming.append(s)
         return sorted(coming + later, key=_arrival)

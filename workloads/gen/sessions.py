@@ -96,14 +96,11 @@ class Conversation:
         return len(self.messages)
 
     def prompt_len(self, k: int) -> int:
-        return self.prompt_lens()[k]
-
-    def prompt_lens(self) -> tuple[int, ...]:
-        """Every turn's prompt length (each turn's: the last one's, its answer, then a message)."""
-        return self._prompt_lens
+        return self.prompt_lens[k]
 
     @cached_property
-    def _prompt_lens(self) -> tuple[int, ...]:
+    def prompt_lens(self) -> tuple[int, ...]:
+        """Every turn's prompt length (each turn's: the last one's, its answer, then a message)."""
         out, n = [], self.system_len
         for k, m in enumerate(self.messages):
             n += m + (self.outputs[k - 1] if k else 0)
