@@ -3,6 +3,7 @@ writes in one go: same schema, pandas metadata and values."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
@@ -89,3 +90,38 @@ def test_only_columns_with_few_values_are_dictionary_encoded(tmp_path):
     assert dictionary == {"step": False, "start": False, "num_running": True, "replica": True,
                           "request_id": False, "status": True}  # fmt: skip
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "r.parquet"), frame)
+
+
+def test_the_step_table_written_beside_the_rest_reports_its_error(tmp_path, monkeypatch):
+    """steps.parquet is written on a second thread while the report and time series are made; a failure
+    there is raised by write_outputs (after the other files), not lost with the thread, small run or big."""
+    import pytest
+
+    import sim.app.outputs as outputs
+    from sim.app.outputs import write_outputs
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    for rows in (1 << 30, 100):  # the frame in one go / row groups from the stores
+        monkeypatch.setattr(outputs, "ROWS_PER_GROUP", rows)
+        monkeypatch.setattr(outputs, "write_parquet_slices", broken)
+        monkeypatch.setattr(outputs, "write_parquet", lambda frame, path, *a, **k: broken()
+                            if path.name == "steps.parquet" else frame.to_parquet(path))  # fmt: skip
+        with pytest.raises(OSError, match="disk full"):
+            write_outputs(CASES["quickstart"](), tmp_path / str(rows), step_trace=False)
+        assert (tmp_path / str(rows) / "report.html").exists()  # the rest was written meanwhile
+
+
+def test_the_report_draws_throughput_from_the_series_it_is_handed():
+    """write_outputs hands the report timeseries.csv's 1 s series (computed once): the timeline is the one
+    the report draws computing it itself, and the series handed is the one drawn."""
+    from sim.app.report import fig_timeline
+    from sim.app.timeseries import time_series
+
+    res = CASES["quickstart"]()
+    series = time_series(res)
+    assert fig_timeline(res).to_json() == fig_timeline(res, series=series).to_json()
+    doctored = series.assign(gen_throughput=series["gen_throughput"] + 1.0)
+    drawn = {t.name: t for t in fig_timeline(res, series=doctored).data}
+    assert drawn["generation tok/s"].y[0] == np.float32(doctored["gen_throughput"].iloc[0])

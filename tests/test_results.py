@@ -334,6 +334,43 @@ def test_time_series_idle_after_last_step_and_replicas():
         time_series(res, interval=0)
 
 
+def test_time_series_read_a_chunk_at_a_time_equals_a_tick_by_tick_reference(monkeypatch):
+    """The step stores are read in chunks, each touching only the ticks its starts cover (a million-request
+    run has ~500k one-second ticks and ~80 chunks): chunks of 7 steps give the series one chunk gives, and
+    both match each tick's latest step looked up over the whole step table (idle gaps included)."""
+    import sim.app.timeseries as ts_mod
+    from sim.app.config import load_config
+    from sim.app.simulate import simulate
+
+    root = Path(__file__).resolve().parents[1]
+    res = simulate(load_config(root / "examples" / "quickstart.toml",
+                               ["workload.num_requests=120", "workload.rate=0.4", "frontend.enabled=false"]))  # fmt: skip
+    got = {}
+    for chunk in (7, 1 << 30):
+        monkeypatch.setattr(ts_mod, "_CHUNK", chunk)
+        got[chunk] = [time_series(res, iv) for iv in (1.0, 0.37, 13.0)]
+    for a, b in zip(got[7], got[1 << 30], strict=True):
+        pd.testing.assert_frame_equal(a, b)
+    steps = res.steps  # the whole table (the stores are emptied into it)
+    start, end = steps["start"].to_numpy(), (steps["start"] + steps["duration"]).to_numpy()
+    for iv, ts in zip((1.0, 0.37, 13.0), got[7], strict=True):
+        t = ts["t"].to_numpy()
+        j = np.searchsorted(start, t, side="right") - 1
+        has, j = j >= 0, np.maximum(j, 0)  # no step yet: nothing running or waiting
+        assert len(t) > 20
+        run = steps["num_running"].to_numpy()[j]
+        idle = end[j] <= t
+        assert (idle & has).any() and (~idle).any()  # ticks in gaps and inside steps both checked
+        run = np.where(idle, np.maximum(run - steps["num_finished"].to_numpy()[j], 0), run)
+        assert ts["running"].tolist() == np.where(has, run, 0).tolist()
+        assert ts["waiting"].tolist() == np.where(has, steps["num_waiting"].to_numpy()[j], 0).tolist()
+        tick = np.clip(np.ceil(end / iv - 1e-9).astype(np.int64) - 1, 0, len(t) - 1)
+        decode = np.bincount(tick, weights=steps["num_decode_tokens"].to_numpy(float), minlength=len(t))
+        first = res.requests["first_token_time"].dropna().to_numpy()
+        firsts = np.bincount(np.clip(np.ceil(first / iv - 1e-9).astype(np.int64) - 1, 0, len(t) - 1), minlength=len(t))
+        np.testing.assert_allclose(ts["gen_throughput"].to_numpy(), (decode + firsts) / iv, rtol=1e-12)
+
+
 def test_time_series_columns_match_real_vllm_log():
     real = SHARED / "data" / "e2e" / "rtx4090-llama-3.1-8b-vllm-0.19" / "timeseries.csv"
     if not real.exists():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -38,12 +39,15 @@ def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, floa
         "timeseries": out / "timeseries.csv",
         "report": out / "report.html",
     }
-    with starts_held(result):  # every pass below reads the steps' starts
+    # every pass below reads the steps' starts; the step table is written on a second thread, beside the
+    # rest: Arrow encodes and compresses it without the GIL (a million-request run: ~22M rows, ~5 s)
+    with starts_held(result), ThreadPoolExecutor(1, thread_name_prefix="servesim-steps") as pool:
+        if result.num_steps <= ROWS_PER_GROUP:  # a small run's frame, built here: it empties the step stores
+            steps = pool.submit(write_parquet, steps_table(result.steps), paths["steps"])
+        else:  # a row group at a time from the step stores (only read from now on): the frame is never built
+            slices = (steps_arrays(p) for p in result.step_array_slices(ROWS_PER_GROUP))
+            steps = pool.submit(write_parquet_slices, slices, paths["steps"])
         write_parquet(result.requests, paths["requests"], request_metrics)  # a row group at a time
-        if result.num_steps <= ROWS_PER_GROUP:
-            write_parquet(steps_table(result.steps), paths["steps"])
-        else:  # a row group at a time from the step stores: the frame is never built
-            write_parquet_slices((steps_arrays(p) for p in result.step_array_slices(ROWS_PER_GROUP)), paths["steps"])
         if step_trace:
             write_step_trace(result, paths["step_trace"])
         else:
@@ -51,8 +55,11 @@ def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, floa
         paths["summary"].write_text(
             json.dumps(to_jsonable(summary), indent=2, allow_nan=False) + "\n", encoding="utf-8"
         )
-        time_series(result).to_csv(paths["timeseries"], index=False)
-        write_report(result, paths["report"], summary, title=title, plotlyjs=as_plotlyjs(plotlyjs).rooted(out))
+        series = time_series(result)
+        series.to_csv(paths["timeseries"], index=False)
+        write_report(result, paths["report"], summary, title=title, plotlyjs=as_plotlyjs(plotlyjs).rooted(out),
+                     series=series)  # fmt: skip
+        steps.result()  # its error, if any, raised here
     return paths
 
 

@@ -107,16 +107,18 @@ def _line(x: Any, y: Any, name: str, **kw: Any) -> go.Scatter:
     return go.Scatter(x=_f32(x), y=_f32(y), name=name, legendgroup=name, line={"color": SERIES_COLORS[name]}, **kw)
 
 
-def fig_timeline(result: SimResult, title: str | None = None) -> go.Figure:
+def fig_timeline(result: SimResult, title: str | None = None, series: pd.DataFrame | None = None) -> go.Figure:
     """KV usage, running/waiting, prompt and generation throughput over simulated time: one shared x
-    axis, a y axis each (prompt tok/s runs in the thousands, generation in the hundreds)."""
+    axis, a y axis each (prompt tok/s runs in the thousands, generation in the hundreds). ``series``: the
+    run's ``time_series`` at 1 s, when the caller has it (the throughputs are drawn from it then)."""
     span = _span(result)
     fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.05,
                         subplot_titles=("KV cache (% of GPU blocks)", "Requests", "Prompt throughput (tokens/s)",
                                         "Generation throughput (tokens/s)"))  # fmt: skip
     if span > 0:
         state = time_series(result, interval=span / _MAX_POINTS * 2)
-        tp = time_series(result, interval=1.0 if span >= 20 else span / 20)
+        interval = 1.0 if span >= 20 else span / 20
+        tp = series if series is not None and interval == 1.0 else time_series(result, interval=interval)
         fig.add_trace(_line(state["t"], state["kv_cache_pct"], "KV usage", line_shape="hv"), 1, 1)
         for name, y in _kv_breakdown(result):
             fig.add_trace(_line(y.index, y.to_numpy(), name, line_shape="hv"), 1, 1)
@@ -305,14 +307,15 @@ def _page(title: str, body: list[str], figures: Sequence[go.Figure], path: Path,
 
 
 def write_report(result: SimResult, path: str | Path, summary: Mapping[str, Any], title: str = "servesim run",
-                 plotlyjs: PlotlyJS | str | None = None) -> Path:  # fmt: skip
+                 plotlyjs: PlotlyJS | str | None = None, series: pd.DataFrame | None = None) -> Path:  # fmt: skip
     """One HTML file: summary table, details, timeline and latency CDFs (with the run's SLOs). plotly.js
-    as ``plotlyjs`` says (default: one plotly.min.js beside it, sim/app/plotlyjs.py)."""
+    as ``plotlyjs`` says (default: one plotly.min.js beside it, sim/app/plotlyjs.py); ``series``: the
+    run's 1 s ``time_series`` when the caller has it (timeseries.csv's)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     title = f"{title}: {label(result)}"
     body = ["<h2>Summary</h2>", _summary_table({"this run": summary}), _details(summary)]
-    figs = [fig_timeline(result), fig_latency_cdf(result, slo=summary.get("slo"))]
+    figs = [fig_timeline(result, series=series), fig_latency_cdf(result, slo=summary.get("slo"))]
     path.write_text(_page(title, body, figs, path, as_plotlyjs(plotlyjs)), encoding="utf-8")
     return path
 

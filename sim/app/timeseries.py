@@ -54,13 +54,22 @@ def time_series(result: SimResult, interval: float = 1.0, by_replica: bool = Fal
         prompt = np.bincount(tick, weights=plen[ok], minlength=n)
         gen, idx = np.zeros(n), np.full(n, -1, dtype=np.int64)
         offset = 0
-        for c in chunks():  # the replica's steps in start order, a chunk at a time
+        for c in chunks():  # the replica's steps in start order, a chunk at a time: each touches its ticks only
             start = c["start"]
+            if not len(start):
+                continue
             k = np.clip(np.ceil((start + c["duration"]) / interval - 1e-9).astype(np.int64) - 1, 0, n - 1)
-            gen += np.bincount(k, weights=c["num_decode_tokens"].astype(np.float64), minlength=n)  # integers
-            i = np.searchsorted(start, grid, side="right") - 1
-            idx = np.where(i >= 0, i + offset, idx)
+            k0 = int(k.min())
+            got = np.bincount(k - k0, weights=c["num_decode_tokens"].astype(np.float64))  # integers
+            gen[k0 : k0 + len(got)] += got  # the ticks this chunk's steps end in (the others would add 0.0)
+            # the latest step started by each tick: a search for the ticks inside the chunk's starts, and
+            # its last step marked at the first tick past them (carried forward by the running max below)
+            lo, hi = np.searchsorted(grid, start[[0, -1]], side="left")
+            idx[lo:hi] = np.searchsorted(start, grid[lo:hi], side="right") - 1 + offset
             offset += len(start)
+            if hi < n:
+                idx[hi] = max(idx[hi], offset - 1)
+        np.maximum.accumulate(idx, out=idx)  # a step index is a lower bound for every later tick
         gen += np.bincount(tick, minlength=n)
         has = idx >= 0
         j = np.where(has, idx, 0)
@@ -122,16 +131,17 @@ def _in_order(store: StepStore) -> bool:
 
 
 def _at(chunks: Chunks, j: np.ndarray) -> dict[str, np.ndarray]:
-    """The running, waiting, kv_usage, num_finished and end (float) of steps ``j`` (rows in start order)."""
+    """The running, waiting, kv_usage, num_finished and end (float) of steps ``j`` (rows in start order;
+    ``j`` sorted, as the ticks' latest steps are)."""
     names = ("num_running", "num_waiting", "kv_usage", "num_finished")
     out = {c: np.zeros(len(j)) for c in (*names, "end")}
     offset = 0
     for c in chunks():
         m = len(c["start"])
-        sel = (j >= offset) & (j < offset + m)
-        jj = j[sel] - offset
+        lo, hi = np.searchsorted(j, [offset, offset + m], side="left")  # j is sorted: these rows' slice
+        jj = j[lo:hi] - offset
         for name in names:
-            out[name][sel] = c[name][jj].astype(np.float64)
-        out["end"][sel] = c["start"][jj].astype(np.float64) + c["duration"][jj].astype(np.float64)
+            out[name][lo:hi] = c[name][jj].astype(np.float64)
+        out["end"][lo:hi] = c["start"][jj].astype(np.float64) + c["duration"][jj].astype(np.float64)
         offset += m
     return out
