@@ -125,3 +125,22 @@ def test_the_report_draws_throughput_from_the_series_it_is_handed():
     doctored = series.assign(gen_throughput=series["gen_throughput"] + 1.0)
     drawn = {t.name: t for t in fig_timeline(res, series=doctored).data}
     assert drawn["generation tok/s"].y[0] == np.float32(doctored["gen_throughput"].iloc[0])
+
+
+def test_the_step_stores_are_only_read_while_the_writers_run():
+    """Before steps.parquet's thread starts, every store's buffered steps are in its columns (a reader's
+    flush would otherwise change a store under the other thread): a store that keeps every start (an
+    often idle engine's) holds none of them, so holding its starts does not flush it."""
+    from types import SimpleNamespace
+
+    from sim.app.outputs import starts_held
+    from sim.engine.recorder import Recorder, StepTable
+    from sim.engine.step_store import COUNT_COLUMNS
+
+    rec = Recorder()
+    store = rec.steps
+    for i in range(1200):  # idle between every two steps: each start stored, then every start (dense)
+        store.append(2.0 * i, 1.0, [0] * len(COUNT_COLUMNS), 0.5)
+    assert store.start is not None and len(store._dur) > 0
+    with starts_held(SimpleNamespace(_steps=StepTable([rec]))):
+        assert not len(store._dur)

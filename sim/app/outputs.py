@@ -66,11 +66,14 @@ def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, floa
 @contextmanager
 def starts_held(result: SimResult) -> Iterator[None]:
     """The step stores keep every step's start while the writers read them (sim/engine/step_store.py
-    ``hold_starts``): 8 bytes a step for the writers' time, each rebuilt once instead of once a pass."""
+    ``hold_starts``): 8 bytes a step for the writers' time, each rebuilt once instead of once a pass. Their
+    buffered steps are moved in first, so that from here on the stores are only read (the step table is
+    written on a second thread: a reader's own ``flush`` would change a store under the other)."""
     s = result.__dict__["_steps"]
     stores = [store for _, store in s.parts] if isinstance(s, StepTable) else []
     try:
         for store in stores:
+            store.flush()
             store.hold_starts()
         yield
     finally:
