@@ -51,6 +51,10 @@ def test_block_statistics_are_the_arrays_statistics(kind: str, monkeypatch: pyte
         monkeypatch.setattr(stats, "LEAF", leaf)
         _radix(monkeypatch, cells)
         assert stats.stats_ms_blocks("itl", blocks, QS) == expected, (leaf, cells)
+        # told the sample's size, the mean's pass counts it and the variance's makes the first cells;
+        # a size that is not the kept entries' (some dropped, or a wrong hint) falls back to counting
+        for size in (n, n - 1, n + 7, 0):
+            assert stats.stats_ms_blocks("itl", blocks, QS, size=size) == expected, (leaf, cells, size)
     got = stats.weighted_percentiles_blocks(blocks, [12.5, 99.9])
     np.testing.assert_array_equal(got, stats.weighted_percentiles(v, w, [12.5, 99.9]))
 
@@ -158,3 +162,25 @@ def test_log_axis_from_the_cdf_points_is_spans_decades(kind: str) -> None:
             assert d is None or d == spans_decades([(blocks, None)], r), (points, r)
         assert sum(d is None for d in decided) <= 9  # at most the ratios around p1 (three of each kind)
         assert decades_from_ecdf(*pts, ratio=1e-3) is True and decades_from_ecdf(*pts, ratio=1e9) is False
+
+
+def test_the_summary_counts_its_gaps_in_the_mean_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A result knows how many gap entries it holds without a pass (``gap_count``), so the summary's ITL
+    statistics count the sample in the mean's pass and make the percentiles' first cells in the
+    variance's: three passes over the gaps instead of five (four when not told the size), the same
+    numbers."""
+    import sim.app.rank_select as rank_select
+
+    res = CASES["quickstart"]()
+    assert res.gap_count() == sum(len(v) for v, _ in res.gap_blocks()) > 1000
+    passes = []
+    real = res.gap_blocks
+    monkeypatch.setattr(res, "gap_blocks", lambda: (passes.append(1), real())[1])
+    fused = stats.stats_ms_blocks("itl", res.gap_blocks, QS, size=res.gap_count())
+    fused_passes, passes[:] = len(passes), []
+    monkeypatch.setattr(rank_select, "GATHER", 1 << 30)  # no cell split: counting, sums, gathering only
+    assert stats.stats_ms_blocks("itl", res.gap_blocks, QS, size=res.gap_count()) == fused
+    assert len(passes) == 3  # the mean (counted), the variance (with the cells), the gathering
+    passes[:] = []
+    assert stats.stats_ms_blocks("itl", res.gap_blocks, QS) == fused
+    assert len(passes) == 4 and fused_passes >= 3  # not told the size: a counting pass first

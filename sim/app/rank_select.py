@@ -44,35 +44,72 @@ def from_keys(k: np.ndarray) -> np.ndarray:
     return np.where(pos, k ^ _SIGN, ~k).view(np.float64)
 
 
+class Tally:
+    """Entries, total weight, and least and greatest value of (values, weights) blocks added in turn."""
+
+    def __init__(self) -> None:
+        self.n = self.total = 0
+        self.lo, self.hi = math.inf, -math.inf
+
+    def add(self, v: np.ndarray, w: np.ndarray) -> None:
+        if len(v):
+            self.n, self.total = self.n + len(v), self.total + int(w.sum())
+            self.lo, self.hi = min(self.lo, float(v.min())), max(self.hi, float(v.max()))
+
+    def counts(self) -> tuple[int, int, tuple[float, float] | None]:
+        """(entries, total weight, (least, greatest) or None when empty): ``count_blocks``' answer."""
+        return self.n, self.total, (self.lo, self.hi) if self.n else None
+
+
 def count_blocks(blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[int, int, tuple[float, float] | None]:
     """Entries, total weight, and least and greatest value (None when empty) of (values, weights) blocks, in
     one pass: a caller that counts its sample hands the range on to ``select``."""
-    n = total = 0
-    lo, hi = math.inf, -math.inf
+    tally = Tally()
     for v, w in blocks:
-        if len(v):
-            n, total = n + len(v), total + int(w.sum())
-            lo, hi = min(lo, float(v.min())), max(hi, float(v.max()))
-    return n, total, (lo, hi) if n else None
+        tally.add(v, w)
+    return tally.counts()
 
 
-def select(blocks: Blocks, ranks: np.ndarray, by_count: bool,
-           value_range: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+class CellSums:
+    """Entries and weight in each cell of ``select``'s first pass (2^RADIX_BITS cells of equal key width
+    over the sample's value range), added a block at a time: a caller that passes over the sample anyway
+    (the summary's variance) adds each block as it goes and hands the sums to ``select``, which then
+    spares that pass (a big run's gaps are rebuilt for each)."""
+
+    def __init__(self, value_range: tuple[float, float]) -> None:
+        lo, hi = (int(k) for k in order_keys(np.array(value_range, dtype=np.float64)))
+        self.value_range = value_range
+        self.base = np.uint64(lo)
+        self.shift = max(0, (hi - lo).bit_length() - RADIX_BITS)
+        cells = ((hi - lo) >> self.shift) + 1
+        self.count, self.weight = np.zeros(cells, dtype=np.int64), np.zeros(cells, dtype=np.int64)
+
+    def add(self, v: np.ndarray, w: np.ndarray) -> None:
+        cells = len(self.count)
+        c = ((order_keys(v) - self.base) >> np.uint64(self.shift)).astype(np.int64)
+        self.count += np.bincount(c, minlength=cells)
+        self.weight += np.bincount(c, weights=w, minlength=cells).astype(np.int64)
+
+
+def select(blocks: Blocks, ranks: np.ndarray, by_count: bool, value_range: tuple[float, float] | None = None,
+           cells: CellSums | None = None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """For each rank r (0-based; in entries when ``by_count``, else in weight), the entry of the sample
     sorted stably by value where the cumulative measure first exceeds r: its value and (``by_count``)
     the cumulative weight through it. ``blocks`` gives finite values and int64 weights > 0; ranks lie in
     [0, the total measure). ``value_range``: the sample's least and greatest value, when the caller's own
-    pass found them (a pass over the blocks less: a big run's gaps are rebuilt for each)."""
+    pass found them (a pass over the blocks less: a big run's gaps are rebuilt for each); ``cells``: the
+    first pass's sums when the caller added every block to them (another pass less)."""
     ranks = np.asarray(ranks)
-    if value_range is None:
-        value_range = count_blocks(blocks())[2]
-    if value_range is None:
-        raise ValueError("rank selection in an empty sample")
-    # finite values: their keys' order is the values' (order_keys), -0.0 and 0.0 one key
-    lo, hi = (int(k) for k in order_keys(np.array(value_range, dtype=np.float64)))
-    base = np.uint64(lo)
-    shift = max(0, (hi - lo).bit_length() - RADIX_BITS)
-    count, weight = _cell_sums(blocks, base, shift, ((hi - lo) >> shift) + 1)
+    if cells is None:
+        if value_range is None:
+            value_range = count_blocks(blocks())[2]
+        if value_range is None:
+            raise ValueError("rank selection in an empty sample")
+        # finite values: their keys' order is the values' (order_keys), -0.0 and 0.0 one key
+        cells = CellSums(value_range)
+        for v, w in blocks():
+            cells.add(v, w)
+    base, shift, count, weight = cells.base, cells.shift, cells.count, cells.weight
     cum_m, cum_w, cum_n = np.cumsum(count if by_count else weight), np.cumsum(weight), np.cumsum(count)
     at = np.searchsorted(cum_m, ranks, side="right")  # each rank's cell at this level
     prev = np.maximum(at - 1, 0)
@@ -104,17 +141,6 @@ def select(blocks: Blocks, ranks: np.ndarray, by_count: bool,
         shifts[heavy] = new
         shift = new
     return _resolve(blocks, base, ranks, cell, shifts, before_m, before_w, by_count)
-
-
-def _cell_sums(blocks: Blocks, base: np.uint64, shift: int, cells: int) -> tuple[np.ndarray, np.ndarray]:
-    """Entries and weight of each cell of width 2^shift keys from ``base``."""
-    count, weight = np.zeros(cells, dtype=np.int64), np.zeros(cells, dtype=np.int64)
-    sh = np.uint64(shift)
-    for v, w in blocks():
-        c = ((order_keys(v) - base) >> sh).astype(np.int64)
-        count += np.bincount(c, minlength=cells)
-        weight += np.bincount(c, weights=w, minlength=cells).astype(np.int64)
-    return count, weight
 
 
 def _sub_sums(blocks: Blocks, base: np.uint64, shift: int, new: int, active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

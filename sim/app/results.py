@@ -98,6 +98,11 @@ class SimResult:
         g = self.__dict__["_itl_values"]
         return g.blocks() if isinstance(g, GapTable) else iter([(self.itl_values, self.itl_weights)])
 
+    def gap_count(self) -> int:
+        """How many (value, weight) entries ``gap_blocks`` gives, without a pass over them."""
+        g = self.__dict__["_itl_values"]
+        return len(g) if isinstance(g, GapTable) else len(self.itl_values)
+
     def step_chunks(self, names: Sequence[str], rows: int = 1 << 18) -> Iterator[dict[str, np.ndarray]]:
         """``step_columns(names)`` in consecutive chunks of ``rows`` steps (a derived column is computed
         a chunk at a time)."""
@@ -346,7 +351,7 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     qs = [float(q) for q in percentiles]
     for m in ("ttft", "tpot", "e2el"):
         s.update(stats_ms(m, fin[f"{m}_s"].to_numpy(float), qs))
-    s.update(stats_ms_blocks("itl", result.gap_blocks, qs))  # engine-side gaps, a block at a time
+    s.update(stats_ms_blocks("itl", result.gap_blocks, qs, size=result.gap_count()))  # engine-side gaps, a block at a time
     client = "ttft_client_s" in df.columns  # [frontend]: the headline ttft/tpot/e2el are client-side
     s["latency_basis"] = "client" if client else "engine"
     if client:

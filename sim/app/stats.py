@@ -12,7 +12,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from sim.app import rank_select
-from sim.app.rank_select import Blocks, count_blocks  # Blocks: a fresh pass over (values, weights)
+from sim.app.rank_select import (  # Blocks: a fresh pass over (values, weights)
+    Blocks,
+    CellSums,
+    Tally,
+    count_blocks,
+)
 from sim.core.errors import ResultsIntegrityError
 
 
@@ -132,28 +137,69 @@ def _node(m: int, take: _Take) -> np.float64:
     return _node(half, take) + _node(m - half, take)
 
 
-def stats_ms_blocks(name: str, blocks: Blocks, percentiles: Sequence[float]) -> dict[str, float | None]:
-    """``stats_ms(name, values, percentiles, weights)`` of the sample ``blocks`` gives, pass by pass."""
+def stats_ms_blocks(name: str, blocks: Blocks, percentiles: Sequence[float],
+                    size: int | None = None) -> dict[str, float | None]:  # fmt: skip
+    """``stats_ms(name, values, percentiles, weights)`` of the sample ``blocks`` gives, pass by pass.
+
+    ``size``: how many entries the blocks hold (a run's gaps know it without a pass). Then the pass that
+    sums the mean also counts the sample, and the variance's pass also makes the percentiles' first
+    cell sums: two passes fewer (each rebuilds a big run's gaps). Should entries be dropped (a zero
+    weight, a value that is not finite), the sample is counted first as without it."""
     keys = _stat_keys(name, percentiles)
-    n, total, span = count_blocks(clean_blocks(blocks))
-    if n == 0:
-        return dict.fromkeys(keys)
+    counted = _sum_counted(blocks, size) if size is not None else None
+    if counted is None:
+        n, total, span = count_blocks(clean_blocks(blocks))
+        if n == 0:
+            return dict.fromkeys(keys)
+        wsum = pairwise_sum(n, (np.multiply(v, w, dtype=np.float64) for v, w in clean_blocks(blocks)))
+    else:
+        (n, total, span), wsum = counted
+        if n == 0:
+            return dict.fromkeys(keys)
+    assert span is not None
     scl = np.float64(total)  # np.average: the weights' sum (an integer: exact in any order)
-    mean = pairwise_sum(n, (np.multiply(v, w, dtype=np.float64) for v, w in clean_blocks(blocks))) / scl
-    var = pairwise_sum(n, (np.multiply((v - mean) ** 2, w, dtype=np.float64)
-                           for v, w in clean_blocks(blocks))) / scl  # fmt: skip
-    med, *pcts = weighted_percentiles_blocks(blocks, [50.0, *percentiles], total, span)
+    mean = wsum / scl
+    cells = CellSums(span)
+    added = _adding(clean_blocks(blocks), cells.add)
+    var = pairwise_sum(n, (np.multiply((v - mean) ** 2, w, dtype=np.float64) for v, w in added)) / scl
+    for _ in added:  # every block in the cells (pairwise_sum took them all already)
+        pass
+    med, *pcts = weighted_percentiles_blocks(blocks, [50.0, *percentiles], total, span, cells=cells)
     out = [mean, med, math.sqrt(var), *pcts]
     return {k: float(x) * 1000.0 for k, x in zip(keys, out, strict=True)}
 
 
+def _adding(blocks: Iterator[tuple[np.ndarray, np.ndarray]],
+            add: Callable[[np.ndarray, np.ndarray], None]) -> Iterator[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
+    """``blocks``, each handed to ``add`` as it goes by."""
+    for v, w in blocks:
+        add(v, w)
+        yield v, w
+
+
+def _sum_counted(blocks: Blocks, size: int) -> tuple[tuple[int, int, tuple[float, float] | None], np.float64] | None:
+    """``count_blocks`` of the kept entries and ``pairwise_sum`` of their values times weights in one
+    pass, the sum's tree laid out for ``size`` entries; None when fewer were kept (the sum is then of a
+    different tree)."""
+    tally = Tally()
+    kept = _adding(clean_blocks(blocks), tally.add)
+    try:
+        wsum = pairwise_sum(size, (np.multiply(v, w, dtype=np.float64) for v, w in kept))
+    except StopIteration:  # fewer entries than ``size``
+        return None
+    for _ in kept:  # nothing is left when every entry was kept
+        pass
+    return (tally.counts(), wsum) if tally.n == size else None
+
+
 def weighted_percentiles_blocks(blocks: Blocks, qs: Sequence[float], total: int | None = None,
-                                value_range: tuple[float, float] | None = None) -> np.ndarray:  # fmt: skip
+                                value_range: tuple[float, float] | None = None,
+                                cells: CellSums | None = None) -> np.ndarray:  # fmt: skip
     """``weighted_percentiles`` of the sample ``blocks`` gives: the two entries around each virtual index
     found by rank selection (sim/app/rank_select.py), then numpy's linear interpolation. ``total`` and
     ``value_range``: the kept entries' weight and least and greatest value, when the caller has them
     (``count_blocks``: a pass over the blocks less for each; a million-request run's gaps are rebuilt for each
-    pass)."""
+    pass); ``cells``: rank selection's first cell sums when the caller made them (rank_select.CellSums)."""
     if total is None:
         _, total, value_range = count_blocks(clean_blocks(blocks))
     if total == 0:
@@ -163,7 +209,7 @@ def weighted_percentiles_blocks(blocks: Blocks, qs: Sequence[float], total: int 
     lo = np.floor(h)
     frac = h - lo
     got, _ = rank_select.select(lambda: clean_blocks(blocks), np.concatenate([lo, np.minimum(lo + 1, n - 1)]),
-                                by_count=False, value_range=value_range)  # fmt: skip
+                                by_count=False, value_range=value_range, cells=cells)  # fmt: skip
     a, b = got[: len(qs)], got[len(qs) :]
     diff = b - a
     return np.where(frac >= 0.5, b - diff * (1 - frac), a + diff * frac)
