@@ -279,3 +279,20 @@ def test_plug_in_inputs_work_compiled_or_not():
         RequestSpec("x", 0.0, 4, 2, segments=[(("a", 1), 2.5), (("b", 1), 1.5)])
     with pytest.raises(ConfigError, match="request_id must be set"):
         RequestSpec(None, 0.0, 4, 2)
+
+
+@pytest.mark.skipif(native.state() != "compiled", reason="no current mypyc build here")
+def test_the_objects_made_each_run_are_built_by_compiled_code():
+    """A class in a compiled module is built by compiled code unless a decorator swaps it for a Python
+    class (a ``slots`` dataclass: its generated ``__init__`` runs interpreted). The fast-forward makes a
+    DecodeRun each decode run and a pushed replica a RunView: both are built natively."""
+    import inspect
+
+    from sim.engine.fastforward import DecodeRun, RunView
+
+    for cls in (DecodeRun, RunView):
+        assert not inspect.isfunction(cls.__init__), cls  # a Python function: the interpreted constructor
+    run = DecodeRun([], 3, [1], [2], [0, 0, 1, 1], cached_free_start=5)
+    assert (run.max_steps, run.cached_free_start, run.free_blocks, run.cached_free) == (3, 5, None, None)
+    view = RunView([0.0, 1.0], [1.0, 2.0], None, [], [])
+    assert (view.cut_step, view.cut(1.5), view.cut_step) == (0, 2.0, 2)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,7 +33,6 @@ if TYPE_CHECKING:
 PUSHED_RUN_STEPS = 32  # the most steps a pushed source's run past finishes is planned: one pricing window (FastForward)
 
 
-@dataclass(slots=True)
 class DecodeRun:
     """Up to ``max_steps`` decode-only steps taken in one go.
 
@@ -42,23 +40,28 @@ class DecodeRun:
     step of its last token); nothing else changes in between (no admission, no preemption). Rows
     finish inside a run only when the engine's arrivals ignore finishes, the policy says finishes do
     not matter and nothing waits; otherwise ``max_steps <= min(finish_step)``.
+
+    A plain class, not a dataclass: compiled, its constructor is native (a ``slots`` dataclass stays a
+    Python class, with the generated, interpreted ``__init__``: ~2 % of a 16-replica run's wall, this and
+    RunView together, made once a run).
     """
 
-    requests: list[Request]
-    max_steps: int
-    computed: list[int]  # each row's computed tokens before the run
-    finish_step: list[int]  # step whose token finishes each row
-    new_blocks: list[int]  # new_blocks[s]: blocks allocated by steps 1..s (new_blocks[0] == 0)
-    # Cached-free blocks when the run was planned: a disaggregated decode replica's pool can gain
-    # cached blocks mid-run (a KV transfer lands), which must not show in the steps before it.
-    cached_free_start: int = 0
-    # Set when the run is applied, for the recorder: free and cached-free blocks after each step's
-    # allocation.
-    free_blocks: list[int] | None = None
-    cached_free: list[int] | None = None
+    def __init__(self, requests: list[Request], max_steps: int, computed: list[int], finish_step: list[int],
+                 new_blocks: list[int], cached_free_start: int = 0) -> None:
+        self.requests = requests
+        self.max_steps = max_steps
+        self.computed = computed  # each row's computed tokens before the run
+        self.finish_step = finish_step  # step whose token finishes each row
+        self.new_blocks = new_blocks  # new_blocks[s]: blocks allocated by steps 1..s (new_blocks[0] == 0)
+        # Cached-free blocks when the run was planned: a disaggregated decode replica's pool can gain
+        # cached blocks mid-run (a KV transfer lands), which must not show in the steps before it.
+        self.cached_free_start = cached_free_start
+        # Set when the run is applied, for the recorder: free and cached-free blocks after each step's
+        # allocation.
+        self.free_blocks: list[int] | None = None
+        self.cached_free: list[int] | None = None
 
 
-@dataclass(slots=True)
 class RunView:
     """A decode run in flight, for observers of a pushed source's engine (a cluster's gateway): when
     each step starts and ends, the free blocks after each step's allocation (None when rows finish
@@ -66,12 +69,14 @@ class RunView:
     with when, in the order the engine reports them. A push that cuts the run keeps the steps started by
     then (``cut``), so a finish at or before any later instant of the run is certain."""
 
-    starts: list[float]
-    ends: list[float]
-    free_blocks: list[int] | None
-    finish_times: list[float]
-    finish_specs: list[Any]
-    cut_step: int = 0  # the steps kept once cut (0: not cut yet)
+    def __init__(self, starts: list[float], ends: list[float], free_blocks: list[int] | None,
+                 finish_times: list[float], finish_specs: list[Any]) -> None:
+        self.starts = starts
+        self.ends = ends
+        self.free_blocks = free_blocks
+        self.finish_times = finish_times
+        self.finish_specs = finish_specs
+        self.cut_step = 0  # the steps kept once cut (0: not cut yet)
 
     def cut(self, t: float) -> float:
         """End the run at ``t`` (a push, or its own end): it keeps the steps started by then, at least
