@@ -53,7 +53,8 @@ def test_block_statistics_are_the_arrays_statistics(kind: str, monkeypatch: pyte
         assert stats.stats_ms_blocks("itl", blocks, QS) == expected, (leaf, cells)
         # told the sample's size, the mean's pass counts it and the variance's makes the first cells;
         # a size that is not the kept entries' (some dropped, or a wrong hint) falls back to counting
-        for size in (n, n - 1, n + 7, 0):
+        kept = int(((w > 0) & np.isfinite(v)).sum())  # what the fused pass counts ("dropped": fewer than n)
+        for size in (kept, n, n - 1, n + 7, 0):
             assert stats.stats_ms_blocks("itl", blocks, QS, size=size) == expected, (leaf, cells, size)
     got = stats.weighted_percentiles_blocks(blocks, [12.5, 99.9])
     np.testing.assert_array_equal(got, stats.weighted_percentiles(v, w, [12.5, 99.9]))
@@ -176,11 +177,15 @@ def test_the_summary_counts_its_gaps_in_the_mean_pass(monkeypatch: pytest.Monkey
     passes = []
     real = res.gap_blocks
     monkeypatch.setattr(res, "gap_blocks", lambda: (passes.append(1), real())[1])
-    fused = stats.stats_ms_blocks("itl", res.gap_blocks, QS, size=res.gap_count())
-    fused_passes, passes[:] = len(passes), []
+
+    def count(**kw):
+        passes.clear()
+        got = stats.stats_ms_blocks("itl", res.gap_blocks, QS, **kw)
+        return got, len(passes)
+
+    fused, told = count(size=res.gap_count())
+    plain, untold = count()
+    assert plain == fused and untold == told + 1  # defaults (cells split as they need): one pass less
     monkeypatch.setattr(rank_select, "GATHER", 1 << 30)  # no cell split: counting, sums, gathering only
-    assert stats.stats_ms_blocks("itl", res.gap_blocks, QS, size=res.gap_count()) == fused
-    assert len(passes) == 3  # the mean (counted), the variance (with the cells), the gathering
-    passes[:] = []
-    assert stats.stats_ms_blocks("itl", res.gap_blocks, QS) == fused
-    assert len(passes) == 4 and fused_passes >= 3  # not told the size: a counting pass first
+    assert count(size=res.gap_count()) == (fused, 3)  # the mean (counted), the variance (with the cells), the gathering
+    assert count() == (fused, 4)  # not told the size: a counting pass first

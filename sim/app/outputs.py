@@ -39,12 +39,19 @@ def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, floa
         "timeseries": out / "timeseries.csv",
         "report": out / "report.html",
     }
-    # every pass below reads the steps' starts; the step table is written on a second thread, beside the
-    # rest: Arrow encodes and compresses it without the GIL (a million-request run: ~22M rows, ~5 s)
+    # every pass below reads the steps' starts. A big run's step table is written on a second thread,
+    # beside the rest, from its stores (only read from now on: the frame is never built): Arrow encodes
+    # and compresses it without the GIL (a million-request run: ~22M rows, ~5 s). A small one, or one
+    # whose frame is built already, is written here first: no pandas object is read by two threads.
     with starts_held(result), ThreadPoolExecutor(1, thread_name_prefix="servesim-steps") as pool:
-        if result.num_steps <= ROWS_PER_GROUP:  # a small run's frame, built here: it empties the step stores
-            steps = pool.submit(write_parquet, steps_table(result.steps), paths["steps"])
-        else:  # a row group at a time from the step stores (only read from now on): the frame is never built
+        steps = None
+        if result.num_steps <= ROWS_PER_GROUP or not isinstance(result.__dict__["_steps"], StepTable):
+            if result.num_steps <= ROWS_PER_GROUP:
+                write_parquet(steps_table(result.steps), paths["steps"])  # builds the frame, empties the stores
+            else:
+                write_parquet_slices((steps_arrays(p) for p in result.step_array_slices(ROWS_PER_GROUP)),
+                                     paths["steps"])  # fmt: skip
+        else:
             slices = (steps_arrays(p) for p in result.step_array_slices(ROWS_PER_GROUP))
             steps = pool.submit(write_parquet_slices, slices, paths["steps"])
         write_parquet(result.requests, paths["requests"], request_metrics)  # a row group at a time
@@ -59,7 +66,8 @@ def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, floa
         series.to_csv(paths["timeseries"], index=False)
         write_report(result, paths["report"], summary, title=title, plotlyjs=as_plotlyjs(plotlyjs).rooted(out),
                      series=series)  # fmt: skip
-        steps.result()  # its error, if any, raised here
+        if steps is not None:
+            steps.result()  # its error, if any, raised here
     return paths
 
 
@@ -67,8 +75,8 @@ def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, floa
 def starts_held(result: SimResult) -> Iterator[None]:
     """The step stores keep every step's start while the writers read them (sim/engine/step_store.py
     ``hold_starts``): 8 bytes a step for the writers' time, each rebuilt once instead of once a pass. Their
-    buffered steps are moved in first, so that from here on the stores are only read (the step table is
-    written on a second thread: a reader's own ``flush`` would change a store under the other)."""
+    buffered steps are moved in first, so that reading them changes nothing (a big step table is written
+    on a second thread: a reader's own ``flush`` would change a store under the other)."""
     s = result.__dict__["_steps"]
     stores = [store for _, store in s.parts] if isinstance(s, StepTable) else []
     try:

@@ -78,7 +78,6 @@ class CellSums:
 
     def __init__(self, value_range: tuple[float, float]) -> None:
         lo, hi = (int(k) for k in order_keys(np.array(value_range, dtype=np.float64)))
-        self.value_range = value_range
         self.base = np.uint64(lo)
         self.shift = max(0, (hi - lo).bit_length() - RADIX_BITS)
         cells = ((hi - lo) >> self.shift) + 1
@@ -98,7 +97,8 @@ def select(blocks: Blocks, ranks: np.ndarray, by_count: bool, value_range: tuple
     the cumulative weight through it. ``blocks`` gives finite values and int64 weights > 0; ranks lie in
     [0, the total measure). ``value_range``: the sample's least and greatest value, when the caller's own
     pass found them (a pass over the blocks less: a big run's gaps are rebuilt for each); ``cells``: the
-    first pass's sums when the caller added every block to them (another pass less)."""
+    first pass's sums when the caller added every block to them (another pass less; ``value_range`` is
+    then not read: the cells were laid out over it)."""
     ranks = np.asarray(ranks)
     if cells is None:
         if value_range is None:

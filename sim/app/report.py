@@ -110,7 +110,8 @@ def _line(x: Any, y: Any, name: str, **kw: Any) -> go.Scatter:
 def fig_timeline(result: SimResult, title: str | None = None, series: pd.DataFrame | None = None) -> go.Figure:
     """KV usage, running/waiting, prompt and generation throughput over simulated time: one shared x
     axis, a y axis each (prompt tok/s runs in the thousands, generation in the hundreds). ``series``: the
-    run's ``time_series`` at 1 s, when the caller has it (the throughputs are drawn from it then)."""
+    run's ``time_series(result)`` (1 s ticks, replicas summed), when the caller has it: the throughputs
+    are drawn from it then, as given."""
     span = _span(result)
     fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.05,
                         subplot_titles=("KV cache (% of GPU blocks)", "Requests", "Prompt throughput (tokens/s)",

@@ -43,7 +43,8 @@ class DecodeRun:
 
     A plain class, not a dataclass: compiled, its constructor is native (a ``slots`` dataclass stays a
     Python class, with the generated, interpreted ``__init__``: ~2 % of a 16-replica run's wall, this and
-    RunView together, made once a run).
+    RunView together, made once a run). So ``free_blocks`` and ``cached_free`` are set, not passed, and
+    two runs compare by identity.
     """
 
     def __init__(self, requests: list[Request], max_steps: int, computed: list[int], finish_step: list[int],
