@@ -45,15 +45,13 @@ def write_outputs(result: SimResult, out_dir: str | Path, slo: Mapping[str, floa
     # whose frame is built already, is written here first: no pandas object is read by two threads.
     with starts_held(result), ThreadPoolExecutor(1, thread_name_prefix="servesim-steps") as pool:
         steps = None
-        if result.num_steps <= ROWS_PER_GROUP or not isinstance(result.__dict__["_steps"], StepTable):
-            if result.num_steps <= ROWS_PER_GROUP:
-                write_parquet(steps_table(result.steps), paths["steps"])  # builds the frame, empties the stores
-            else:
-                write_parquet_slices((steps_arrays(p) for p in result.step_array_slices(ROWS_PER_GROUP)),
-                                     paths["steps"])  # fmt: skip
-        else:
-            slices = (steps_arrays(p) for p in result.step_array_slices(ROWS_PER_GROUP))
+        slices = (steps_arrays(p) for p in result.step_array_slices(ROWS_PER_GROUP))  # a row group at a time
+        if result.num_steps <= ROWS_PER_GROUP:
+            write_parquet(steps_table(result.steps), paths["steps"])  # builds the frame, empties the stores
+        elif isinstance(result.__dict__["_steps"], StepTable):
             steps = pool.submit(write_parquet_slices, slices, paths["steps"])
+        else:
+            write_parquet_slices(slices, paths["steps"])
         write_parquet(result.requests, paths["requests"], request_metrics)  # a row group at a time
         if step_trace:
             write_step_trace(result, paths["step_trace"])
