@@ -144,51 +144,51 @@ def stats_ms_blocks(name: str, blocks: Blocks, percentiles: Sequence[float],
     ``size``: how many entries the blocks hold (a run's gaps know it without a pass). Then the pass that
     sums the mean also counts the sample, and the variance's pass also makes the percentiles' first
     cell sums: two passes fewer (each rebuilds a big run's gaps). Should entries be dropped (a zero
-    weight, a value that is not finite), the sample is counted first as without it."""
+    weight, a value that is not finite), or no size be given, the kept entries are counted first."""
     keys = _stat_keys(name, percentiles)
     counted = _sum_counted(blocks, size) if size is not None else None
     if counted is None:
-        n, total, span = count_blocks(clean_blocks(blocks))
-        if n == 0:
-            return dict.fromkeys(keys)
-        wsum = pairwise_sum(n, (np.multiply(v, w, dtype=np.float64) for v, w in clean_blocks(blocks)))
-    else:
-        (n, total, span), wsum = counted
-        if n == 0:
-            return dict.fromkeys(keys)
-    assert span is not None
+        counted = _sum_counted(blocks, count_blocks(clean_blocks(blocks))[0])
+        assert counted is not None  # told the kept count, the sum's tree is laid out for them
+    (n, total, span), wsum = counted
+    if n == 0 or span is None:
+        return dict.fromkeys(keys)
     scl = np.float64(total)  # np.average: the weights' sum (an integer: exact in any order)
     mean = wsum / scl
     cells = CellSums(span)
-    added = _adding(clean_blocks(blocks), cells.add)
-    var = pairwise_sum(n, (np.multiply((v - mean) ** 2, w, dtype=np.float64) for v, w in added)) / scl
-    for _ in added:  # every block in the cells (pairwise_sum took them all already)
-        pass
+    var = _pairwise_adding(n, blocks, cells.add, lambda v, w: np.multiply((v - mean) ** 2, w, dtype=np.float64)) / scl
     med, *pcts = weighted_percentiles_blocks(blocks, [50.0, *percentiles], total, span, cells=cells)
     out = [mean, med, math.sqrt(var), *pcts]
     return {k: float(x) * 1000.0 for k, x in zip(keys, out, strict=True)}
 
 
-def _adding(blocks: Iterator[tuple[np.ndarray, np.ndarray]],
-            add: Callable[[np.ndarray, np.ndarray], None]) -> Iterator[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
-    """``blocks``, each handed to ``add`` as it goes by."""
-    for v, w in blocks:
-        add(v, w)
-        yield v, w
+def _pairwise_adding(n: int, blocks: Blocks, add: Callable[[np.ndarray, np.ndarray], None],
+                     term: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.float64:
+    """``pairwise_sum`` of ``term(v, w)`` over the n kept entries, each kept block handed to ``add`` as it
+    goes by, every one of them (raises StopIteration when fewer than n are kept)."""
+    kept = clean_blocks(blocks)
+
+    def adding() -> Iterator[np.ndarray]:
+        for v, w in kept:
+            add(v, w)
+            yield term(v, w)
+
+    terms = adding()
+    got = pairwise_sum(n, terms)
+    for _ in terms:  # past the n values (more kept than n): added, and seen by the caller's count
+        pass
+    return got
 
 
 def _sum_counted(blocks: Blocks, size: int) -> tuple[tuple[int, int, tuple[float, float] | None], np.float64] | None:
     """``count_blocks`` of the kept entries and ``pairwise_sum`` of their values times weights in one
-    pass, the sum's tree laid out for ``size`` entries; None when fewer were kept (the sum is then of a
-    different tree)."""
+    pass, the sum's tree laid out for ``size`` entries; None when that is not how many were kept (the
+    sum is then of another tree)."""
     tally = Tally()
-    kept = _adding(clean_blocks(blocks), tally.add)
     try:
-        wsum = pairwise_sum(size, (np.multiply(v, w, dtype=np.float64) for v, w in kept))
+        wsum = _pairwise_adding(size, blocks, tally.add, lambda v, w: np.multiply(v, w, dtype=np.float64))
     except StopIteration:  # fewer entries than ``size``
         return None
-    for _ in kept:  # nothing is left when every entry was kept
-        pass
     return (tally.counts(), wsum) if tally.n == size else None
 
 
