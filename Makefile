@@ -7,7 +7,7 @@ NATIVE := $(VENV)/.native-built
 PYC := $(VENV)/.pyc-built
 # the sources a native build depends on (sim/native.py dependencies(): the compiled modules and what they import)
 NATIVE_SRC := sim/native.py $(wildcard sim/core/*.py sim/kv/*.py sim/engine/*.py policies/*.py) \
-	sim/cost/decode_price.py sim/cost/step_price.py workloads/gen/session_source.py routers/base.py routers/rotor.py \
+	sim/cost/decode_price.py sim/cost/step_price.py workloads/gen/session_source.py routers/base.py routers/rotor.py routers/view.py \
 	$(foreach m,cluster_config devices disagg gateway inbox replica timing,sim/app/$(m).py)
 
 .PHONY: demo test lint bench clean native

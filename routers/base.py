@@ -19,30 +19,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from routers.rotor import Rotor, with_room  # compiled (sim/native.py); routers import them from here
+from routers.view import ReplicaView  # compiled too; routers import it from here
 from sim.core.errors import ConfigError
 from sim.core.plugins import registrar, resolve
 from sim.core.request import RequestSpec
-
-
-@dataclass(slots=True)
-class ReplicaView:
-    """One replica as the gateway knows it. Static fields first, then live and polled ones."""
-
-    index: int
-    name: str
-    pool: str = "default"
-    role: str = "mixed"  # "mixed", "prefill" or "decode"
-    block_size: int = 16
-    max_model_len: int = 1 << 30
-    num_gpu_blocks: int = 1 << 30
-    # gateway-local, always current
-    outstanding: int = 0  # routed here and not yet answered
-    room: bool = True  # below the gateway's max_outstanding for this replica
-    # polled from the engine (stale by up to the poll interval)
-    num_running: int = 0
-    num_waiting: int = 0
-    kv_usage: float = 0.0
-    polled_at: float = 0.0
 
 
 @dataclass

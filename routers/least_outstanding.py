@@ -3,18 +3,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
 
-from routers.base import LeastRouter, RouterContext, register, take_options
+from routers.base import LeastRouter, ReplicaView, RouterContext, register, take_options
+from sim.core.request import RequestSpec
+
+_OUTSTANDING = attrgetter("outstanding")
 
 
 class LeastOutstanding(LeastRouter):
     name = "least-outstanding"
     reads_engine_metrics = False
 
-    # the view's count, read in C (the rotor reads every candidate's key for each request)
-    key = staticmethod(attrgetter("outstanding"))  # type: ignore[assignment]
+    key = staticmethod(_OUTSTANDING)  # type: ignore[assignment]
+
+    def route(self, spec: RequestSpec, candidates: Sequence[ReplicaView], now: float) -> ReplicaView | None:
+        if self.key is _OUTSTANDING and type(candidates) is list:  # the gateway's list: one native pass
+            return self.rotor.least_outstanding(candidates)
+        return super().route(spec, candidates, now)
 
 
 @register("least-outstanding")

@@ -9,6 +9,8 @@ from typing import Any
 
 from mypy_extensions import mypyc_attr
 
+from routers.view import ReplicaView
+
 
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)  # compiled (sim/native.py); routers may extend it
 class Rotor:
@@ -38,6 +40,26 @@ class Rotor:
                 if r < rot:
                     chosen, rot = c, r
         self.next = int(chosen.index) + 1
+        return chosen
+
+    def least_outstanding(self, cands: list[ReplicaView]) -> ReplicaView | None:
+        """``pick(with_room(cands), key=outstanding)`` in one pass over the views' native fields (None:
+        none has room): the least-outstanding router's choice, made for every request."""
+        nxt: int = self.next
+        chosen: ReplicaView | None = None
+        best = 0
+        rot = 0
+        for c in cands:
+            if not c.room:
+                continue
+            k = c.outstanding
+            if chosen is None or k <= best:
+                idx = c.index
+                r = ((idx if isinstance(idx, int) else int(idx)) - nxt) % (1 << 30)  # no int() call for an int
+                if chosen is None or k < best or r < rot:
+                    chosen, best, rot = c, k, r
+        if chosen is not None:
+            self.next = int(chosen.index) + 1
         return chosen
 
 

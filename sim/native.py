@@ -54,9 +54,11 @@ MODULES = (
     "sim.engine.gaps",
     "sim.cost.decode_price",
     "sim.cost.step_price",
+    "sim.app.timing",
     "sim.app.gateway",
     "sim.app.inbox",
     "workloads.gen.session_source",
+    "routers.view",
     "routers.rotor",
 )
 PURE_ENV = "SERVESIM_PURE"

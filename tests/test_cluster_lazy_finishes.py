@@ -142,3 +142,28 @@ def test_a_lazy_gateway_schedules_no_tick_for_a_finish_while_nothing_waits() -> 
     old, old_ticks = run(finish_ticks=True)
     assert len(old_ticks) > len(ticks) + 50
     _same_run(res, old)
+
+
+def test_succeed_after_schedules_as_the_environment_would() -> None:
+    """``succeed_after`` puts an event in the schedule as ``Environment.schedule`` does (its own heap push
+    on a plain Environment), and through ``schedule`` where a subclass or the instance replaces it."""
+    import simpy
+
+    from sim.app.timing import LATE_GATEWAY, succeed_after
+
+    def entries(env: simpy.Environment) -> list[tuple]:
+        a, b = simpy.Event(env), simpy.Event(env)
+        succeed_after(env, a, 0.25, LATE_GATEWAY, "x")
+        env.schedule(b, LATE_GATEWAY, 0.25)
+        return [(t, p, type(e).__name__) for t, p, _, e in sorted(env._queue)]
+
+    plain = entries(simpy.Environment(initial_time=1.5))
+    assert plain == [(1.75, LATE_GATEWAY, "Event")] * 2
+
+    class Watched(simpy.Environment):
+        def schedule(self, event, priority=1, delay=0):
+            self.seen = getattr(self, "seen", 0) + 1
+            super().schedule(event, priority, delay)
+
+    env = Watched(initial_time=1.5)
+    assert entries(env) == plain and env.seen == 2

@@ -264,3 +264,80 @@ def test_rotor_pick_matches_the_two_pass_rule() -> None:
         assert rotor.next == want.index + 1
 
     check()
+
+
+def test_least_outstanding_pass_is_the_generic_pick_among_views_with_room() -> None:
+    """The router's one native pass over the gateway's list chooses what ``pick(with_room(...))`` with the
+    outstanding count chooses (rooms, ties, wrap-around, numpy indices), and moves the rotor alike."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from routers.base import Rotor, with_room
+    from routers.least_outstanding import LeastOutstanding
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.booleans()), min_size=1, max_size=12),
+           st.integers(0, 15), st.randoms())  # fmt: skip
+    def check(rows: list[tuple[int, bool, bool]], nxt: int, rnd) -> None:
+        views = [ReplicaView(index=np.int64(i) if as_np else i, name=f"r{i}", outstanding=k, room=room)
+                 for i, (k, room, as_np) in enumerate(rows)]  # fmt: skip
+        rnd.shuffle(views)
+        router, generic = LeastOutstanding(), Rotor()
+        router.rotor.next = generic.next = nxt
+        roomy = with_room(views)
+        want = generic.pick(roomy, lambda c: c.outstanding) if roomy else None
+        assert router.route(spec(), views, 0.0) is want
+        assert router.route(spec(), tuple(views), 0.0) is (generic.pick(roomy, lambda c: c.outstanding)
+                                                           if roomy else None)  # the generic path, a tuple
+        assert router.rotor.next == generic.next
+
+    check()
+
+
+def test_the_gateway_calls_the_hooks_a_router_defines_and_skips_the_base_no_ops() -> None:
+    """BaseRouter's on_routed / on_done do nothing and are not called; a router's own hooks (on its class
+    or set on the instance) are called once a request each."""
+    from routers.least_outstanding import LeastOutstanding
+
+    class Counting(LeastOutstanding):
+        def on_done(self, spec, replica, now):
+            self.done = getattr(self, "done", 0) + 1
+
+    raw = {"model": {"name": "Meta-Llama-3-8B"}, "hardware": {"gpu": "A100-80GB-SXM"},
+           "engine": {"policy": "vllm", "max_num_seqs": 32},
+           "workload": {"num_requests": 40, "rate": 20.0, "prompt": {"dist": "fixed", "value": 64},
+                        "output": {"dist": "fixed", "value": 8}},
+           "cluster": {"replicas": 2, "router": "least-outstanding"}}  # fmt: skip
+    c = Cluster(cluster_from_dict(raw))
+    assert c.gateway._on_routed is None and c.gateway._on_done is None  # the base no-ops: skipped
+    c = Cluster(cluster_from_dict(raw))
+    router = Counting()
+    routed: list[str] = []
+    router.on_routed = lambda spec, replica, now: routed.append(spec.request_id)  # on the instance
+    c.gateway.router = router
+    from sim.app.gateway import _live_hook
+
+    c.gateway._on_routed, c.gateway._on_done = _live_hook(router, "on_routed"), _live_hook(router, "on_done")
+    res = c.run()
+    assert (res.requests["status"] == "finished").all()
+    assert len(routed) == 40 and router.done == 40
+
+
+def test_a_replica_view_copies_pickles_and_extends_compiled_or_not() -> None:
+    """The view is a compiled class when the build is current: plug-ins still copy, pickle, replace and
+    subclass it, and give it a numpy index, as they could the interpreted dataclass."""
+    import dataclasses
+    import pickle
+
+    v = ReplicaView(index=np.int64(3), name="r3", outstanding=2, kv_usage=np.float64(0.25))
+    again = pickle.loads(pickle.dumps(v))
+    assert again == v and again is not v and copy.deepcopy(v) == v
+    assert dataclasses.replace(v, outstanding=5).outstanding == 5 and v.outstanding == 2
+
+    class Tagged(ReplicaView):
+        def tag(self) -> str:
+            return f"{self.name}/{self.pool}"
+
+    t = Tagged(index=1, name="r1", pool="long")
+    t.outstanding += 1
+    assert t.tag() == "r1/long" and t.outstanding == 1 and isinstance(t, ReplicaView)
