@@ -122,23 +122,17 @@ def segment_free(free0: int, cum: list[int], a: int, b: int, cached0: int,
 
 def finish_order(fin: list[int], k: int) -> list[int]:
     """The rows that finish within steps 1..k (row i with its last token in step ``fin[i]``), by step
-    and then by row: the order the engine applies them (a counting sort, O(rows + k))."""
-    count = [0] * (k + 2)
-    for f in fin:
-        if 1 <= f <= k:
-            count[f] = count[f] + 1
-    pos = 0
-    for j in range(1, k + 1):
-        c = count[j]
-        count[j] = pos
-        pos += c
-    out = [0] * pos
-    for i in range(len(fin)):
+    and then by row: the order the engine applies them. Few rows finish within a run's first steps, so
+    they are picked out in one pass and sorted on one int key each (step, then row), not counted into
+    a k-long table."""
+    n = len(fin)
+    keys: list[int] = []
+    for i in range(n):
         f = fin[i]
         if 1 <= f <= k:
-            out[count[f]] = i
-            count[f] = count[f] + 1
-    return out
+            keys.append(f * n + i)
+    keys.sort()
+    return [key % n for key in keys]
 
 
 def column_bounds(pending: list, ncols: int) -> list[tuple[int, int, int] | None]:
