@@ -149,16 +149,26 @@ def test_succeed_after_schedules_as_the_environment_would() -> None:
     on a plain Environment), and through ``schedule`` where a subclass or the instance replaces it."""
     import simpy
 
-    from sim.app.timing import LATE_GATEWAY, succeed_after
+    from sim.app.timing import LATE_GATEWAY, Scheduler, succeed_after
 
     def entries(env: simpy.Environment) -> list[tuple]:
-        a, b = simpy.Event(env), simpy.Event(env)
+        a, b, c = simpy.Event(env), simpy.Event(env), simpy.Event(env)
         succeed_after(env, a, 0.25, LATE_GATEWAY, "x")
         env.schedule(b, LATE_GATEWAY, 0.25)
+        Scheduler(env).succeed_after(c, 0.25, LATE_GATEWAY, "y")
+        assert (a.value, c.value) == ("x", "y")
         return [(t, p, type(e).__name__) for t, p, _, e in sorted(env._queue)]
 
     plain = entries(simpy.Environment(initial_time=1.5))
-    assert plain == [(1.75, LATE_GATEWAY, "Event")] * 2
+    assert plain == [(1.75, LATE_GATEWAY, "Event")] * 3
+    at_zero = simpy.Environment()  # the int 0 until the first event: the scheduler's time is the same
+    assert type(Scheduler(at_zero).now()) is type(at_zero.now) is int
+
+    env = simpy.Environment(initial_time=1.5)
+    sched, seen = Scheduler(env), []
+    env.schedule = lambda event, priority=1, delay=0: seen.append((priority, delay))  # replaced after it
+    sched.succeed_after(simpy.Event(env), 0.5, LATE_GATEWAY)
+    assert seen == [(LATE_GATEWAY, 0.5)] and not env._queue
 
     class Watched(simpy.Environment):
         def schedule(self, event, priority=1, delay=0):
@@ -166,4 +176,4 @@ def test_succeed_after_schedules_as_the_environment_would() -> None:
             super().schedule(event, priority, delay)
 
     env = Watched(initial_time=1.5)
-    assert entries(env) == plain and env.seen == 2
+    assert entries(env) == plain and env.seen == 3

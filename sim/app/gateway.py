@@ -26,7 +26,7 @@ from routers.base import BaseRouter, ReplicaView, Router
 from sim.app.cluster_config import GatewayConfig
 from sim.app.devices import Devices
 from sim.app.replica import Replica
-from sim.app.timing import LATE_GATEWAY, LATE_POLL, at_late, late_event
+from sim.app.timing import LATE_GATEWAY, LATE_POLL, Scheduler, at_late
 from sim.core.request import RequestSpec
 from sim.engine.fastforward import RunView
 
@@ -48,6 +48,7 @@ class Gateway:
         devices: Devices,
     ) -> None:
         self.env = env
+        self.clock = Scheduler(env)
         self.cfg = cfg
         self.horizon = horizon
         self.source = source
@@ -108,14 +109,14 @@ class Gateway:
         if t in self._ticks or (self.horizon is not None and t > self.horizon):
             return
         self._ticks.add(t)
-        late_event(self.env, t, LATE_GATEWAY, self._on_tick, t)
+        self.clock.late_event(t, LATE_GATEWAY, self._on_tick, t)
 
     def _on_tick(self, ev: simpy.Event) -> None:
         self._tick(ev._value)  # the tick's time (late_event)
 
     def _tick(self, t: float) -> None:
         self._ticks.discard(t)
-        now = max(self.env.now, t)  # the scheduled instant itself (env.now + delay may round below it)
+        now = max(self.clock.now(), t)  # the scheduled instant itself (env.now + delay may round below it)
         if self._due_min <= now:
             self.settle(now)
         if self.horizon is None or now <= self.horizon:

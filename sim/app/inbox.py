@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import simpy
 
-from sim.app.timing import succeed_after
+from sim.app.timing import Scheduler
 from sim.core.request import RequestSpec
 from sim.engine.fastforward import RunView, delay_to
 
@@ -24,6 +24,7 @@ class Inbox:
 
     def __init__(self, env: simpy.Environment, on_done: Callable[[RequestSpec, float], None]) -> None:
         self.env = env
+        self.clock = Scheduler(env)
         self.items: deque[tuple[float, RequestSpec]] = deque()
         self._on_done = on_done
         self._wake: simpy.Event | None = None
@@ -42,7 +43,7 @@ class Inbox:
             self.run_hook(view)
 
     def push(self, spec: RequestSpec) -> None:
-        self.items.append((self.env.now, spec))
+        self.items.append((self.clock.now(), spec))
         self.nudge()
 
     def nudge(self) -> None:
@@ -55,8 +56,8 @@ class Inbox:
         if run is None:
             ev.succeed()
         else:
-            now = self.env.now
-            succeed_after(self.env, ev, delay_to(now, run.cut(now)))
+            now = self.clock.now()
+            self.clock.succeed_after(ev, delay_to(now, run.cut(now)))
 
     def wake_event(self, run: RunView | None = None) -> simpy.Event:
         """The event the engine waits on: for a push, or with ``run`` for the end of that decode run,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from heapq import heappush
+from typing import Any
 
 import simpy
 from simpy.events import NORMAL, EventPriority
@@ -52,3 +53,40 @@ def succeed_after(env: simpy.Environment, ev: simpy.Event, delay: float, priorit
         heappush(env._queue, (env._now + delay, priority, next(env._eid), ev))  # interpreted call less)
     else:  # a subclass, or an observer wrapping the instance's schedule (SimPy's event tracing)
         env.schedule(ev, priority, delay)
+
+
+class Scheduler:
+    """One environment's clock and schedule as the gateway and an inbox use them for every request: its
+    heap and event counter looked up once (each lookup from compiled code is a generic attribute read,
+    ~6 an event in ``succeed_after``), the time read from its field (``now`` is a Python property).
+    Events go on the heap as ``Environment.schedule`` puts them, through ``schedule`` wherever a subclass
+    or the instance replaces it (checked at each event, as ``succeed_after`` does)."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self._queue = env._queue
+        self._eid = env._eid
+        self._plain = type(env) is simpy.Environment
+        self._attrs: dict[str, Any] = env.__dict__
+
+    def now(self) -> Any:
+        """``env.now``: the environment's time as it holds it (an int until the first event, for an
+        environment started at the int 0)."""
+        return self.env._now
+
+    def succeed_after(self, ev: simpy.Event, delay: float, priority: EventPriority = NORMAL,
+                      value: object = None) -> None:
+        """``succeed_after(env, ev, delay, priority, value)``."""
+        ev._ok = True
+        ev._value = value
+        if self._plain and "schedule" not in self._attrs:
+            heappush(self._queue, (self.env._now + delay, priority, next(self._eid), ev))
+        else:
+            self.env.schedule(ev, priority, delay)
+
+    def late_event(self, when: float, priority: EventPriority, fn: Callable[[simpy.Event], None],
+                   value: object = None) -> None:
+        """``late_event(env, when, priority, fn, value)``."""
+        ev = simpy.Event(self.env)
+        ev.callbacks.append(fn)
+        self.succeed_after(ev, max(when - self.env._now, 0.0), priority, value)
