@@ -27,10 +27,8 @@ def late_event(env: simpy.Environment, when: float, priority: EventPriority, fn:
     """Call ``fn(event)`` at time ``when``, after every event of a lower priority value at that instant,
     ``event.value`` being ``value``: a plain event with ``fn`` as its callback, triggered when made and
     scheduled at ``priority`` (``succeed_after``). The gateway's tick (once per arrival) passes its time
-    as the value and a bound method as ``fn``: no closure per call."""
-    ev = simpy.Event(env)
-    ev.callbacks.append(fn)
-    succeed_after(env, ev, max(when - env._now, 0.0), priority, value)
+    as the value and a bound method as ``fn``: no closure per call (it keeps a ``Scheduler``)."""
+    Scheduler(env).late_event(when, priority, fn, value)
 
 
 def _call_value(ev: simpy.Event) -> None:
@@ -47,12 +45,7 @@ def succeed_after(env: simpy.Environment, ev: simpy.Event, delay: float, priorit
     """Trigger ``ev`` (successfully, with ``value``) to be processed ``delay`` seconds from now at ``priority``,
     as SimPy's own Timeout triggers itself (``Event.succeed`` schedules at NORMAL priority, now): a
     gateway call after the replicas' boundaries, a wake-up event found to be due later."""
-    ev._ok = True
-    ev._value = value
-    if type(env) is simpy.Environment and "schedule" not in env.__dict__:  # its schedule(), inlined (one
-        heappush(env._queue, (env._now + delay, priority, next(env._eid), ev))  # interpreted call less)
-    else:  # a subclass, or an observer wrapping the instance's schedule (SimPy's event tracing)
-        env.schedule(ev, priority, delay)
+    Scheduler(env).succeed_after(ev, delay, priority, value)
 
 
 class Scheduler:
@@ -76,7 +69,8 @@ class Scheduler:
 
     def succeed_after(self, ev: simpy.Event, delay: float, priority: EventPriority = NORMAL,
                       value: object = None) -> None:
-        """``succeed_after(env, ev, delay, priority, value)``."""
+        """``succeed_after(env, ev, delay, priority, value)``: on a plain environment whose schedule is its
+        own, the heap push its ``schedule`` makes (one interpreted call less an event)."""
         ev._ok = True
         ev._value = value
         if self._plain and "schedule" not in self._attrs:
