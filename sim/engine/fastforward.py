@@ -343,7 +343,9 @@ class FastForward:
         a, t, window = 0, start, 32
         while a < k:
             b = min(k, a + window)
-            d = self._decode_prices(cost, rows[a:b], ctx_sums[a:b])
+            # one window covering the run (a pushed replica's, planned PUSHED_RUN_STEPS at most): no copies
+            d = (self._decode_prices(cost, rows, ctx_sums) if a == 0 and b == k
+                 else self._decode_prices(cost, rows[a:b], ctx_sums[a:b]))
             out += d
             t = advance_clock(t, d)
             if t >= limit:

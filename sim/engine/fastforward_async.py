@@ -91,7 +91,9 @@ class AsyncFastForward(FastForward):
         k = len(starts)
         if k < 2:
             return None
-        applied, ends = applied[:k], ends[:k]
+        applied = applied[:k]
+        if len(ends) > k:
+            ends = ends[:k]
         last_tok = last_token_times(running)
         cached0 = kv.num_cached_free_blocks
         # Schedules happen at ``starts``: a push ends the run after the schedules made by then, and the
