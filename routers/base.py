@@ -48,7 +48,8 @@ class Router(Protocol):
 
 
 class BaseRouter:
-    """No-op hooks, so a router implements only ``route``."""
+    """No-op hooks, so a router implements only ``route`` (the gateway does not call a hook a router
+    leaves as this no-op; it looks when it is handed the router)."""
 
     name = "base"
     reads_engine_metrics = True

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
 
-from routers.base import LeastRouter, ReplicaView, RouterContext, register, take_options
+from routers.base import LeastRouter, ReplicaView, Rotor, RouterContext, register, take_options
 from sim.core.request import RequestSpec
 
 _OUTSTANDING = attrgetter("outstanding")
@@ -20,8 +20,12 @@ class LeastOutstanding(LeastRouter):
     key = staticmethod(_OUTSTANDING)  # type: ignore[assignment]
 
     def route(self, spec: RequestSpec, candidates: Sequence[ReplicaView], now: float) -> ReplicaView | None:
-        if self.key is _OUTSTANDING and type(candidates) is list:  # the gateway's list: one native pass
-            return self.rotor.least_outstanding(candidates)
+        # The gateway's list of views, this key and the rotor's own rule: one native pass (rotor.py)
+        if self.key is _OUTSTANDING and type(candidates) is list and type(self.rotor) is Rotor:
+            try:
+                return self.rotor.least_outstanding(candidates)
+            except TypeError:  # a view-like object of a plug-in's own: the generic pick below
+                pass
         return super().route(spec, candidates, now)
 
 

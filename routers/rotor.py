@@ -22,7 +22,8 @@ class Rotor:
 
     def pick(self, cands: Sequence[Any], key: Callable[[Any], Any]) -> Any:
         """The candidate with the smallest key; among equals, the first at or after ``next`` in index
-        order (wrapping). One pass, each key read once: the gateway asks this for every request."""
+        order (wrapping). One pass, each key read once: the gateway asks this for every request (the
+        least-outstanding router's own pass, ``least_outstanding``, keeps this tie rule)."""
         nxt: int = self.next
         chosen = cands[0]
         best = key(chosen)
@@ -44,7 +45,9 @@ class Rotor:
 
     def least_outstanding(self, cands: list[ReplicaView]) -> ReplicaView | None:
         """``pick(with_room(cands), key=outstanding)`` in one pass over the views' native fields (None:
-        none has room): the least-outstanding router's choice, made for every request."""
+        none has room): the least-outstanding router's choice, made for every request. The tie rule is
+        ``pick``'s (keep the two alike). Raises TypeError, before changing anything, on a candidate that
+        is not a ReplicaView (the router then takes ``pick``)."""
         nxt: int = self.next
         chosen: ReplicaView | None = None
         best = 0

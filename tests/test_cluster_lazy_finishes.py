@@ -163,6 +163,8 @@ def test_succeed_after_schedules_as_the_environment_would() -> None:
     assert plain == [(1.75, LATE_GATEWAY, "Event")] * 3
     at_zero = simpy.Environment()  # the int 0 until the first event: the scheduler's time is the same
     assert type(Scheduler(at_zero).now()) is type(at_zero.now) is int
+    Scheduler(at_zero).succeed_after(simpy.Event(at_zero), 0)  # an int delay stays an int, as in schedule()
+    assert [type(t) for t, *_ in at_zero._queue] == [int]
 
     env = simpy.Environment(initial_time=1.5)
     sched, seen = Scheduler(env), []

@@ -44,6 +44,18 @@ ses = simulate(config_from_dict({
 }))
 digest["sessions"] = hashlib.sha256(ses.requests.drop(columns=["wall_time_s"], errors="ignore").to_csv(index=False).encode()
                                     + ses.steps.to_csv(index=False).encode()).hexdigest()
+# clusters (the compiled gateway, inbox, timing, views and rotor): finishes counted from runs' views, and
+# a polled router reading the replicas mid-run
+from sim.app.cluster import simulate_cluster
+for name, router, gateway in (("lo", "least-outstanding", {}), ("kv", "least-kv", {"poll_interval_s": 0.05})):
+    c = simulate_cluster({"model": {"name": "Meta-Llama-3-8B"}, "hardware": {"gpu": "A100-80GB-SXM"},
+        "engine": {"policy": "vllm", "max_num_seqs": 32},
+        "workload": {"num_requests": 300, "rate": 40.0,
+                     "prompt": {"dist": "lognormal", "mean": 600, "std": 300, "min": 16, "max": 3000},
+                     "output": {"dist": "lognormal", "mean": 120, "std": 80, "min": 4, "max": 800}},
+        "cluster": {"replicas": 4, "router": router, "gateway": gateway}})
+    digest["cluster_" + name] = hashlib.sha256(c.requests.drop(columns=["wall_time_s"], errors="ignore")
+                                               .to_csv(index=False).encode() + c.steps.to_csv(index=False).encode()).hexdigest()
 print(json.dumps({"active": native.active(), "preemptions": int(res.steps["num_preempted"].sum()), **digest}))
 """
 

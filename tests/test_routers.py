@@ -292,6 +292,10 @@ def test_least_outstanding_pass_is_the_generic_pick_among_views_with_room() -> N
         assert router.rotor.next == generic.next
 
     check()
+    from types import SimpleNamespace
+
+    like = [SimpleNamespace(index=i, name=f"r{i}", outstanding=k, room=True) for i, k in enumerate([2, 1, 1])]
+    assert LeastOutstanding().route(spec(), like, 0.0).name == "r1"  # view-like objects: the generic pick
 
 
 def test_the_gateway_calls_the_hooks_a_router_defines_and_skips_the_base_no_ops() -> None:
@@ -314,10 +318,7 @@ def test_the_gateway_calls_the_hooks_a_router_defines_and_skips_the_base_no_ops(
     router = Counting()
     routed: list[str] = []
     router.on_routed = lambda spec, replica, now: routed.append(spec.request_id)  # on the instance
-    c.gateway.router = router
-    from sim.app.gateway import _live_hook
-
-    c.gateway._on_routed, c.gateway._on_done = _live_hook(router, "on_routed"), _live_hook(router, "on_done")
+    c.gateway.router = router  # handed over: its hooks are looked up then
     res = c.run()
     assert (res.requests["status"] == "finished").all()
     assert len(routed) == 40 and router.done == 40
@@ -341,3 +342,17 @@ def test_a_replica_view_copies_pickles_and_extends_compiled_or_not() -> None:
     t = Tagged(index=1, name="r1", pool="long")
     t.outstanding += 1
     assert t.tag() == "r1/long" and t.outstanding == 1 and isinstance(t, ReplicaView)
+    v.num_running, v.num_waiting, v.kv_usage = np.int64(4), np.int64(0), np.float32(0.5)  # a policy's numbers
+
+    # a view pickled by a process of the other kind (interpreted here, compiled there, or the reverse)
+    import os
+    import subprocess
+    import sys
+
+    from sim import native
+
+    code = ("import pickle, sys; from routers.view import ReplicaView; "
+            "sys.stdout.buffer.write(pickle.dumps(ReplicaView(index=2, name='r2', outstanding=3, room=False)))")
+    env = {**os.environ, native.PURE_ENV: "0" if not native.active() else "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120, check=True)
+    assert pickle.loads(out.stdout) == ReplicaView(index=2, name="r2", outstanding=3, room=False)

@@ -61,10 +61,9 @@ class Gateway:
         self._front_views = [r.view for r in self.front]
         self._front_index = {r.index for r in self.front}
         self._with_room = sum(v.room for v in self._front_views)  # front replicas below max_outstanding
-        self.router = router
-        # The router's hooks, None where they are BaseRouter's no-ops (not called: two calls a request)
-        self._on_routed = _live_hook(router, "on_routed")
-        self._on_done = _live_hook(router, "on_done")
+        self._on_routed: Any = None
+        self._on_done: Any = None
+        self.router = router  # and its hooks (the property below)
         self.devices = devices
         self.disagg: PDCoordinator | None = None  # the P/D hooks, when the cluster has them
         self.queue: deque[tuple[RequestSpec, float]] = deque()
@@ -86,6 +85,18 @@ class Gateway:
         self._due_min = math.inf  # no due time is earlier (a bound: an entry may have been cleared since)
         self._seq = 0
         self.num_mid_run_finishes = 0  # finishes counted from a run's view (tests and benchmarks read it)
+
+    @property
+    def router(self) -> Router:
+        return self._router
+
+    @router.setter
+    def router(self, router: Router) -> None:
+        """The router, and its hooks where they are not BaseRouter's no-ops (those are not called: two
+        calls a request). They are looked up here: a hook set on the router afterwards is not seen."""
+        self._router = router
+        self._on_routed = _live_hook(router, "on_routed")
+        self._on_done = _live_hook(router, "on_done")
 
     def start(self) -> None:
         """Decide whether to poll and whether runs may pass finishes (once the P/D hooks are set);
@@ -298,7 +309,7 @@ class Gateway:
             due_t[i] = math.inf
             self._due_view[i] = None
             r = reps[i]
-            if view is None or r.engine.run_view is not view:
+            if view is None or r.engine.run_view is not view:  # (never None with a finite time: for the types)
                 continue
             j = self._due_j[i]
             spec = view.finish_specs[j]

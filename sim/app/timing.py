@@ -22,12 +22,12 @@ LATE_POLL = EventPriority(2)  # metrics polls: after replica boundaries, before 
 LATE_GATEWAY = EventPriority(3)  # routing, queue release, KV transfer arrivals
 
 
-def late_event(env: simpy.Environment, when: float, priority: EventPriority, fn: Callable[[simpy.Event], None],
+def late_event(env: simpy.Environment, when: Any, priority: EventPriority, fn: Callable[[simpy.Event], None],
                value: object = None) -> None:
     """Call ``fn(event)`` at time ``when``, after every event of a lower priority value at that instant,
     ``event.value`` being ``value``: a plain event with ``fn`` as its callback, triggered when made and
-    scheduled at ``priority`` (``succeed_after``). The gateway's tick (once per arrival) passes its time
-    as the value and a bound method as ``fn``: no closure per call (it keeps a ``Scheduler``)."""
+    scheduled at ``priority`` (``succeed_after``). The gateway's tick (once per arrival, through its own
+    ``Scheduler``) passes its time as the value and a bound method as ``fn``: no closure per call."""
     Scheduler(env).late_event(when, priority, fn, value)
 
 
@@ -35,12 +35,12 @@ def _call_value(ev: simpy.Event) -> None:
     ev._value()
 
 
-def at_late(env: simpy.Environment, when: float, priority: EventPriority, fn: Callable[[], None]) -> None:
+def at_late(env: simpy.Environment, when: Any, priority: EventPriority, fn: Callable[[], None]) -> None:
     """Call ``fn()`` at time ``when``, after every NORMAL event of that instant (``late_event``)."""
     late_event(env, when, priority, _call_value, fn)
 
 
-def succeed_after(env: simpy.Environment, ev: simpy.Event, delay: float, priority: EventPriority = NORMAL,
+def succeed_after(env: simpy.Environment, ev: simpy.Event, delay: Any, priority: EventPriority = NORMAL,
                   value: object = None) -> None:
     """Trigger ``ev`` (successfully, with ``value``) to be processed ``delay`` seconds from now at ``priority``,
     as SimPy's own Timeout triggers itself (``Event.succeed`` schedules at NORMAL priority, now): a
@@ -67,10 +67,11 @@ class Scheduler:
         environment started at the int 0)."""
         return self.env._now
 
-    def succeed_after(self, ev: simpy.Event, delay: float, priority: EventPriority = NORMAL,
+    def succeed_after(self, ev: simpy.Event, delay: Any, priority: EventPriority = NORMAL,
                       value: object = None) -> None:
         """``succeed_after(env, ev, delay, priority, value)``: on a plain environment whose schedule is its
-        own, the heap push its ``schedule`` makes (one interpreted call less an event)."""
+        own, the heap push its ``schedule`` makes (one interpreted call less an event). ``delay`` and
+        ``when`` are taken as given (an int stays an int, as in ``schedule``)."""
         ev._ok = True
         ev._value = value
         if self._plain and "schedule" not in self._attrs:
@@ -78,7 +79,7 @@ class Scheduler:
         else:
             self.env.schedule(ev, priority, delay)
 
-    def late_event(self, when: float, priority: EventPriority, fn: Callable[[simpy.Event], None],
+    def late_event(self, when: Any, priority: EventPriority, fn: Callable[[simpy.Event], None],
                    value: object = None) -> None:
         """``late_event(env, when, priority, fn, value)``."""
         ev = simpy.Event(self.env)
