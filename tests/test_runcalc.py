@@ -151,3 +151,43 @@ def test_extend_from_lists_widens_a_column_and_refuses_a_bad_one_before_it_moves
     # Refused before anything moved: the typed columns hold the first three steps only.
     assert s.stored == 3 and len(s.duration) == 3 and all(a is None or len(a) == 3 for a in s.counts)
     assert s.counts[COUNT_COLUMNS.index("num_decode_tokens")].tolist() == [5, 300, 70_000]
+
+
+def test_a_run_priced_in_one_pass_equals_its_rows_priced_in_windows() -> None:
+    """``decode_run_times`` gives ``run_rows``' rows and the durations ``_price_until`` gives from the rows and
+    context sums (windows of 32, 64, ... until the clock passes the limit), bit for bit."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from sim.cost.decode_price import decode_run_times, decode_times
+    from sim.engine.runcalc import advance_clock
+
+    tok = [0.0] + [1e-3 + 1e-5 * i for i in range(1, 80)]
+    head = [0.0] + [2e-4 + 3e-7 * i for i in range(1, 80)]
+    pad = [0, 1, 2, 4, 4, 8, 8, 8, 8] + [16] * 8 + [24] * 8 + [32] * 8
+    params = (tok, head, pad, 4e-4, 1.5e-6, 32.0, 2e-5, 3.1e-9, 7e-8)
+
+    def windows(rows: list[int], sums: list[int], start: float, limit: float) -> list[float]:
+        out: list[float] = []
+        a, t, window = 0, start, 32
+        while a < len(rows):
+            b = min(len(rows), a + window)
+            d = decode_times(*params, rows[a:b], sums[a:b])
+            out += d
+            t = advance_clock(t, d)
+            if t >= limit:
+                break
+            a, window = b, window * 2
+        return out
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.tuples(st.integers(0, 300), st.integers(1, 9000)), min_size=1, max_size=60),
+           st.integers(1, 200), st.floats(0.0, 50.0), st.floats(0.0, 100.0) | st.just(float("inf")))  # fmt: skip
+    def check(rows_in: list[tuple[int, int]], k: int, start: float, span: float) -> None:
+        last, computed = [f for f, _ in rows_in], [c for _, c in rows_in]
+        rows, sums = run_rows(last, computed, k)
+        got_rows, got = decode_run_times(*params, last, computed, k, start, start + span)
+        assert got_rows == rows
+        assert got == windows(rows, sums, start, start + span)
+
+    check()

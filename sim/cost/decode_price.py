@@ -30,6 +30,59 @@ def decode_times(tok: list[float], head: list[float], pad: list[int], step_oh: f
     return out
 
 
+def decode_run_times(tok: list[float], head: list[float], pad: list[int], step_oh: float, seq_oh: float,
+                     layers: float, attn_t0: float, kv_coef: float, dec_seq: float, last: list[int],
+                     computed: list[int], k: int, start: float, limit: float) -> tuple[list[int], list[float]]:
+    """``run_rows(last, computed, k)`` and ``decode_times`` of its steps in one pass, without the list of
+    context sums (an int object a step, most of them priced for steps a push then discards): each step's
+    rows and context sum are those ``run_rows`` gives, carried forward. Priced as ``FastForward._price_until``
+    prices: windows of 32, 64, ... steps until the clock from ``start`` reaches ``limit`` after a window, so
+    the durations are the same list. Returns (rows of each of the k steps, the durations priced); raises
+    IndexError as ``decode_times`` does."""
+    count = [0] * (k + 1)
+    ctx = [0] * (k + 1)
+    total = 0
+    for i in range(len(last)):
+        f = last[i]
+        if f > k:
+            f = k
+        if f < 0:
+            raise ValueError(f"run_rows: row {i} ends at step {f}")
+        count[f] = count[f] + 1
+        ctx[f] = ctx[f] + computed[i]
+        total += computed[i]
+    n = len(last) - count[0]  # the rows that take step 1 (row i takes steps 1..last[i])
+    s = total - ctx[0]  # their computed tokens before the run
+    rows = [0] * k
+    out: list[float] = []
+    np_ = len(pad)
+    t = start
+    a, window, j = 0, 32, 0
+    while a < k:
+        b = min(k, a + window)
+        while j < b:
+            step = j + 1
+            rows[j] = n
+            d = 0.0
+            if n > 0:
+                mg = pad[n] if n < np_ else n
+                const = tok[mg] + head[n] + step_oh + seq_oh * n
+                d = const + layers * (attn_t0 + (kv_coef * (s + n * step) + n * dec_seq))
+            out.append(d)
+            t = t + d
+            n -= count[step]
+            s -= ctx[step]
+            j += 1
+        if t >= limit:
+            break
+        a, window = b, window * 2
+    while j < k:  # rows of the steps past the priced ones
+        rows[j] = n
+        n -= count[j + 1]
+        j += 1
+    return rows, out
+
+
 def price_decode_steps(cost: Any, rows: list[int], ctx_sums: list[int]) -> list[float]:
     """A cost model's times of consecutive decode-only steps (``rows[j]`` rows, context sum ``ctx_sums[j]``)
     as a list: its ``decode_step_list`` when it has one (the same values as ``decode_step_times``, without

@@ -11,7 +11,7 @@ pinned digests and tests/test_step_price.py). The C build keeps every multiply a
 from __future__ import annotations
 
 from sim.core.batch import BatchSummary
-from sim.cost.decode_price import decode_times
+from sim.cost.decode_price import decode_run_times, decode_times
 
 NEED_TABLES = -1.0  # step_time's answer when the step reads past the token or head table (the owner grows them)
 
@@ -86,6 +86,13 @@ class StepPricer:
         when a row count is past the tables (the owner grows them)."""
         return decode_times(self.tok, self.head, self.pad, self.step_oh, self.seq_oh, float(self.layers),
                             self.attn_t0, self.kv_coef, self.dec_seq, rows, ctx_sums)  # fmt: skip
+
+    def decode_run(self, last: list[int], computed: list[int], k: int, start: float,
+                   limit: float) -> tuple[list[int], list[float]]:
+        """A decode run's rows per step and its steps' seconds, priced until ``limit`` (``decode_run_times``);
+        raises IndexError when a row count is past the tables (the owner grows them)."""
+        return decode_run_times(self.tok, self.head, self.pad, self.step_oh, self.seq_oh, float(self.layers),
+                                self.attn_t0, self.kv_coef, self.dec_seq, last, computed, k, start, limit)  # fmt: skip
 
     def step_time(self, batch: BatchSummary) -> float:
         """The step's seconds, or NEED_TABLES when it reads past the tables."""

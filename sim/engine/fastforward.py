@@ -334,6 +334,20 @@ class FastForward:
         eng.run_view = None
         return view.cut_step
 
+    def _run_prices(self, last: list[int], computed: list[int], k: int, start: float,
+                    limit: float) -> tuple[list[int], list[float]]:
+        """Rows of each of a run's k steps (``run_rows``) and the durations of its first steps (``_price_until``):
+        in one pass by the compiled pricer, without a list of context sums; the lists otherwise (a plug-in
+        cost model, or a row count past the pricer's tables, which the cost model then grows)."""
+        p = self.pricer
+        if p is not None:
+            try:
+                return p.decode_run(last, computed, k, start, limit)
+            except IndexError:
+                pass
+        rows, ctx_sums = run_rows(last, computed, k)
+        return rows, self._price_until(rows, ctx_sums, start, limit)
+
     def _price_until(self, rows: list[int], ctx_sums: list[int], start: float, limit: float) -> list[float]:
         """Durations of the run's first steps, enough of them to pass ``limit`` (or all): priced in
         growing windows, since a run is usually cut by an arrival long before its last finish."""
@@ -399,9 +413,8 @@ class FastForward:
         first_fin = min(fin)
         if not passes and k > first_fin:
             raise RuntimeError(f"policy {policy.name}: decode run past a finish that may bring an arrival")
-        # Rows running in each step 1..k, and their total context (each row adds a token per step).
-        rows, ctx_sums = run_rows(fin, run.computed, k)
-        durations = self._price_until(rows, ctx_sums, start, limit)
+        # Rows running in each step 1..k, and the seconds of the steps up to the limit (priced from their context).
+        rows, durations = self._run_prices(fin, run.computed, k, start, limit)
         starts, ends = clock(start, durations, limit, k)
         if self.response_delay is not None and len(ends) > first_fin:
             starts = starts[:bisect_left(starts, self._caused(run.requests, fin, ends))]

@@ -18,7 +18,7 @@ from sim.engine.fastforward import DecodeRun, FastForward
 from sim.engine.rowpass import apply_async as _apply_async
 from sim.engine.rowpass import decode_plan as _decode_plan
 from sim.engine.rowpass import last_token_times, queued_rows
-from sim.engine.runcalc import at_least, clock, run_rows
+from sim.engine.runcalc import at_least, clock
 
 if TYPE_CHECKING:
     from sim.engine.loop import Engine
@@ -81,8 +81,7 @@ class AsyncFastForward(FastForward):
             if k < 2:
                 return None
         # Batch i+1+j (schedule j) holds the rows with last_sched >= j, at contexts c0 + j.
-        sizes, ctx_sums = run_rows(last_sched, c0, k)
-        durations = self._price_until(sizes, ctx_sums, now + dt, limit)
+        sizes, durations = self._run_prices(last_sched, c0, k, now + dt, limit)
         # Schedule j happens when batch i+j starts: at now, then at the end of each applied batch.
         applied = [dt, *durations]  # batches i+1.. in order
         starts, ends = clock(now, applied, limit, len(durations))
