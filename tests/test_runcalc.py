@@ -168,17 +168,15 @@ def test_a_run_priced_in_one_pass_equals_its_rows_priced_in_windows() -> None:
     params = (tok, head, pad, 4e-4, 1.5e-6, 32.0, 2e-5, 3.1e-9, 7e-8)
 
     def windows(rows: list[int], sums: list[int], start: float, limit: float) -> list[float]:
-        out: list[float] = []
-        a, t, window = 0, start, 32
-        while a < len(rows):
-            b = min(len(rows), a + window)
-            d = decode_times(*params, rows[a:b], sums[a:b])
-            out += d
-            t = advance_clock(t, d)
-            if t >= limit:
-                break
-            a, window = b, window * 2
-        return out
+        """Every step priced at once, cut after the first window end (32, 96, 224, ... steps) whose clock
+        has reached the limit."""
+        every = decode_times(*params, rows, sums)
+        ends = [advance_clock(start, every[:m]) for m in range(len(every) + 1)]
+        size, end = 32, min(32, len(every))
+        while end < len(every) and ends[end] < limit:
+            size *= 2
+            end = min(len(every), end + size)
+        return every[:end]
 
     @settings(max_examples=300, deadline=None)
     @given(st.lists(st.tuples(st.integers(0, 300), st.integers(1, 9000)), min_size=1, max_size=60),
