@@ -36,6 +36,7 @@ MODULES = (
     "sim.core.prefix",
     "sim.core.request",
     "sim.core.batch",
+    "sim.core.plan",
     "sim.core.hash_prefixes",
     "sim.kv.block_pool",
     "sim.kv.table",

@@ -300,11 +300,15 @@ def test_the_objects_made_each_run_are_built_by_compiled_code():
     DecodeRun each decode run and a pushed replica a RunView: both are built natively."""
     import inspect
 
+    from sim.core.policy import StepPlan
     from sim.engine.fastforward import DecodeRun, RunView
 
-    for cls in (DecodeRun, RunView):
+    for cls in (DecodeRun, RunView, StepPlan):
         assert not inspect.isfunction(cls.__init__), cls  # a Python function: the interpreted constructor
     run = DecodeRun([], 3, [1], [2], [0, 0, 1, 1], cached_free_start=5)
     assert (run.max_steps, run.cached_free_start, run.free_blocks, run.cached_free) == (3, 5, None, None)
     view = RunView([0.0, 1.0], [1.0, 2.0], None, [], [])
     assert (view.cut_step, view.cut(1.5), view.cut_step) == (0, 2.0, 2)
+    a, b, given = StepPlan(), StepPlan(), [(None, 1)]
+    assert a.scheduled is not b.scheduled and a.batch is not b.batch and a.is_empty  # fresh lists, as the factories
+    assert StepPlan(scheduled=given).scheduled is given and not StepPlan(scheduled=given).is_empty

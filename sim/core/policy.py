@@ -5,30 +5,14 @@ The engine and the recorder see policies only through these types, so they live 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from sim.core.batch import BatchSummary
+from sim.core.plan import StepPlan  # compiled (sim/native.py); policies import it from here
 from sim.core.request import Request, RequestSpec
 
 if TYPE_CHECKING:  # the KV layer sits above core; a policy only holds a manager
     from sim.kv import KVCacheManager
-
-
-@dataclass(slots=True)
-class StepPlan:
-    """One step's decisions. ``scheduled`` keeps order: running first, then admitted."""
-
-    scheduled: list[tuple[Request, int]] = field(default_factory=list)
-    preempted: list[Request] = field(default_factory=list)
-    admitted: list[Request] = field(default_factory=list)
-    sampled: list[Request] = field(default_factory=list)  # rows that emit a token when the step ends
-    rejected: list[tuple[Request, str]] = field(default_factory=list)  # dropped from the queue, with why
-    batch: BatchSummary = field(default_factory=BatchSummary)
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.scheduled and self.batch.is_empty and not self.rejected
 
 
 @dataclass(frozen=True, slots=True)
