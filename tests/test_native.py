@@ -312,3 +312,18 @@ def test_the_objects_made_each_run_are_built_by_compiled_code():
     a, b, given = StepPlan(), StepPlan(), [(None, 1)]
     assert a.scheduled is not b.scheduled and a.batch is not b.batch and a.is_empty  # fresh lists, as the factories
     assert StepPlan(scheduled=given).scheduled is given and not StepPlan(scheduled=given).is_empty
+
+
+def test_a_step_plan_refuses_a_misspelt_field_compiled_or_not():
+    """The plan has fixed fields in both builds (as the slots dataclass had): a misspelt one fails, not
+    silently adds an attribute the engine never reads; its repr names a policy's subclass."""
+    from sim.core.policy import StepPlan
+
+    plan = StepPlan()
+    with pytest.raises(AttributeError):
+        plan.schedule = []  # type: ignore[attr-defined]
+
+    class Traced(StepPlan):
+        pass
+
+    assert repr(Traced()).startswith("Traced(scheduled=[]")

@@ -15,7 +15,11 @@ from sim.core.request import Request
 @mypyc_attr(allow_interpreted_subclasses=True)  # a plug-in policy may extend it
 class StepPlan:
     """One step's decisions. ``scheduled`` keeps order: running first, then admitted. Each list is the
-    one given, or a new empty one (as the dataclass's default factories made them)."""
+    one given, or a new empty one (as the dataclass's default factories made them). The fields hold real
+    lists and a BatchSummary (checked when set by the compiled class); a plan is not a dataclass any more
+    (no ``dataclasses.replace``) and compares by identity, as no caller compared plans."""
+
+    __slots__ = ("scheduled", "preempted", "admitted", "sampled", "rejected", "batch")  # a misspelt field fails
 
     def __init__(self, scheduled: list[tuple[Request, int]] | None = None, preempted: list[Request] | None = None,
                  admitted: list[Request] | None = None, sampled: list[Request] | None = None,
@@ -34,4 +38,4 @@ class StepPlan:
     def __repr__(self) -> str:
         fields: Any = (("scheduled", self.scheduled), ("preempted", self.preempted), ("admitted", self.admitted),
                        ("sampled", self.sampled), ("rejected", self.rejected), ("batch", self.batch))  # fmt: skip
-        return "StepPlan(" + ", ".join(f"{k}={v!r}" for k, v in fields) + ")"
+        return type(self).__name__ + "(" + ", ".join(f"{k}={v!r}" for k, v in fields) + ")"
