@@ -154,13 +154,19 @@ def test_extend_from_lists_widens_a_column_and_refuses_a_bad_one_before_it_moves
 
 
 def test_a_run_priced_in_one_pass_equals_its_rows_priced_in_windows() -> None:
-    """``decode_run_times`` gives ``run_rows``' rows and the durations ``_price_until`` gives from the rows and
-    context sums (windows of 32, 64, ... until the clock passes the limit), bit for bit."""
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
+    """The pricer's one pass (``decode_run_times`` on ``finish_counts``) gives ``run_rows``' rows and the
+    durations of every step priced at once cut after the first window end past the limit, bit for bit;
+    and an engine's fast-forward prices a run alike through the pricer and through the lists it falls
+    back to (a plug-in cost model, tables too small), each with its own window rule."""
+    import simpy
 
+    from policies.base import make_policy
     from sim.cost.decode_price import decode_run_times, decode_times
-    from sim.engine.runcalc import advance_clock
+    from sim.engine.loop import Engine
+    from sim.engine.recorder import Recorder
+    from sim.engine.runcalc import finish_counts
+    from sim.engine.sources import OpenSource
+    from tests.helpers import limits
 
     tok = [0.0] + [1e-3 + 1e-5 * i for i in range(1, 80)]
     head = [0.0] + [2e-4 + 3e-7 * i for i in range(1, 80)]
@@ -178,14 +184,22 @@ def test_a_run_priced_in_one_pass_equals_its_rows_priced_in_windows() -> None:
             end = min(len(every), end + size)
         return every[:end]
 
+    cost = _roofline("H100")
+    eng = Engine(simpy.Environment(), make_policy("vllm", limits()), cost, OpenSource([]), Recorder(), None, True)
+    ff = eng.ff
+    assert ff.pricer is not None
+
     @settings(max_examples=300, deadline=None)
     @given(st.lists(st.tuples(st.integers(0, 300), st.integers(1, 9000)), min_size=1, max_size=60),
            st.integers(1, 200), st.floats(0.0, 50.0), st.floats(0.0, 100.0) | st.just(float("inf")))  # fmt: skip
     def check(rows_in: list[tuple[int, int]], k: int, start: float, span: float) -> None:
         last, computed = [f for f, _ in rows_in], [c for _, c in rows_in]
         rows, sums = run_rows(last, computed, k)
-        got_rows, got = decode_run_times(*params, last, computed, k, start, start + span)
+        got_rows, got = decode_run_times(*params, *finish_counts(last, computed, k), start, start + span)
         assert got_rows == rows
         assert got == windows(rows, sums, start, start + span)
+        # the engine's two paths: the pricer's pass, and the lists priced by the cost model in windows
+        one_pass = ff._run_prices(last, computed, k, start, start + span)
+        assert one_pass == (rows, ff._price_until(rows, sums, start, start + span))
 
     check()

@@ -26,7 +26,7 @@ from routers.base import BaseRouter, ReplicaView, Router
 from sim.app.cluster_config import GatewayConfig
 from sim.app.devices import Devices
 from sim.app.replica import Replica
-from sim.app.timing import LATE_GATEWAY, LATE_POLL, Scheduler, at_late
+from sim.app.timing import LATE_GATEWAY, LATE_POLL, Scheduler
 from sim.core.request import RequestSpec
 from sim.engine.fastforward import RunView
 
@@ -113,7 +113,7 @@ class Gateway:
         if t0 is not None:
             self.schedule_tick(t0)
         if self.poll_on and self.polls:
-            at_late(self.env, 0.0, LATE_POLL, self._poll)
+            self.clock.at_late(0.0, LATE_POLL, self._poll)
 
     # ---- events --------------------------------------------------------------------------------------
     def schedule_tick(self, t: float) -> None:
@@ -156,7 +156,7 @@ class Gateway:
         for r in self.replicas:
             r.poll(now)
         if self.active() and (self.horizon is None or now < self.horizon):
-            at_late(self.env, now + self.cfg.poll_interval_s, LATE_POLL, self._poll)
+            self.clock.at_late(now + self.cfg.poll_interval_s, LATE_POLL, self._poll)
 
     def active(self) -> bool:
         return bool(

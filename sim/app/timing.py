@@ -37,7 +37,7 @@ def _call_value(ev: simpy.Event) -> None:
 
 def at_late(env: simpy.Environment, when: Any, priority: EventPriority, fn: Callable[[], None]) -> None:
     """Call ``fn()`` at time ``when``, after every NORMAL event of that instant (``late_event``)."""
-    late_event(env, when, priority, _call_value, fn)
+    Scheduler(env).late_event(when, priority, _call_value, fn)
 
 
 def succeed_after(env: simpy.Environment, ev: simpy.Event, delay: Any, priority: EventPriority = NORMAL,
@@ -85,3 +85,7 @@ class Scheduler:
         ev = simpy.Event(self.env)
         ev.callbacks.append(fn)
         self.succeed_after(ev, max(when - self.env._now, 0.0), priority, value)
+
+    def at_late(self, when: Any, priority: EventPriority, fn: Callable[[], None]) -> None:
+        """``at_late(env, when, priority, fn)``."""
+        self.late_event(when, priority, _call_value, fn)

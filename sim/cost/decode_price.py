@@ -31,28 +31,18 @@ def decode_times(tok: list[float], head: list[float], pad: list[int], step_oh: f
 
 
 def decode_run_times(tok: list[float], head: list[float], pad: list[int], step_oh: float, seq_oh: float,
-                     layers: float, attn_t0: float, kv_coef: float, dec_seq: float, last: list[int],
-                     computed: list[int], k: int, start: float, limit: float) -> tuple[list[int], list[float]]:
-    """``run_rows(last, computed, k)`` and ``decode_times`` of its steps in one pass, without the list of
-    context sums (an int object a step, most of them priced for steps a push then discards): each step's
-    rows and context sum are those ``run_rows`` gives, carried forward. Priced as ``FastForward._price_until``
-    prices: windows of 32, 64, ... steps until the clock from ``start`` reaches ``limit`` after a window, so
-    the durations are the same list. Returns (rows of each of the k steps, the durations priced); raises
-    IndexError as ``decode_times`` does."""
-    count = [0] * (k + 1)
-    ctx = [0] * (k + 1)
-    total = 0
-    for i in range(len(last)):
-        f = last[i]
-        if f > k:
-            f = k
-        if f < 0:
-            raise ValueError(f"run_rows: row {i} ends at step {f}")
-        count[f] = count[f] + 1
-        ctx[f] = ctx[f] + computed[i]
-        total += computed[i]
-    n = len(last) - count[0]  # the rows that take step 1 (row i takes steps 1..last[i])
-    s = total - ctx[0]  # their computed tokens before the run
+                     layers: float, attn_t0: float, kv_coef: float, dec_seq: float, count: list[int],
+                     ctx: list[int], start: float, limit: float) -> tuple[list[int], list[float]]:
+    """A decode run's rows per step and ``decode_times`` of its steps in one pass, from how many rows end
+    at each step 0..k and their computed tokens (``runcalc.finish_counts``), without the list of context
+    sums (an int object a step, most of them priced for steps a push then discards): each step's rows and
+    context sum are ``run_rows``', carried forward. Priced as ``FastForward._price_until`` prices the
+    lists: windows of 32, 64, ... steps until the clock from ``start`` reaches ``limit`` after a window,
+    so the durations are the same list (tests/test_runcalc.py holds the two paths equal). Returns (rows
+    of each of the k steps, the durations priced); raises IndexError as ``decode_times`` does."""
+    k = len(count) - 1
+    n = sum(count) - count[0]  # the rows that take step 1 (row i takes steps 1..last[i])
+    s = sum(ctx) - ctx[0]  # their computed tokens before the run
     rows = [0] * k
     out: list[float] = []
     np_ = len(pad)

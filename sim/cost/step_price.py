@@ -87,12 +87,12 @@ class StepPricer:
         return decode_times(self.tok, self.head, self.pad, self.step_oh, self.seq_oh, float(self.layers),
                             self.attn_t0, self.kv_coef, self.dec_seq, rows, ctx_sums)  # fmt: skip
 
-    def decode_run(self, last: list[int], computed: list[int], k: int, start: float,
+    def decode_run(self, count: list[int], ctx: list[int], start: float,
                    limit: float) -> tuple[list[int], list[float]]:
         """A decode run's rows per step and its steps' seconds, priced until ``limit`` (``decode_run_times``);
         raises IndexError when a row count is past the tables (the owner grows them)."""
         return decode_run_times(self.tok, self.head, self.pad, self.step_oh, self.seq_oh, float(self.layers),
-                                self.attn_t0, self.kv_coef, self.dec_seq, last, computed, k, start, limit)  # fmt: skip
+                                self.attn_t0, self.kv_coef, self.dec_seq, count, ctx, start, limit)  # fmt: skip
 
     def step_time(self, batch: BatchSummary) -> float:
         """The step's seconds, or NEED_TABLES when it reads past the tables."""

@@ -24,7 +24,7 @@ from sim.core.request import Request
 from sim.cost.decode_price import price_decode_steps
 from sim.cost.step_price import StepPricer
 from sim.engine.rowpass import advance, last_token_times
-from sim.engine.runcalc import advance_clock, clock, finish_order, run_rows, segment_free
+from sim.engine.runcalc import advance_clock, clock, finish_counts, finish_order, run_rows, segment_free
 
 if TYPE_CHECKING:
     from sim.engine.loop import Engine
@@ -341,8 +341,9 @@ class FastForward:
         cost model, or a row count past the pricer's tables, which the cost model then grows)."""
         p = self.pricer
         if p is not None:
+            count, ctx = finish_counts(last, computed, k)
             try:
-                return p.decode_run(last, computed, k, start, limit)
+                return p.decode_run(count, ctx, start, limit)
             except IndexError:
                 pass
         rows, ctx_sums = run_rows(last, computed, k)

@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 
-def run_rows(last: list[int], computed: list[int], k: int) -> tuple[list[int], list[int]]:
-    """Rows and their total context in steps 1..k: row i takes a token in steps 1..last[i] (capped at
-    k) at context ``computed[i] + j`` in step j. Returns (rows per step, Σ context per step)."""
+def finish_counts(last: list[int], computed: list[int], k: int) -> tuple[list[int], list[int]]:
+    """Row i takes a token in steps 1..last[i] (capped at k): for each last step f = 0..k, how many rows
+    end there and their computed tokens before the run (what ``run_rows`` and the pricer's one-pass
+    ``decode_run`` build a run's steps from)."""
     count = [0] * (k + 1)
     ctx = [0] * (k + 1)
     for i in range(len(last)):
@@ -26,6 +27,13 @@ def run_rows(last: list[int], computed: list[int], k: int) -> tuple[list[int], l
             raise ValueError(f"run_rows: row {i} ends at step {f}")
         count[f] = count[f] + 1
         ctx[f] = ctx[f] + computed[i]
+    return count, ctx
+
+
+def run_rows(last: list[int], computed: list[int], k: int) -> tuple[list[int], list[int]]:
+    """Rows and their total context in steps 1..k: row i takes a token in steps 1..last[i] (capped at
+    k) at context ``computed[i] + j`` in step j. Returns (rows per step, Σ context per step)."""
+    count, ctx = finish_counts(last, computed, k)
     rows = [0] * k
     sums = [0] * k
     n = 0
