@@ -17,10 +17,12 @@ import simpy
 from simpy.core import EmptySchedule
 
 from sim.app.heap import YOUNG_EVERY, collect_young, frozen
+from sim.app.timing import run_steps
 
 if TYPE_CHECKING:
     from tqdm import tqdm
 
+_SIMPY_STEP = simpy.Environment.step
 EVERY = 1024  # SimPy events between two reads of the counter
 DELAY_S = 2.0  # a run's bar appears only once it has taken this long (quick runs stay silent)
 
@@ -74,10 +76,16 @@ def _run(env: simpy.Environment, progress: tqdm | _NoBar | None, count: Callable
     generations collected."""
     pb = progress if progress is not None and not progress.disable and count is not None else None
     step, done, since = env.step, 0, 0
+    # SimPy's own step on its own Environment: taken by the compiled run_steps (same steps, no interpreted
+    # call per event); a subclass, or a step replaced on the class or the instance, is called as it is
+    plain = type(env) is simpy.Environment and getattr(env.step, "__func__", None) is _SIMPY_STEP
     try:
         while True:
-            for _ in range(every):
-                step()
+            if plain:
+                run_steps(env, every)
+            else:
+                for _ in range(every):
+                    step()
             if pb is not None:
                 n = count()
                 pb.update(n - done)

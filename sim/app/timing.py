@@ -12,10 +12,11 @@ Compiled (sim/native.py): the gateway schedules a tick for each arrival and each
 from __future__ import annotations
 
 from collections.abc import Callable
-from heapq import heappush
+from heapq import heappop, heappush
 from typing import Any
 
 import simpy
+from simpy.core import EmptySchedule, StopSimulation
 from simpy.events import NORMAL, EventPriority
 
 LATE_POLL = EventPriority(2)  # metrics polls: after replica boundaries, before routing at the same instant
@@ -89,3 +90,34 @@ class Scheduler:
     def at_late(self, when: Any, priority: EventPriority, fn: Callable[[], None]) -> None:
         """``at_late(env, when, priority, fn)``."""
         self.late_event(when, priority, _call_value, fn)
+
+
+def run_steps(env: Any, n: int) -> None:
+    """``env.step()`` ``n`` times, for SimPy's own Environment: its step (pop the next event, set the
+    clock, run the event's callbacks, crash on a failed event nobody defused) without an interpreted
+    call per event. A cluster processes ~4 events a request (the gateway's tick, the replicas' waits).
+    Raises EmptySchedule when the schedule runs out, as ``step`` does."""
+    queue: list = env._queue
+    for _ in range(n):
+        if not queue:
+            raise EmptySchedule
+        entry: tuple = heappop(queue)
+        env._now = entry[0]
+        event = entry[3]
+        callbacks: list = event.callbacks
+        event.callbacks = None
+        i = 0
+        try:
+            for cb in callbacks:
+                cb(event)
+                i += 1
+        except StopSimulation:
+            # as SimPy: the callbacks not run yet stay with the event, processed when the run resumes
+            event.callbacks = callbacks[i + 1:]
+            env.schedule(event, EventPriority(-1))
+            raise
+        if not event._ok and not hasattr(event, "_defused"):
+            value = event._value
+            exc = type(value)(*value.args)
+            exc.__cause__ = value
+            raise exc
