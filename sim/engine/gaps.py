@@ -18,7 +18,7 @@ import numpy as np
 from sim.engine.step_store import StepStore, float_bytes
 
 RUNS_PER_BLOCK = 1 << 12  # decode runs rebuilt at once (~2·10^5 gaps)
-FLUSH = 1 << 14  # gaps buffered in a list before they go into the typed arrays
+FLUSH = 1 << 10  # gaps buffered in a list before they go into the typed arrays (few: see step_store.FLUSH)
 
 
 class GapStore:
