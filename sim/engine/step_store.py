@@ -42,8 +42,9 @@ CHECKPOINT_MASK = (1 << 16) - 1  # a start is stored every 2^16 steps: a slice i
 DENSE = 64  # more stored starts than one per DENSE steps (an often idle engine): store every start
 # Buffered steps before they go into the typed columns. Few: the buffer's boxed values are then freed
 # while they are still in cache, and the allocator hands their memory out again warm. At 1 << 13 a
-# store held ~1 MB of them, a 16-replica cluster ~16 MB, and each went cold before it was read and
-# freed (bench/README.md, session 22: 1 << 9 is ~7 % quicker on the baseline, ~8 % on 16 replicas).
+# store held of the order of 1 MB of them (a 16-replica cluster 16 times that), each gone cold before
+# it was read and freed (bench/README.md, session 22: with 1 << 9 and the compiled run loop, ~7 %
+# quicker on the baseline and on 16 replicas in alternating pairs).
 FLUSH = 1 << 9
 _WIDER = {"b": "h", "h": "i", "i": "q"}
 _DTYPE = {"b": np.int8, "h": np.int16, "i": np.int32, "q": np.int64}
