@@ -56,6 +56,8 @@ def _stepped(env: simpy.Environment) -> None:
 
 
 def test_same_events_same_order_same_clock():
+    with pytest.raises(EmptySchedule):  # first: a loop that never raised it would leave run_env spinning
+        run_steps(simpy.Environment(), 1)
     runs = []
     for how in (_stepped, lambda env: run_env(env)):
         env, log = simpy.Environment(), []
@@ -114,7 +116,17 @@ def test_empty_schedule_and_stop_simulation():
         run_steps(env, 1)
     env.timeout(1)
     run_steps(env, 1)
-    assert env.now == 1
+    assert env.now == 1 and type(env.now) is int  # the clock as the event's time was scheduled (an int here)
+    env.timeout(2)
+    with pytest.raises(EmptySchedule):  # more steps asked than events left: stops at the end, as step does
+        run_steps(env, 3)
+    assert env.now == 3
+    with pytest.raises(EmptySchedule) as e:  # raised as step raises it: no "during handling" in its traceback
+        try:
+            raise KeyError("outer")
+        except KeyError:
+            run_steps(env, 1)
+    assert e.value.__suppress_context__
     # A callback that stops the run: the callbacks after it stay with the event, rescheduled first.
     env = simpy.Environment()
     ev = env.timeout(2)
@@ -130,3 +142,36 @@ def test_empty_schedule_and_stop_simulation():
     assert order == ["stop"] and env.now == 2
     run_steps(env, 1)
     assert order == ["stop", "after"] and env.now == 2
+    # The stopped event goes back ahead of the events due at the same instant (priority -1, as SimPy).
+    stepped = _stopped_order(lambda env, n: [env.step() for _ in range(n)])
+    assert stepped == _stopped_order(run_steps) == ["stop", "after", "other"]
+
+
+def _stopped_order(how) -> list[str]:
+    """The order of an event's callbacks around a stop, beside another event due at the same instant."""
+    env = simpy.Environment()
+    order: list[str] = []
+
+    def stop(_ev):
+        order.append("stop")
+        raise StopSimulation("halt")
+
+    ev = env.timeout(2)
+    ev.callbacks += [stop, lambda _ev: order.append("after")]
+    env.timeout(2).callbacks.append(lambda _ev: order.append("other"))
+    with pytest.raises(StopSimulation):
+        how(env, 5)
+    how(env, 2)
+    return order
+
+
+def test_only_simpys_own_step_is_replaced():
+    assert progress._simpys_step(simpy.Environment.step)
+
+    real = simpy.Environment.step
+
+    def step(self: simpy.Environment) -> None:  # a replacement, e.g. one set before progress was imported
+        real(self)
+
+    assert not progress._simpys_step(step)
+    assert not progress._simpys_step(None)

@@ -22,7 +22,6 @@ from sim.app.timing import run_steps
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-_SIMPY_STEP = simpy.Environment.step
 EVERY = 1024  # SimPy events between two reads of the counter
 DELAY_S = 2.0  # a run's bar appears only once it has taken this long (quick runs stay silent)
 
@@ -69,6 +68,15 @@ def run_env(env: simpy.Environment, progress: tqdm | _NoBar | None = None, count
         _run(env, progress, count, every, YOUNG_EVERY if collect else 0)
 
 
+def _simpys_step(fn: object) -> bool:
+    """Whether ``fn`` is SimPy's own ``Environment.step`` (not a replacement, set before or after this
+    module was imported)."""
+    code = getattr(fn, "__code__", None)
+    return (code is not None and getattr(fn, "__module__", None) == simpy.core.__name__
+            and getattr(fn, "__qualname__", None) == "Environment.step"
+            and code.co_filename == simpy.core.__file__)
+
+
 def _run(env: simpy.Environment, progress: tqdm | _NoBar | None, count: Callable[[], int] | None,
          every: int, young_every: int = 0) -> None:  # fmt: skip
     """SimPy's run loop (``Environment.run`` steps until the schedule is empty), in chunks of ``every``
@@ -78,7 +86,7 @@ def _run(env: simpy.Environment, progress: tqdm | _NoBar | None, count: Callable
     step, done, since = env.step, 0, 0
     # SimPy's own step on its own Environment: taken by the compiled run_steps (same steps, no interpreted
     # call per event); a subclass, or a step replaced on the class or the instance, is called as it is
-    plain = type(env) is simpy.Environment and getattr(env.step, "__func__", None) is _SIMPY_STEP
+    plain = type(env) is simpy.Environment and _simpys_step(getattr(env.step, "__func__", None))
     try:
         while True:
             if plain:
