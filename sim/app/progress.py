@@ -72,9 +72,7 @@ def _simpys_step(fn: object) -> bool:
     """Whether ``fn`` is SimPy's own ``Environment.step`` (not a replacement, set before or after this
     module was imported)."""
     code = getattr(fn, "__code__", None)
-    return (code is not None and getattr(fn, "__module__", None) == simpy.core.__name__
-            and getattr(fn, "__qualname__", None) == "Environment.step"
-            and code.co_filename == simpy.core.__file__)
+    return code is not None and code.co_filename == simpy.core.__file__ and fn.__qualname__ == "Environment.step"  # type: ignore[attr-defined]
 
 
 def _run(env: simpy.Environment, progress: tqdm | _NoBar | None, count: Callable[[], int] | None,

@@ -13,20 +13,25 @@ from typing import Any
 import numpy as np
 
 
+def decode_step(tok: list[float], head: list[float], pad: list[int], step_oh: float, seq_oh: float,
+                layers: float, attn_t0: float, kv_coef: float, dec_seq: float, n: int, ctx_sum: int) -> float:
+    """One decode-only step's seconds with ``n`` > 0 rows (each sampling) whose contexts sum to ``ctx_sum``:
+    the roofline's decode formula, in one place for both passes below; raises IndexError when ``n`` is
+    beyond the tables (the caller grows them)."""
+    mg = pad[n] if n < len(pad) else n
+    return tok[mg] + head[n] + step_oh + seq_oh * n + layers * (attn_t0 + (kv_coef * ctx_sum + n * dec_seq))
+
+
 def decode_times(tok: list[float], head: list[float], pad: list[int], step_oh: float, seq_oh: float,
                  layers: float, attn_t0: float, kv_coef: float, dec_seq: float,
                  rows: list[int], ctx_sums: list[int]) -> list[float]:
-    """Step j's seconds with ``rows[j]`` decode rows (each sampling) whose contexts sum to ``ctx_sums[j]``;
-    raises IndexError when a row count is beyond the tables (the caller grows them)."""
+    """Step j's seconds with ``rows[j]`` decode rows (each sampling) whose contexts sum to ``ctx_sums[j]``
+    (0 without rows); raises IndexError when a row count is beyond the tables (the caller grows them)."""
     out = [0.0] * len(rows)
-    np_ = len(pad)
     for j in range(len(rows)):
         n = rows[j]
-        if n <= 0:
-            continue
-        mg = pad[n] if n < np_ else n
-        const = tok[mg] + head[n] + step_oh + seq_oh * n
-        out[j] = const + layers * (attn_t0 + (kv_coef * ctx_sums[j] + n * dec_seq))
+        if n > 0:
+            out[j] = decode_step(tok, head, pad, step_oh, seq_oh, layers, attn_t0, kv_coef, dec_seq, n, ctx_sums[j])
     return out
 
 
@@ -45,7 +50,6 @@ def decode_run_times(tok: list[float], head: list[float], pad: list[int], step_o
     s = sum(ctx) - ctx[0]  # their computed tokens before the run
     rows = [0] * k
     out: list[float] = []
-    np_ = len(pad)
     t = start
     a, window, j = 0, 32, 0
     while a < k:
@@ -55,9 +59,7 @@ def decode_run_times(tok: list[float], head: list[float], pad: list[int], step_o
             rows[j] = n
             d = 0.0
             if n > 0:
-                mg = pad[n] if n < np_ else n
-                const = tok[mg] + head[n] + step_oh + seq_oh * n
-                d = const + layers * (attn_t0 + (kv_coef * (s + n * step) + n * dec_seq))
+                d = decode_step(tok, head, pad, step_oh, seq_oh, layers, attn_t0, kv_coef, dec_seq, n, s + n * step)
             out.append(d)
             t = t + d
             n -= count[step]
