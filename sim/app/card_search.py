@@ -46,6 +46,9 @@ from sim.cost.hardware import get_gpu
 from sim.cost.models import kv_dtype_bytes, normalize_dtype
 
 MAX_INSTANCES = 8
+# The largest --target-rate: a billion requests a second is past any fleet (its GPU counts still fit an int64
+# column of the table; 1e20 overflowed it after the searches ran).
+MAX_TARGET_RATE = 1e9
 SEQS_KEY = "engine.max_num_seqs"
 
 
@@ -211,9 +214,10 @@ def search_cards(
     t0 = time.perf_counter()
     if (target_rate is None) == (target_concurrency is None):
         raise ConfigError("give one target: --target-rate REQ_PER_S or --target-concurrency CLIENTS")
-    if target_rate is not None and not (isinstance(target_rate, int | float) and math.isfinite(target_rate)
-                                        and target_rate > 0):  # fmt: skip
-        raise ConfigError(f"--target-rate: expected a number of requests per second > 0, got {target_rate!r}")
+    if target_rate is not None and not (isinstance(target_rate, int | float) and not isinstance(target_rate, bool)
+                                        and 0 < target_rate <= MAX_TARGET_RATE):  # fmt: skip
+        raise ConfigError(f"--target-rate: expected a number of requests per second in (0, {MAX_TARGET_RATE:g}], "
+                          f"got {target_rate!r}")
     if target_concurrency is not None:
         if isinstance(target_concurrency, bool) or not isinstance(target_concurrency, int) or target_concurrency < 1:
             raise ConfigError(f"--target-concurrency: expected an integer >= 1, got {target_concurrency!r}")

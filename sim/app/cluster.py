@@ -22,7 +22,7 @@ import numpy as np
 import simpy
 
 from routers.base import RouterContext, make_router
-from sim.app.cluster_config import ClusterConfig, cluster_from_dict, load_cluster
+from sim.app.cluster_config import ClusterConfig, load_cluster
 from sim.app.cluster_results import collect_cluster
 from sim.app.devices import Devices
 from sim.app.frontend import with_frontend
@@ -128,9 +128,9 @@ def as_cluster_config(
     if isinstance(cfg, str | Path):
         all_ = load_cluster(cfg, overrides)
     else:
-        from sim.app.cluster_config import variants
+        from sim.app.cluster_config import cluster_variants
 
-        all_ = {k: cluster_from_dict(v) for k, v in variants(cfg, overrides).items()}
+        all_ = cluster_variants(cfg, overrides)
     if variant is None:
         if len(all_) != 1:
             raise ConfigError(f"the config has variants {list(all_)}: name one (variant=...)")
@@ -160,9 +160,9 @@ def simulate_variants(
     if isinstance(path_or_raw, str | Path):
         cfgs = load_cluster(path_or_raw, overrides)
     else:
-        from sim.app.cluster_config import variants
+        from sim.app.cluster_config import cluster_variants
 
-        cfgs = {k: cluster_from_dict(v) for k, v in variants(path_or_raw, overrides).items()}
+        cfgs = cluster_variants(path_or_raw, overrides)
     if names:
         missing = [n for n in names if n not in cfgs]
         if missing:

@@ -148,6 +148,10 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def variants(raw: dict[str, Any], overrides: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """``{name: raw config}`` for each ``[variants.NAME]`` (``{"": raw}`` without variants); ``--set``
     overrides apply last, to every variant."""
+    for o in overrides or ():
+        if o.split("=", 1)[0].strip().split(".")[0].strip() == "variants":
+            raise ConfigError(f"--set {o!r}: --set applies to every variant, after the merge; allowed: a "
+                              "SECTION.KEY of the run (e.g. cluster.router), or edit [variants.NAME] in the file")
     table = raw.get("variants")
     base = {k: v for k, v in raw.items() if k != "variants"}
     if table is None:
@@ -179,16 +183,28 @@ def _check(raw: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
         raise ConfigError(f"{where}: unknown key(s) {bad}; known: {', '.join(allowed)}")
 
 
-def _opt_number(raw: dict[str, Any], key: str, where: str, *, integer: bool, lo: float) -> Any:
+# The largest count (int32, as the engine's counts in sim/app/config.py) and the longest time (seconds, the
+# latest arrival a run takes, sim/core/spec.py) a cluster setting may hold: past them a value is a typo.
+_MAX_COUNT = 2**31 - 1
+_MAX_SECONDS = 1e9
+
+
+def _opt_number(raw: dict[str, Any], key: str, where: str, *, integer: bool, lo: float,
+                hi: float | None = None) -> Any:
+    """``raw[key]`` (None when absent), a finite number (an integer with ``integer``) from ``lo`` to ``hi``
+    (default: the largest count or the longest time)."""
     v = raw.get(key)
     if v is None:
         return None
-    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= lo
+    if hi is None:
+        hi = _MAX_COUNT if integer else _MAX_SECONDS
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and lo <= v <= hi
     if integer:
         ok = ok and float(v).is_integer()
     if not ok:
         raise ConfigError(
-            f"{where}.{key}: expected {'an integer' if integer else 'a number'} >= {lo}, got {v!r}"
+            f"{where}.{key}: expected {'an integer' if integer else 'a number'} from {lo:g} to "
+            f"{hi if integer else format(hi, 'g')}, got {v!r}"
         )
     return int(v) if integer else float(v)
 
@@ -290,25 +306,9 @@ def cluster_from_dict(raw: dict[str, Any], base_dir: str | Path | None = None) -
                     f"replica {r.name!r}: decode replicas receive the KV through their prefix cache; "
                     "enable_prefix_caching must stay on"
                 )
-        d = _table(cl.get("disagg"), "[cluster.disagg]")
-        _check(d, DISAGG_KEYS, "[cluster.disagg]")
-        # A KV hand-off link: from a slow TCP path (0.01 GB/s) to well past NVLink; latency up to a minute.
-        bw = _opt_number(d, "link_bandwidth_gb_s", "[cluster.disagg]", integer=False, lo=0)
-        if bw is not None and not 0.01 <= bw <= 1e5:
-            raise ConfigError(f"[cluster.disagg] link_bandwidth_gb_s: got {bw:g}; allowed 0.01 to 100000 GB/s")
-        lat = _opt_number(d, "link_latency_ms", "[cluster.disagg]", integer=False, lo=0)
-        if lat is not None and lat > 60_000:
-            raise ConfigError(f"[cluster.disagg] link_latency_ms: got {lat:g}; allowed 0 to 60000 ms")
-        dflt = DisaggConfig()
-        disagg = DisaggConfig(
-            link_bandwidth_gb_s=dflt.link_bandwidth_gb_s if bw is None else bw,
-            link_latency_ms=dflt.link_latency_ms if lat is None else lat,
-            decode_router=_router_spec(
-                d.get("decode_router"), "[cluster.disagg].decode_router", "least-outstanding"
-            ),
-        )
-    else:  # a comparison's base may set the link for its P/D variants: checked, then unused here
-        _check(_table(cl.get("disagg"), "[cluster.disagg]"), DISAGG_KEYS, "[cluster.disagg]")
+        disagg = _disagg(cl.get("disagg"))
+    else:  # a comparison's base may set the link for its P/D variants: checked (keys and values), unused here
+        _disagg(cl.get("disagg"))
     streams = _streams(raw.get("stream"))
     if streams and raw.get("workload"):
         raise ConfigError("give a [workload] table or [[stream]] tables, not both")
@@ -322,6 +322,25 @@ def cluster_from_dict(raw: dict[str, Any], base_dir: str | Path | None = None) -
         streams=streams,
         base_dir=None if base_dir is None else str(base_dir),
         raw=copy.deepcopy(raw),
+    )
+
+
+def _disagg(raw: Any) -> DisaggConfig:
+    """``[cluster.disagg]``: the KV hand-off link and the decode router, every value checked."""
+    d = _table(raw, "[cluster.disagg]")
+    _check(d, DISAGG_KEYS, "[cluster.disagg]")
+    # A KV hand-off link: from a slow TCP path (0.01 GB/s) to well past NVLink; latency up to a minute.
+    bw = _opt_number(d, "link_bandwidth_gb_s", "[cluster.disagg]", integer=False, lo=0, hi=math.inf)  # range below
+    if bw is not None and not 0.01 <= bw <= 1e5:
+        raise ConfigError(f"[cluster.disagg] link_bandwidth_gb_s: got {bw:g}; allowed 0.01 to 100000 GB/s")
+    lat = _opt_number(d, "link_latency_ms", "[cluster.disagg]", integer=False, lo=0, hi=math.inf)  # range below
+    if lat is not None and lat > 60_000:
+        raise ConfigError(f"[cluster.disagg] link_latency_ms: got {lat:g}; allowed 0 to 60000 ms")
+    dflt = DisaggConfig()
+    return DisaggConfig(
+        link_bandwidth_gb_s=dflt.link_bandwidth_gb_s if bw is None else bw,
+        link_latency_ms=dflt.link_latency_ms if lat is None else lat,
+        decode_router=_router_spec(d.get("decode_router"), "[cluster.disagg].decode_router", "least-outstanding"),
     )
 
 
@@ -365,8 +384,21 @@ def _streams(raw: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
 def load_cluster(path: str | Path, overrides: list[str] | None = None) -> dict[str, ClusterConfig]:
     """Every variant of a cluster config file (``{"": cfg}`` without variants), validated."""
     p = Path(path)
-    raw = read_toml(p)
-    return {name: cluster_from_dict(v, base_dir=p.parent) for name, v in variants(raw, overrides).items()}
+    return cluster_variants(read_toml(p), overrides, p.parent)
+
+
+def cluster_variants(raw: dict[str, Any], overrides: list[str] | None = None,
+                     base_dir: str | Path | None = None) -> dict[str, ClusterConfig]:
+    """Every variant of a raw cluster config, validated; a variant's error names it (``[variants.NAME]``)."""
+    out: dict[str, ClusterConfig] = {}
+    for name, v in variants(raw, overrides).items():
+        try:
+            out[name] = cluster_from_dict(v, base_dir=base_dir)
+        except ConfigError as e:
+            if not name:
+                raise
+            raise ConfigError(f"[variants.{name}]: {e}") from None
+    return out
 
 
 def replace_base(cfg: ClusterConfig, **sections: Any) -> ClusterConfig:

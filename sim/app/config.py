@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from sim.core.typed import build, validate_table
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128)  # vLLM's --block-size choices
 
 Pos = Annotated[int, Field(ge=1, le=2**31 - 1)]  # counts of GPUs, sequences, tokens, blocks: int32 is plenty
-Seconds = Annotated[float, Field(gt=0)]
+Seconds = Annotated[float, Field(gt=0, le=1e9)]  # le: the latest arrival a run takes (sim/core/spec.py MAX_ARRIVAL_S)
 
 
 def _doc(text: str) -> dict[str, str]:
@@ -259,11 +260,15 @@ def parse_value(text: str, where: str = "--set") -> Any:
     if "\n" in text or "\r" in text:
         raise ConfigError(f"{where} value {text!r}: a line break in a value; allowed: one line of TOML")
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
     except RecursionError:
         raise ConfigError(f"{where} value {text[:40]!r}...: nested too deeply to parse") from None
+    if isinstance(value, float) and math.isinf(value) and "inf" not in text:  # 1e400: past float64, read as inf
+        raise ConfigError(f"{where} value {text!r}: past the largest float (~1.8e308); allowed: a finite number, "
+                          "or inf where a setting takes it")
+    return value
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -271,7 +276,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected section.key=value")
         path, text = item.split("=", 1)
-        keys = path.strip().split(".")
+        keys = _key_path(path, item)
         if len(keys) < 2:
             raise ConfigError(f"--set {item!r}: expected section.key=value")
         node = raw
@@ -281,6 +286,24 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
                 raise ConfigError(f"--set {item!r}: {k} is not a table")
         node[keys[-1]] = parse_value(text.strip(), f"--set {path.strip()}")
     return raw
+
+
+def _key_path(path: str, item: str) -> list[str]:
+    """The parts of ``--set``'s dotted key. A quoted part is read as TOML reads a key (``slo."p99.9_ttft_ms"``:
+    a dot inside quotes belongs to the name); without quotes the dots split it as written (a card's price key
+    ``cost.gpu_hour.RTX 4090`` has a space, which a bare TOML key cannot)."""
+    if '"' not in path and "'" not in path:
+        return path.strip().split(".")
+    try:
+        node: Any = tomllib.loads(f"{path.strip()} = 0")
+    except tomllib.TOMLDecodeError:
+        raise ConfigError(f"--set {item!r}: the key is not a dotted TOML key (quote a part with a dot inside, "
+                          'e.g. slo."p99.9_ttft_ms")') from None
+    keys: list[str] = []
+    while isinstance(node, dict):
+        (k, node), = node.items()
+        keys.append(k)
+    return keys
 
 
 def add_override_option(parser: Any, help_text: str = "override a config value (repeatable)") -> None:

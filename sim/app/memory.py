@@ -356,6 +356,9 @@ def plan_memory(
             f"{blocks * block_size}. Lower max_model_len or raise gpu_memory_utilization."
         )
 
+    if context_lengths is not DEFAULT_CONTEXT_LENGTHS and any(c > mml for c in ctxs):  # asked for: refused
+        raise ConfigError(f"context length {max(ctxs)} exceeds max_model_len {mml}: no request can be that "
+                          f"long; allowed: 1 to {mml}")
     kv_budget = int(available)
     rows = tuple(
         ContextRow(

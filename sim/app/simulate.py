@@ -18,6 +18,7 @@ from sim.app.progress import run_bar, run_env
 from sim.app.results import SimResult
 from sim.app.setup import Setup, resolve
 from sim.app.streams import check_listable, source_for, unsent
+from sim.core.errors import ConfigError
 from sim.engine.loop import Engine
 from sim.engine.recorder import Recorder
 from workloads.gen.lengths import read_float
@@ -36,8 +37,9 @@ def simulate(cfg: RunConfig, *, fast_forward: bool = True, progress: bool = Fals
     # The client's total timeout (inference-perf / aiohttp; vllm bench has none): the engine aborts.
     timeout = None
     if "client_timeout_s" in wl_cfg:
-        timeout = read_float(wl_cfg, "client_timeout_s", "workload", lo=0.0, lo_open=True)
+        timeout = read_float(wl_cfg, "client_timeout_s", "workload", lo=0.0, lo_open=True, hi=1e9)
         del wl_cfg["client_timeout_s"]
+    _check_priorities(cfg, wl_cfg)
     workload = build_workload(wl_cfg, seed=cfg.simulation.seed, max_model_len=setup.limits.max_model_len)
     listed = check_listable(workload, cfg.simulation.horizon)
     source, send_time = with_frontend(source_for(workload), cfg.frontend)  # arrivals after the input path
@@ -53,6 +55,23 @@ def simulate(cfg: RunConfig, *, fast_forward: bool = True, progress: bool = Fals
     # requests the workload cut to fit max_model_len (a prompt to max_model_len - 1, then the output)
     res.meta["num_clipped"] = _num_clipped(workload)
     return apply_frontend(res, cfg.frontend, send_time)
+
+
+def _check_priorities(cfg: RunConfig, wl_cfg: dict[str, Any]) -> None:
+    """vLLM refuses a request with a nonzero priority unless scheduling_policy is "priority" ("Got priority
+    ... but Priority scheduling is not enabled", its add_request): a workload that draws such priorities for
+    a vLLM preset under fcfs is refused before the run, not run with its priorities silently ignored."""
+    prio = wl_cfg.get("priority")
+    if prio is None or cfg.engine.policy not in ("vllm", "vllm-v0") or cfg.engine.scheduling_policy != "fcfs":
+        return
+    from workloads.gen.draws import PriorityMix
+
+    mix = PriorityMix.from_config(prio, "workload.priority")
+    used = [lv for lv, w in zip(mix.levels, mix.weights, strict=True) if lv != 0 and w > 0]
+    if used:
+        raise ConfigError(f"workload.priority: levels {list(mix.levels)} give requests priority {used[0]}, but [engine] "
+                          "scheduling_policy is 'fcfs' and vLLM refuses a nonzero priority then; allowed: "
+                          "scheduling_policy = 'priority', or levels = [0]")
 
 
 def _num_clipped(workload: Any) -> int:

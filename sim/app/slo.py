@@ -80,7 +80,7 @@ def slo_from_args(pairs: Sequence[str], flag: str = "--slo", percentiles: bool =
         name = name.strip()
         if not sep and "=" in pair:
             key, _, val = pair.partition("=")
-            raise ConfigError(f"{flag} {pair!r}: {_new_spelling(key.strip(), val.strip(), flag)}")
+            raise ConfigError(f"{flag} {pair!r}: {_new_spelling(key.strip(), val.strip(), flag, percentiles)}")
         if not sep or not name or not text.strip():
             raise ConfigError(f"{flag} {pair!r}: expected NAME:MS, e.g. ttft:1000 (NAME is {allowed})")
         try:
@@ -101,17 +101,22 @@ def slo_from_args(pairs: Sequence[str], flag: str = "--slo", percentiles: bool =
     return out
 
 
-def _new_spelling(key: str, val: str, flag: str) -> str:
+def _new_spelling(key: str, val: str, flag: str, percentiles: bool = True) -> str:
     """What an old ``KEY=VALUE`` SLO is now written as (percentiles were seconds, now ms)."""
     old = _OLD_PCT_SLO.match(key)
     try:
         num = float(val)
     except ValueError:
         num = None
+    if old and num is not None and not percentiles:
+        return (f"{flag} takes per-request targets as NAME:MS (ttft, tpot, itl, e2el), e.g. {flag} ttft:1000; a "
+                f"percentile target goes in [slo] (p{old.group(2)}_{old.group(1)}_ms)")
     if old and num is not None:
         return f"{key}={val} (seconds) is now {flag} p{old.group(2)}_{old.group(1)}:{_ms_text(num)} (milliseconds)"
     if key.endswith("_ms"):
         return f"SLOs are now NAME:MS as in vllm bench --goodput: {flag} {key[:-3]}:{val}"
+    if not percentiles:  # --goodput takes per-request targets only
+        return f"SLOs are NAME:MS as in vllm bench --goodput, e.g. {flag} ttft:1000 tpot:50"
     return f"SLOs are now NAME:MS as in vllm bench --goodput, e.g. {flag} ttft:1000 or {flag} p99_ttft:1000"
 
 

@@ -90,12 +90,24 @@ def parse_grid(items: Sequence[str], flag: str = "--grid") -> dict[str, list[Any
         if key == "simulation.seed":
             raise ConfigError(f"{flag} {key}: seeds come from --replications (common random numbers)")
         if key in grid:
-            raise ConfigError(f"{flag} {key}: given twice; put all its values in one --grid")
+            raise ConfigError(f"{flag} {key}: given twice; put all its values in one {flag}")
         values = [parse_value(v, f"{flag} {key}") for v in split_values(text)]
         if any(v == "" for v in values):
             raise ConfigError(f"{flag} {item!r}: empty value")
+        for i, v in enumerate(values):  # a repeated value would run the same points twice
+            if any(type(w) is type(v) and w == v for w in values[:i]):
+                raise ConfigError(f"{flag} {item!r}: the value {v!r} is repeated; allowed: distinct values")
         grid[key] = values
     return grid
+
+
+def check_grid_overrides(grid: Mapping[str, Any], overrides: Sequence[str], flag: str = "--grid") -> None:
+    """A ``--set`` of a key the grid varies would be lost (the grid's values win): refused."""
+    for o in overrides:
+        key = ".".join(part.strip() for part in o.split("=", 1)[0].split("."))
+        if key in grid:
+            raise ConfigError(f"{flag} {key}=... and --set {o!r} both set {key}; allowed: one of them (put the "
+                              f"value in {flag})")
 
 
 def with_params(cfg: RunConfig, params: Mapping[str, Any]) -> RunConfig:

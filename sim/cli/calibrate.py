@@ -60,9 +60,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--from-run", nargs="+", metavar="RUN",
                    help="fit engine-level terms to real runs (vllm bench result JSON, inference-perf results, "
                         "requests.jsonl, Prometheus scrapes) by least squares on the replay (sim/app/runfit.py)")
-    f.add_argument("--max-per-stage", type=int, default=200,
+    # defaults None, filled in with --from-run (sim/cli/fit_runs.py): given without it they are refused
+    f.add_argument("--max-per-stage", type=int, default=None,
                    help="with --from-run: replay the first N requests of each stage (default 200)")
-    f.add_argument("--max-nfev", type=int, default=30, help="with --from-run: at most this many fit iterations")
+    f.add_argument("--max-nfev", type=int, default=None,
+                   help="with --from-run: at most this many fit iterations (default 30)")
     from sim.cli.progress import add_quiet_option
 
     add_quiet_option(f)
@@ -130,15 +132,33 @@ def profiles_table() -> str:
 def _holdout_fraction(values: list[str] | None) -> float:
     from sim.core.errors import ConfigError
 
-    if not values:
-        return 0.0
+    if values is None:
+        return 0.0  # no hold-out
     try:
         if len(values) != 1:
             raise ValueError
-        return float(values[0])
+        frac = float(values[0])
     except ValueError:
         raise ConfigError(f"--holdout {' '.join(values)}: without --from-run it takes one fraction of shapes "
                           "(e.g. 0.2); held-out runs go with --from-run") from None
+    if not 0 < frac < 1:  # 0 included: a given --holdout that would hold nothing out is refused
+        raise ConfigError(f"--holdout {values[0]}: the fraction of shapes held out must be in (0, 1)")
+    return frac
+
+
+def _refuse_with_list(args: argparse.Namespace) -> None:
+    """``--list`` prints the catalogue's profiles and fits nothing: another fit flag given with it is refused."""
+    from sim.core.errors import ConfigError
+
+    given = [flag for flag, v in (("input paths", args.inputs), ("--recipe", args.recipe), ("--data", args.data),
+                                  ("--gpu", args.gpu), ("--model", args.model), ("--base", args.base != "prior"),
+                                  ("--freeze", args.freeze.strip()), ("--from-base", args.from_base.strip()),
+                                  ("--out", args.out), ("--holdout", args.holdout), ("--from-run", args.from_run),
+                                  ("--max-per-stage", args.max_per_stage is not None),
+                                  ("--max-nfev", args.max_nfev is not None), ("--profile", args.profile),
+                                  ("--set", args.overrides), ("--report", args.report), ("--json", args.json)) if v]  # fmt: skip
+    if given:
+        raise ConfigError(f"--list: {', '.join(given)} not used with --list (it lists the profiles and fits nothing)")
 
 
 def run_fit(args: argparse.Namespace) -> int:
@@ -151,12 +171,19 @@ def run_fit(args: argparse.Namespace) -> int:
     from sim.cost.profiles import CalibrationProfile, prior_profile
 
     if args.list:
+        _refuse_with_list(args)
         print(profiles_table())
         return 0
     if args.from_run:
         from sim.cli.fit_runs import run_fit_from_runs
 
         return run_fit_from_runs(args)
+    replay_only = [flag for flag, v in (("--max-per-stage", args.max_per_stage is not None),
+                                        ("--max-nfev", args.max_nfev is not None),
+                                        ("--profile", args.profile), ("--set", args.overrides)) if v]  # fmt: skip
+    if replay_only:  # a flag that would do nothing is refused, not ignored
+        raise ConfigError(f"{', '.join(replay_only)}: only with --from-run (the replay fit); a microbenchmark fit "
+                          "takes --gpu, --model, --base, --freeze, --from-base, --holdout, --out, --report")
     args.holdout = _holdout_fraction(args.holdout)
     freeze = frozenset(x.strip() for x in args.freeze.split(",") if x.strip())
     from_base = frozenset(x.strip() for x in args.from_base.split(",") if x.strip())

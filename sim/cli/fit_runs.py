@@ -60,7 +60,11 @@ def run_fit_from_runs(args: argparse.Namespace) -> int:
     if not args.out:
         raise ConfigError("servesim fit --from-run: give --out PROFILE.json (where the fitted profile goes)")
     check_out_file(args.out)
-    if args.max_per_stage is not None and args.max_per_stage < 1:
+    if args.max_per_stage is None:
+        args.max_per_stage = 200
+    if args.max_nfev is None:
+        args.max_nfev = 30
+    if args.max_per_stage < 1:
         raise ConfigError(f"--max-per-stage must be >= 1, got {args.max_per_stage}")
     if args.max_nfev < 1:
         raise ConfigError(f"--max-nfev must be >= 1, got {args.max_nfev}")

@@ -15,7 +15,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
                    help="replicate over seeds and print each figure's prediction interval of the real value "
                         "(replication spread + the profile's calibration residuals; docs/intervals.md)")
     p.add_argument("--replications", type=int, default=None, help="with --intervals: number of seeds (default 5)")
-    p.add_argument("--level", type=float, default=0.90, help="with --intervals: interval level (default 0.90)")
+    p.add_argument("--level", type=float, default=None, help="with --intervals: interval level (default 0.90)")
 
 
 def _fmt(v: Any) -> str:
@@ -32,6 +32,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.replications is None:
         args.replications = 5
+    if args.level is None:
+        args.level = 0.90
     from sim.app.replicate import check_replications
 
     check_replications(args.replications)

@@ -73,6 +73,8 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.replications is not None:  # a flag that would do nothing is refused, not ignored
         raise ConfigError(f"--replications {args.replications}: only with --intervals")
+    if args.level is not None:
+        raise ConfigError(f"--level {args.level:g}: only with --intervals")
     check_steps_jsonl_flags(args)
     check_out_dir(args.out)  # before any simulation, so a bad --out does not waste the run
     slos = slo_from_goodput_args(args.goodput)

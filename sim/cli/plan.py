@@ -74,6 +74,8 @@ def _kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if kw.get("block_size") is not None and kw["block_size"] not in BLOCK_SIZES:
         raise ConfigError(f"--block-size: not a supported block size, got {kw['block_size']}; allowed "
                           f"{', '.join(map(str, BLOCK_SIZES))} (vLLM's choices)")
+    for flag, key in (("--max-num-batched-tokens", "max_num_batched_tokens"), ("--max-num-seqs", "max_num_seqs")):
+        check_range("", flag, kw.get(key), None, 2**31 - 1)  # `run`'s bound on [engine] (sim/app/config.py); >= 1: the plan's
     if kw.get("num_gpu_blocks_override") is not None:  # as `run` takes engine.num_gpu_blocks_override
         check_range("", "--num-gpu-blocks-override", kw["num_gpu_blocks_override"], 1, None)
     if getattr(args, "overhead_gib", None) is not None:

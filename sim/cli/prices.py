@@ -33,6 +33,7 @@ def price_overrides(args: Any) -> list[str]:
         v = getattr(args, flag, None)
         if v is not None:
             out.append(f'cost.{flag}="{v}"')
+    seen: dict[str, str] = {}
     for item in getattr(args, "gpu_hour", None) or []:
         name, sep, text = item.rpartition("=")
         try:
@@ -41,5 +42,10 @@ def price_overrides(args: Any) -> list[str]:
             price = math.nan
         if not sep or not name.strip() or "." in name or not (math.isfinite(price) and price > 0):
             raise ConfigError(f"--gpu-hour {item!r}: expected GPU=PRICE with a price > 0, e.g. 'A100 40GB=1.29'")
+        key = " ".join(name.split()).lower()
+        if key in seen:  # the later override would replace the first without a word
+            raise ConfigError(f"--gpu-hour {item!r}: {name.strip()!r} is priced twice (also {seen[key]!r}); "
+                              "allowed: one price per card")
+        seen[key] = item
         out.append(f"cost.gpu_hour.{name.strip()}={price!r}")
     return out

@@ -27,11 +27,17 @@ from sim.core.errors import ConfigError
 from sim.core.fields import check_range
 
 
-def parse_slo_args(items: list[str]) -> dict[str, float]:
+def parse_slo_args(items: list[str], overrides: list[str] | None = None) -> dict[str, float]:
     """``["p99_ttft:1000", "tpot:50"]`` (vLLM's NAME:MS) -> ``{"p99_ttft_ms": 1000.0, "tpot_ms": 50.0}``,
-    validated by sim.app.results (the old ``ttft_p99=1.0`` seconds spelling fails naming the new one)."""
+    validated by sim.app.results (the old ``ttft_p99=1.0`` seconds spelling fails naming the new one).
+    ``--slo`` replaces the config's whole [slo], so a ``--set slo.K=V`` among ``overrides`` would be lost:
+    refused."""
     from sim.app.results import slo_from_args
 
+    for o in overrides or ():
+        if o.split("=", 1)[0].strip().startswith("slo."):
+            raise ConfigError(f"--slo and --set {o!r}: --slo replaces the config's [slo], so the --set would be "
+                              "unused; allowed: put every SLO in --slo, or use --set slo.K=V without --slo")
     return slo_from_args(items, flag="--slo", percentiles=True)
 
 
@@ -127,8 +133,12 @@ def run(args: argparse.Namespace) -> int:
     from sim.app.sizing import size
     from sim.app.sweep import parse_grid
 
-    slo = parse_slo_args(args.slo) if args.slo else None
+    slo = parse_slo_args(args.slo, args.overrides) if args.slo else None
     vary = parse_grid(args.vary, "--vary") if args.vary else None
+    if vary:
+        from sim.app.sweep import check_grid_overrides
+
+        check_grid_overrides(vary, args.overrides, "--vary")
     from sim.app.sweep import check_jobs
 
     check_jobs(args.jobs)
@@ -148,7 +158,9 @@ def run(args: argparse.Namespace) -> int:
 
         args.knee_gain = DEFAULT_KNEE_GAIN
     card_only = [f for f, v in (("--dtypes", args.dtypes), ("--kv-dtypes", args.kv_dtypes), ("--tp", args.tp),
-                                ("--instances-per-gpu", args.instances_per_gpu)) if v]  # fmt: skip
+                                ("--instances-per-gpu", args.instances_per_gpu),
+                                ("--device-overlap", args.device_overlap is not None),
+                                ("--seqs-per-deployment", args.seqs_per_deployment is not None)) if v]  # fmt: skip
     if card_only and not args.gpus:
         raise ConfigError(f"{', '.join(card_only)}: only with --gpus (options of the card search)")
     check_out_dir(args.out)

@@ -31,10 +31,11 @@ def add_card_options(p: argparse.ArgumentParser, int_list: Any) -> None:
     t.add_argument("--target-rate", type=float, metavar="REQ_PER_S", help="requests per second to carry")
     t.add_argument("--target-concurrency", type=int, metavar="CLIENTS",
                    help="concurrent clients to carry (the workload becomes a closed loop of them)")
-    g.add_argument("--device-overlap", type=float, default=0.0,
-                   help="instances sharing a card: how much two busy ones overlap (0 = time slicing)")
-    g.add_argument("--seqs-per-deployment", type=int, default=3,
-                   help="default max_num_seqs candidates per deployment (powers of two up to the KV limit)")
+    # defaults None: given without --gpus they are refused (size.py), not silently unused
+    g.add_argument("--device-overlap", type=float, default=None,
+                   help="instances sharing a card: how much two busy ones overlap (default 0 = time slicing)")
+    g.add_argument("--seqs-per-deployment", type=int, default=None,
+                   help="default max_num_seqs candidates per deployment (powers of two up to the KV limit; default 3)")
 
 
 def run(args: argparse.Namespace, cfg: Any, slo: dict[str, float] | None) -> int:
@@ -46,6 +47,10 @@ def run(args: argparse.Namespace, cfg: Any, slo: dict[str, float] | None) -> int
         raise ConfigError("--goal knee applies to one card (without --gpus): the knee of its max_num_seqs curve")
     if args.vary:
         raise ConfigError("--vary applies without --gpus; the card search varies --dtypes, --kv-dtypes, --tp itself")
+    if args.device_overlap is None:
+        args.device_overlap = 0.0
+    if args.seqs_per_deployment is None:
+        args.seqs_per_deployment = 3
     if args.seqs_per_deployment < 1:
         raise ConfigError(f"--seqs-per-deployment: {args.seqs_per_deployment}; allowed: an integer >= 1")
     res = search_cards(

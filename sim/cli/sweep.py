@@ -97,15 +97,17 @@ def run(args: argparse.Namespace) -> int:
     if not args.grid:
         raise ConfigError("sweep: give at least one --grid SECTION.KEY=V1,V2,...")
     from sim.app.knee import DEFAULT_KNEE_GAIN, SEQS_KEY, check_gain, sweep_knees
+    from sim.app.sweep import check_grid_overrides
 
     grid = parse_grid(args.grid)
+    check_grid_overrides(grid, args.overrides)
     if args.knee_gain is not None:
         check_gain(args.knee_gain)
         if SEQS_KEY not in grid:
             raise ConfigError(f"--knee-gain {args.knee_gain:g}: the knee is found along an {SEQS_KEY} axis; "
                               f"add --grid {SEQS_KEY}=V1,V2,... or leave --knee-gain out")
     knee_gain = DEFAULT_KNEE_GAIN if args.knee_gain is None else args.knee_gain
-    slo = parse_slo_args(args.slo) if args.slo else None
+    slo = parse_slo_args(args.slo, args.overrides) if args.slo else None
     from sim.app.replicate import check_replications
 
     check_replications(args.replications)  # before anything runs

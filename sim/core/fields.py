@@ -44,12 +44,15 @@ def check_range(
 
 def allowed_range(lo: float | None, hi: float | None, lo_open: bool = False, hi_open: bool = False,
                   unit: str = "") -> str:
+    def num(v: float) -> str:  # an int bound in full (2147483647, not 2.14748e+09)
+        return str(v) if isinstance(v, int) else f"{v:g}"
+
     parts = []
     if lo is not None:
-        parts.append(f"{lo:g} {'<' if lo_open else '<='} ")
+        parts.append(f"{num(lo)} {'<' if lo_open else '<='} ")
     parts.append("value")
     if hi is not None:
-        parts.append(f" {'<' if hi_open else '<='} {hi:g}")
+        parts.append(f" {'<' if hi_open else '<='} {num(hi)}")
     return "".join(parts) + (f" {unit}" if unit else "")
 
 

@@ -82,6 +82,9 @@ def load_servesim_jsonl(path: str | Path, *, skip_bad_rows: bool = False, **opti
         num_skipped=num_skipped,
         errors=tuple(getattr(loaded, "errors", ())),
     )
+    late = int(getattr(loaded, "num_late", 0))
+    if late:  # the loader sorted them: said, as for the CSV formats (core.finish)
+        cols.notes.append(f"{late} rows come before the row above them in time: requests sorted by arrival")
     return finish(cols, opts)
 
 

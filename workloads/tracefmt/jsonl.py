@@ -42,7 +42,7 @@ from sim.core.errors import ConfigError, TraceFormatError
 from sim.core.fields import MAX_PRIORITY
 from sim.core.request import RequestSpec
 from workloads.gen.lengths import MAX_LEN, clip_to_context
-from workloads.tracefmt.rows import READ_ERRORS
+from workloads.tracefmt.rows import READ_ERRORS, DuplicateKey, loads_row
 
 FIELDS = (
     "arrival_time",
@@ -68,6 +68,7 @@ class LoadedTrace(Sequence[RequestSpec]):
     num_skipped: int = 0
     num_clipped: int = 0
     errors: tuple[str, ...] = field(default=(), repr=False)  # first MAX_REPORTED skip reasons
+    num_late: int = 0  # rows that come before the row above them in time (sorted by arrival, and said so)
 
     def __len__(self) -> int:
         return len(self.specs)
@@ -278,9 +279,12 @@ def load_jsonl(
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = loads_row(line)
         except json.JSONDecodeError as e:
             bad(f"{path}:{lineno}: field '(json)': invalid JSON: {e.msg} at column {e.colno}")
+            continue
+        except DuplicateKey as e:
+            bad(f"{path}:{lineno}: field '{e.key}': given twice in one row")
             continue
         except RecursionError:
             bad(f"{path}:{lineno}: field '(json)': invalid JSON: nested too deeply to read (allowed: well under "
@@ -303,6 +307,7 @@ def load_jsonl(
                 spec, num_clipped = clipped, num_clipped + 1
         rows.append((spec, lineno))
 
+    num_late = sum(1 for a, b in zip(rows, rows[1:], strict=False) if b[0].arrival_time < a[0].arrival_time)
     rows.sort(key=lambda r: r[0].arrival_time)  # stable: ties keep file order
     specs: list[RequestSpec] = []
     seen: dict[str, int] = {}
@@ -316,7 +321,7 @@ def load_jsonl(
             continue
         seen[spec.request_id] = lineno
         specs.append(spec)
-    return LoadedTrace(specs, num_skipped, num_clipped, tuple(errors))
+    return LoadedTrace(specs, num_skipped, num_clipped, tuple(errors), num_late)
 
 
 def _jsonable_key(key: Hashable, rid: str) -> Any:

@@ -298,9 +298,12 @@ def iter_json_lines(path: Path, errors: RowErrors) -> Iterator[tuple[int, dict[s
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = loads_row(line)
         except json.JSONDecodeError as e:
             errors.row(lineno, f"invalid JSON: {e.msg} at column {e.colno}")
+            continue
+        except DuplicateKey as e:
+            errors.row(lineno, str(e))
             continue
         except (RecursionError, ValueError) as e:  # nesting past the decoder's stack; an int of > 4300 digits
             errors.row(lineno, json_error(e))
@@ -309,6 +312,35 @@ def iter_json_lines(path: Path, errors: RowErrors) -> Iterator[tuple[int, dict[s
             errors.row(lineno, f"expected a JSON object, got {type(obj).__name__}")
             continue
         yield lineno, obj
+
+
+class DuplicateKey(ValueError):
+    """A JSON object that names a key twice (``json.loads`` would keep the last value without a word)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"field {key!r} given twice in one object")
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+def loads_row(line: str) -> Any:
+    """``json.loads(line)``, refusing an object that repeats a key (DuplicateKey). Each key in the text has
+    its own ':', so a line with no more colons than its object has keys repeats none: only the others
+    (nested objects, colons inside strings) are decoded a second time, with a hook that checks."""
+    obj = json.loads(line)
+    if isinstance(obj, dict) and line.count(":") > len(obj):
+        return json.loads(line, object_pairs_hook=_unique_pairs)
+    if isinstance(obj, list) and ":" in line:
+        return json.loads(line, object_pairs_hook=_unique_pairs)
+    return obj
 
 
 def json_error(e: BaseException) -> str:
