@@ -127,6 +127,20 @@ CASES = [
     ("client-timeout-huge", lambda t: q("workload.client_timeout_s=1e300"), ["client_timeout_s"]),
     ("horizon-huge", lambda t: q("simulation.horizon=1e12"), ["horizon"]),
     ("set-float-overflow", lambda t: q("workload.rate=1e400"), ["1e400", "largest float"]),
+    ("trace-time-scale-tiny", lambda t: ["trace", "stats", str(ROOT / "examples" / "sample_trace.jsonl"),
+                                         "--time-scale", "1e-300"], ["time_scale", "1e-06"]),
+    # --vllm-args: a value after a switch was taken for the model; messages named the wrong thing
+    ("vllm-args-switch-value", lambda t: [*q(), "--vllm-args", "--enable-prefix-caching false"],
+     ["--enable-prefix-caching false", "switch"]),
+    ("vllm-args-negated-switch-value", lambda t: [*q(), "--vllm-args", "--no-enable-prefix-caching=true"],
+     ["use --enable-prefix-caching or --no-enable-prefix-caching"]),
+    ("vllm-args-fraction", lambda t: [*q(), "--vllm-args", "--max-num-seqs 4.5"], ["--max-num-seqs", "not a whole number"]),
+    ("set-unknown-model-named", lambda t: q('model.name="nosuch"'), ["[model] name", "nosuch"]),
+    ("set-unknown-gpu-named", lambda t: q('hardware.gpu="nosuch"'), ["[hardware] gpu", "nosuch"]),
+    ("compare-profile-names-file", lambda t: ["compare", str(ROOT / "tests" / "data" / "runs" / "vllm_bench_result.json"),
+                                              "--gpu", "H100", "--profile",
+                                              str(ROOT / "tests" / "data" / "runs" / "vllm_bench_result.json")],
+     ["calibration profile", "vllm_bench_result.json", "'date'"]),
 ]
 
 
@@ -202,3 +216,14 @@ def test_mooncake_hash_ids_count_is_said(tmp_path):
     tr = load_trace(p, format="mooncake")
     assert len(tr) == 2
     assert any(n.startswith("1 rows whose hash_ids count") for n in tr.notes)
+
+
+def test_vllm_args_value_that_starts_with_a_dash():
+    """argparse would take ``--vllm-args -tp=2``'s value for a flag of its own ("expected one argument")."""
+    from sim.cli.main import _glue_vllm_args
+
+    assert _glue_vllm_args(["run", "c.toml", "--vllm-args", "-tp=2", "--json"]) == \
+        ["run", "c.toml", "--vllm-args=-tp=2", "--json"]
+    assert _glue_vllm_args(["run", "c.toml", "--vllm-args", "vllm serve m"]) == ["run", "c.toml", "--vllm-args",
+                                                                                "vllm serve m"]
+    assert _glue_vllm_args(["run", "--vllm-args"]) == ["run", "--vllm-args"]  # argparse then says what is missing

@@ -28,7 +28,7 @@ def _int(flag: str, text: str) -> int:
     scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}[unit]
     value = num * scale
     if not value.is_integer():
-        raise ConfigError(f"--vllm-args {flag} {text!r}: not a whole number of tokens")
+        raise ConfigError(f"--vllm-args {flag} {text!r}: not a whole number")
     return int(value)
 
 
@@ -111,6 +111,9 @@ class Translation:
     model: str | None = None
 
 
+_BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}  # after a switch: a value it does not take
+
+
 def _tokens(text: str) -> list[str]:
     try:
         toks = shlex.split(text)
@@ -138,6 +141,12 @@ def translate(text: str, accepted_keys: Sequence[str] = ()) -> Translation:
         tok = toks[i]
         i += 1
         if not tok.startswith("-") or tok == "-":
+            prev = _canonical(toks[i - 2].partition("=")[0]) if i >= 2 else ""
+            prev_spec = FLAGS.get("--" + prev[5:] if prev.startswith("--no-") else prev)
+            if prev_spec is not None and prev_spec.parse is None and tok.lower() in _BOOL_WORDS:
+                base = "--" + prev[5:] if prev.startswith("--no-") else prev
+                raise ConfigError(f"--vllm-args {prev} {tok}: {prev} is a switch and takes no value "
+                                  f"(use {base} or --no-{base[2:]})")  # fmt: skip
             if out.model is not None:
                 raise ConfigError(f"--vllm-args: unexpected argument {tok!r} (the model is {out.model!r})")
             out.model = tok
@@ -154,8 +163,9 @@ def translate(text: str, accepted_keys: Sequence[str] = ()) -> Translation:
             continue
         if spec.parse is None:
             if eq:
+                base = "--" + flag[5:] if negated else flag
                 raise ConfigError(f"--vllm-args {tok}: {flag} is a switch and takes no value "
-                                  f"(use {flag} or --no-{flag[2:]})")  # fmt: skip
+                                  f"(use {base} or --no-{base[2:]})")  # fmt: skip
             value: Any = not negated
         else:
             if negated:

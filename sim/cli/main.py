@@ -180,9 +180,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _glue_vllm_args(argv: Sequence[str]) -> list[str]:
+    """``--vllm-args -tp=2`` as ``--vllm-args=-tp=2``: argparse takes a value that starts with '-' for a flag
+    of its own (and says "expected one argument"), but --vllm-args' value is vLLM's flags."""
+    out: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a == "--vllm-args":
+            nxt = next(it, None)
+            if nxt is not None and nxt.startswith("-"):
+                out.append(f"--vllm-args={nxt}")
+                continue
+            out.append(a)
+            if nxt is not None:
+                out.append(nxt)
+            continue
+        out.append(a)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_glue_vllm_args(sys.argv[1:] if argv is None else argv))
     func = getattr(args, "func", None)
     if func is None:  # subcommands registered by other modules dispatch through `run`
         raise SystemExit(parser.print_help() or 2)

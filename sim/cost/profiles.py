@@ -212,7 +212,10 @@ class CalibrationProfile:
         data = load_json(Path(path), "calibration profile file")
         if not isinstance(data, dict):
             raise ConfigError(f"calibration profile {path}: expected a JSON object, got {type(data).__name__}")
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except ConfigError as e:  # which file: a run's result passed as --profile reads as a profile with odd keys
+            raise ConfigError(f"calibration profile {path}: {e}") from None
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")

@@ -95,6 +95,11 @@ class TraceOptions:
             v = getattr(self, name)
             if v is not None and v <= 0:
                 raise ConfigError(f"trace option {name}: must be > 0, got {v}")
+        # time_scale: a million times faster at most, past that a recorded gap falls below the clock's resolution
+        # (1e-300 made every gap 0, and the trace's CV 0); slower is bounded by the last arrival (finish).
+        # rate_scale is not bounded here: a sizing search raises it far (sim/app/sizing.py)
+        if self.time_scale is not None and self.time_scale < 1e-6:
+            raise ConfigError(f"trace option time_scale: got {self.time_scale:g}; allowed time_scale >= 1e-06")
         if self.rate_scale is not None and math.isinf(self.scale):  # 1 / rate_scale overflows
             raise ConfigError(f"trace option rate_scale: got {self.rate_scale!r}; allowed a rate_scale whose inverse "
                               "(the time scale) is a finite number")
