@@ -77,24 +77,36 @@ class Result:
 
 
 def _merge(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    from sim.core.errors import ConfigError
+
     for section, table in overrides.items():
         if not isinstance(table, dict):
-            from sim.core.errors import ConfigError
-
             raise ConfigError(f"servesim.run({section}=...): expected a table (dict) of [{section}] keys, "
                               f"got {type(table).__name__}")
-        raw.setdefault(section, {}).update(table)
+        base = raw.get(section)
+        if section == "frontend" and table.get("enabled") is False:
+            base = {}  # off: a loaded config's filled-in front-end values would be refused beside it
+        raw[section] = {**(base if isinstance(base, dict) else {}), **table}  # None: a section left out
     return raw
 
 
 def _config(config: str | Path | dict[str, Any] | RunConfig | None, overrides: dict[str, Any]) -> RunConfig:
     """A RunConfig from any form ``run`` takes, with ``overrides`` merged table by table."""
+    from sim.core.errors import ConfigError
+
     if isinstance(config, RunConfig):
         raw = config.to_dict()
     elif isinstance(config, str | Path):
-        raw = load_config(config).to_dict()
-    else:
+        from sim.app.config import _resolve_paths
+        from sim.core.fields import load_toml
+
+        raw = load_toml(Path(config))  # the file's own tables: merged before defaults are filled in
+        _resolve_paths(raw, Path(config).parent)
+    elif config is None or isinstance(config, dict):
         raw = copy.deepcopy(config) if config is not None else {}
+    else:
+        raise ConfigError(f"servesim: config must be a TOML path, a dict of tables, a RunConfig or None; got "
+                          f"{type(config).__name__}")
     return config_from_dict(_merge(raw, overrides))
 
 
@@ -108,16 +120,28 @@ def run(config: str | Path | dict[str, Any] | RunConfig | None = None, **overrid
 def _set_strings(overrides: list[str] | dict[str, dict[str, Any]] | None) -> list[str]:
     """``{"engine": {"max_num_seqs": 64}}`` (or ``--set`` strings as they are) -> ``["engine.max_num_seqs=64"]``:
     JSON scalars are TOML values, which is how the replay reads its overrides."""
+    from sim.core.errors import ConfigError
+
     if overrides is None or isinstance(overrides, list | tuple):
+        bad = [o for o in overrides or [] if not isinstance(o, str)]
+        if bad:
+            raise ConfigError(f"servesim.compare(overrides=[...]): {bad[0]!r} is not a string; allowed: "
+                              "'SECTION.KEY=VALUE' strings, or a dict of tables")
         return list(overrides or [])
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"servesim.compare(overrides=...): expected a list of 'SECTION.KEY=VALUE' strings or a "
+                          f"dict of tables, got {type(overrides).__name__}")
     out = []
     for section, table in overrides.items():
         if not isinstance(table, dict):
-            from sim.core.errors import ConfigError
-
             raise ConfigError(f"servesim.compare(overrides={{{section!r}: ...}}): expected a table (dict) of "
                               f"[{section}] keys, got {type(table).__name__}")
-        out += [f"{section}.{k}={json.dumps(v)}" for k, v in table.items()]
+        for k, v in table.items():
+            try:  # a numpy scalar is its Python value
+                text = json.dumps(v, default=lambda x: x.item() if hasattr(x, "item") else repr(x))
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"servesim.compare(overrides={{{section!r}: {{{k!r}: ...}}}}): {e}") from None
+            out.append(f"{section}.{k}={text}")
     return out
 
 
@@ -128,10 +152,18 @@ def compare(run_path: str | Path, gpu: str | None = None, overrides: list[str] |
     strings or a dict of tables; ``max_per_stage``: replay only the first N requests of each stage."""
     from sim.app.compare import compare as _compare
     from sim.app.results import to_jsonable
+    from sim.core.errors import ConfigError
     from workloads.runs import load_run
 
+    if max_per_stage is not None and (isinstance(max_per_stage, bool) or not isinstance(max_per_stage, int)
+                                      or max_per_stage < 1):  # fmt: skip
+        raise ConfigError(f"servesim.compare(max_per_stage=...): expected an integer >= 1 or None, got {max_per_stage!r}")
+    for name, v in (("run_path", run_path), ("profile", profile)):
+        if not (isinstance(v, str | Path) or (v is None and name == "profile")):
+            raise ConfigError(f"servesim.compare({name}=...): expected a path, got {type(v).__name__}")
+    sets = _set_strings(overrides)
     real = load_run(str(run_path), format)
-    c = _compare(real, gpu, profile, _set_strings(overrides), max_per_stage)
+    c = _compare(real, gpu, profile, sets, max_per_stage)
     return to_jsonable(c.to_dict())
 
 

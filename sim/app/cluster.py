@@ -127,6 +127,10 @@ def as_cluster_config(
         return cfg
     if isinstance(cfg, str | Path):
         all_ = load_cluster(cfg, overrides)
+    elif not isinstance(cfg, dict):
+        hint = " (a single engine's config: run it with sim.app.simulate.simulate)" if type(cfg).__name__ == "RunConfig" else ""
+        raise ConfigError(f"a cluster config must be a ClusterConfig, a dict of tables or a TOML path; got "
+                          f"{type(cfg).__name__}{hint}")
     else:
         from sim.app.cluster_config import cluster_variants
 

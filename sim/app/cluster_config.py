@@ -306,6 +306,7 @@ def cluster_from_dict(raw: dict[str, Any], base_dir: str | Path | None = None) -
                     f"replica {r.name!r}: decode replicas receive the KV through their prefix cache; "
                     "enable_prefix_caching must stay on"
                 )
+        _check_kv_handoff(replicas)
         disagg = _disagg(cl.get("disagg"))
     else:  # a comparison's base may set the link for its P/D variants: checked (keys and values), unused here
         _disagg(cl.get("disagg"))
@@ -323,6 +324,22 @@ def cluster_from_dict(raw: dict[str, Any], base_dir: str | Path | None = None) -
         base_dir=None if base_dir is None else str(base_dir),
         raw=copy.deepcopy(raw),
     )
+
+
+def _check_kv_handoff(replicas: list[ReplicaSpec]) -> None:
+    """A prefill replica's KV goes to a decode replica as it is: the same model, KV block size and KV dtype
+    on both sides (the decode replica reads the blocks as the prefill replica wrote them)."""
+    def kv(r: ReplicaSpec) -> tuple[Any, ...]:
+        return r.run.model.name, r.run.engine.block_size, r.run.engine.kv_cache_dtype
+
+    first = replicas[0]
+    for r in replicas[1:]:
+        if kv(r) != kv(first):
+            names = ("model", "block_size", "kv_cache_dtype")
+            diff = [f"{n} {a!r} vs {b!r}" for n, a, b in zip(names, kv(first), kv(r), strict=True) if a != b]
+            raise ConfigError(f"replicas {first.name!r} and {r.name!r}: the KV handed from prefill to decode needs "
+                              f"the same model, block_size and kv_cache_dtype on every P/D replica; got "
+                              f"{', '.join(diff)}")
 
 
 def _disagg(raw: Any) -> DisaggConfig:
@@ -371,7 +388,9 @@ def _streams(raw: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
     out = []
     for j, s in enumerate(raw):
         s = dict(_table(s, f"[[stream]] #{j + 1}"))
-        name = str(s.pop("name", f"s{j}"))
+        name = s.pop("name", f"s{j}")
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"[[stream]] #{j + 1}: name {name!r}; allowed: a non-empty string")
         if s.get("kind", "open") not in ("open", "trace") and "trace" not in s:
             raise ConfigError(f"[[stream]] {name!r}: only open-loop or trace streams can be merged")
         out.append((name, s))

@@ -161,7 +161,25 @@ def _build_engine(raw: Any) -> EngineConfig:
     return EngineConfig(**kwargs, options=own)
 
 
+def _check_tables(raw: Any) -> None:
+    """A config is a dict of tables whose keys are strings, at every depth (as TOML makes them): a list or an
+    int key from Python code is refused here, not by whatever first trips on it."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"a config must be a dict of tables ([section] -> keys), got {type(raw).__name__}")
+    stack: list[tuple[str, Any]] = [("", raw)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if not isinstance(k, str):
+                    raise ConfigError(f"{where or 'config'}: key {k!r} is a {type(k).__name__}; allowed: string keys")
+                stack.append((f"{where}.{k}" if where else k, v))
+        elif isinstance(node, list | tuple):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(node))
+
+
 def config_from_dict(raw: dict[str, Any]) -> RunConfig:
+    _check_tables(raw)
     unknown = sorted(set(raw) - set(SECTION_NAMES))
     if unknown:
         close = difflib.get_close_matches(unknown[0], SECTION_NAMES, n=1)
@@ -238,6 +256,8 @@ def _validate(cfg: RunConfig) -> None:
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    if not isinstance(path, str | Path):
+        raise ConfigError(f"load_config: expected the path of a TOML config, got {type(path).__name__}")
     p = Path(path)
     raw = load_toml(p)
     _resolve_paths(raw, p.parent)
@@ -248,7 +268,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
 def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
     """Trace paths in a config are relative to the config file, as users expect."""
     wl = raw.get("workload")
-    if isinstance(wl, dict) and isinstance(wl.get("trace"), str):
+    if isinstance(wl, dict) and isinstance(wl.get("trace"), str) and wl["trace"].strip():  # "": refused later
         t = Path(wl["trace"])
         if not t.is_absolute() and (base / t).exists():
             wl["trace"] = str(base / t)

@@ -29,6 +29,9 @@ __all__ = ["Setup", "collect", "format_summary", "resolve", "simulate"]  # Setup
 
 def simulate(cfg: RunConfig, *, fast_forward: bool = True, progress: bool = False) -> SimResult:
     """Run ``cfg``; ``progress``: a bar of arrived requests on stderr where it is a terminal (sim/app/progress.py)."""
+    if not isinstance(cfg, RunConfig):  # a dict or a path from a notebook: say which builder makes one
+        raise ConfigError(f"simulate takes a RunConfig (sim.app.config.config_from_dict for a dict, load_config for "
+                          f"a TOML path; or servesim.run, which takes either), got {type(cfg).__name__}")
     t0 = time.perf_counter()
     setup = resolve(cfg)
     wl_cfg = dict(cfg.workload)

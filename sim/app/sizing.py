@@ -291,6 +291,9 @@ def candidate_grid(
     limit: int = 6,
 ) -> list[dict[str, Any]]:
     """Every combination of the engine settings to compare (``max_num_seqs`` first)."""
+    if max_num_seqs is not None and not isinstance(max_num_seqs, list | tuple):
+        raise ConfigError(f"max_num_seqs: expected a list of integers (e.g. [8, 16, 32]) or None, got "
+                          f"{type(max_num_seqs).__name__}")
     seqs = list(max_num_seqs) if max_num_seqs else default_max_num_seqs(cfg, limit=limit)
     for s in seqs:
         if isinstance(s, bool) or not isinstance(s, int) or s < 1:

@@ -41,6 +41,9 @@ def parse_slo(
     ``p<q>_<metric>_ms`` (e.g. ``p99_ttft_ms = 1000``): "the q-th percentile of the metric <= value ms",
     met or not over the whole run. A request's ITL limit applies to its mean gap, which is its TPOT.
     """
+    if slo is not None and not isinstance(slo, Mapping):
+        raise ConfigError(f"SLOs: expected a dict of [slo] keys (e.g. {{'p99_ttft_ms': 1000}}), got "
+                          f"{type(slo).__name__}")
     per_request: dict[str, float] = {}
     pct: dict[str, tuple[str, float, float]] = {}
     for key, raw in (slo or {}).items():
