@@ -227,3 +227,17 @@ def test_vllm_args_value_that_starts_with_a_dash():
     assert _glue_vllm_args(["run", "c.toml", "--vllm-args", "vllm serve m"]) == ["run", "c.toml", "--vllm-args",
                                                                                 "vllm serve m"]
     assert _glue_vllm_args(["run", "--vllm-args"]) == ["run", "--vllm-args"]  # argparse then says what is missing
+
+
+def test_burstgpt_total_tokens_that_disagree_are_said(tmp_path):
+    from workloads.tracefmt import load_trace
+
+    p = tmp_path / "b.csv"
+    p.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                 "5,ChatGPT,100,20,999,Conversation log\n6,ChatGPT,100,20,120,Conversation log\n"
+                 "7,ChatGPT,100,20,abc,Conversation log\n")
+    tr = load_trace(p, format="burstgpt")
+    assert [s.prompt_len for s in tr] == [100] * 3
+    assert any(n.startswith("2 rows whose Total tokens") for n in tr.notes)
+    p.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,100,20,120,x\n")
+    assert not any("Total tokens" in n for n in load_trace(p, format="burstgpt").notes)

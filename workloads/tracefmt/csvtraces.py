@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from sim.core.errors import ConfigError
 from workloads.tracefmt.core import Arrivals, Columns, LoadedTrace, TraceOptions, check_flag, finish
@@ -100,7 +101,7 @@ def load_burstgpt(
         path,
         "burstgpt",
         ("Timestamp", "Request tokens", "Response tokens"),
-        ("Model", "Session ID"),
+        ("Model", "Session ID", "Total tokens"),
         skip=skip_bad_rows,
     )
     stamp = tab.floats("Timestamp", lo=0.0)  # seconds from 0:00 of the first day: never negative
@@ -119,6 +120,11 @@ def load_burstgpt(
             raise ConfigError(f"{path}: no rows with Model {model!r}; models in the file: {found}")
         notes.append(f"model {model!r}: {int((match & keep).sum())} of {int(keep.sum())} rows")
         keep &= match
+    if tab.has("Total tokens"):  # not used (the two counts are), but a row where it disagrees is said
+        total = pd.to_numeric(tab.raw("Total tokens"), errors="coerce").to_numpy(dtype=float)
+        off = int((keep & ~(total == prompt + output)).sum())
+        if off:
+            notes.append(f"{off} rows whose Total tokens is not Request + Response tokens (those two are used)")
     failed = keep & (output == 0)
     num_failed = int(failed.sum())
     if num_failed:
