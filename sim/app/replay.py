@@ -22,6 +22,7 @@ import copy
 import dataclasses
 import heapq
 import math
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,7 @@ from sim.app.results import SimResult, request_metrics
 from sim.app.simulate import Setup, collect, resolve
 from sim.core.errors import ConfigError, ServesimError
 from sim.core.request import RequestSpec
+from sim.core.spec import MAX_ARRIVAL_S
 from sim.cost.hardware import get_gpu, list_gpus
 from sim.cost.models import get_model
 from sim.cost.profiles import CalibrationProfile, get_profile
@@ -180,6 +182,78 @@ def _workload_overrides(overrides: list[str]) -> tuple[list[str], dict[str, Any]
     return rest, wl
 
 
+def _run_setting(exc: ServesimError, run: RealRun, rest: list[str]) -> ServesimError:
+    """A config error about a setting the run file supplied (``[engine] max_num_seqs: ...`` from its metadata,
+    not from --set) with the file's path in front, so the one line names where the value came from."""
+    m = re.match(r"\[(\w+)\] (\w+)", str(exc))
+    if m is None or str(run.settings_file or run.source) in str(exc):
+        return exc
+    sec, key = m.groups()
+    from_run = (sec == "engine" and key in run.engine) or (sec == "hardware" and key in run.hardware) or \
+        (sec == "model" and key == "dtype" and run.dtype is not None)
+    if not from_run or any(o.split("=", 1)[0].strip() == f"{sec}.{key}" for o in rest):
+        return exc
+    return type(exc)(f"{run.settings_file or run.source}: {exc} (the run's own setting; --set {sec}.{key}=... "
+                     "replaces it)")
+
+
+def _arrivals(wl: dict[str, Any], n: int, seed: int) -> np.ndarray:
+    """``n`` send times redrawn from --set workload.rate / arrival / burstiness, each checked by name, the
+    last inside the clock's range (sim/core/spec.py MAX_ARRIVAL_S)."""
+    given = " ".join(f"workload.{k}={wl[k]!r}" for k in ("rate", "arrival", "burstiness") if k in wl)
+    rate = wl["rate"]
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
+        raise ConfigError(f"--set workload.rate={rate!r}: expected a number > 0 (requests/s; inf = all at once)")
+    try:
+        arr = ArrivalConfig(wl.get("arrival", "gamma" if "burstiness" in wl else "poisson"), float(rate),
+                            wl.get("burstiness", 1.0))  # fmt: skip
+        t = np.asarray(arr.sample(n, np.random.default_rng(seed)), float)
+    except ConfigError as e:
+        raise ConfigError(f"--set {given}: {e}") from None
+    if n and not (np.isfinite(t).all() and t.max() <= MAX_ARRIVAL_S):
+        raise ConfigError(f"--set workload.rate={rate!r}: {n} requests at that rate are sent until "
+                          f"{float(np.nanmax(t)):g} s; expected at most {MAX_ARRIVAL_S:g} s (the clock's range): "
+                          f"allowed workload.rate >= {n / MAX_ARRIVAL_S:g}")
+    return t
+
+
+def _check_client(mc: Any, timeout: Any) -> None:
+    """max_concurrency: an integer >= 1 (requests in flight); client_timeout_s: a number > 0 (seconds)."""
+    if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int | float) or not mc >= 1
+                           or not float(mc).is_integer()):  # fmt: skip
+        raise ConfigError(f"--set workload.max_concurrency={mc!r}: expected an integer >= 1 (requests in flight)")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0):
+        raise ConfigError(f"--set workload.client_timeout_s={timeout!r}: expected a number > 0 (seconds)")
+
+
+def _fit_max_model_len(run: RealRun, specs: list[RequestSpec], max_len: int) -> list[RequestSpec]:
+    """A request the run served has prompt + output <= its max_model_len; one longer than the replay's is cut
+    to fit (prompt first, then output) and counted in a note, so it is served as it was, not rejected without
+    a word. Recorded lengths: the replay's max_model_len is smaller than the run's (the note says how to give
+    it); drawn lengths (a Prometheus scrape) may simply come out longer."""
+    p = np.fromiter((s.prompt_len for s in specs), np.int64, len(specs))
+    o = np.fromiter((s.output_len for s in specs), np.int64, len(specs))
+    over = p + o > max_len
+    if run.format == "inference-perf" and run.requests is not None and "ok" in run.requests:
+        over &= run.requests["ok"].to_numpy(bool)[: len(specs)]  # a failed request may have been refused
+    if not over.any():
+        return specs
+    out = list(specs)
+    for i in np.flatnonzero(over):
+        pl = min(int(p[i]), max_len - 1)
+        out[i] = dataclasses.replace(specs[i], prompt_len=pl, output_len=max(min(int(o[i]), max_len - pl), 1))
+    if run.format == "prometheus":
+        note = f"{int(over.sum())} drawn requests cut to fit max_model_len {max_len} (prompt first, then output)"
+    else:
+        i = int(np.flatnonzero(over)[0])
+        note = (f"{int(over.sum())} served requests longer than the replay's max_model_len {max_len} (the first: "
+                f"{specs[i].request_id}, {p[i]} + {o[i]} tokens) cut to fit; the run's own max_model_len was "
+                "larger: give it with --set engine.max_model_len=N")
+    if note not in run.notes:
+        run.notes.append(note)
+    return out
+
+
 def _frontend_table(run: RealRun, profile: CalibrationProfile | None) -> dict[str, Any]:
     """[frontend]: the priors (or the profile's fitted values) for client-side runs; none for engine-side."""
     if run.basis != "client":
@@ -194,6 +268,9 @@ def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
     if max_per_stage is not None and (isinstance(max_per_stage, bool) or max_per_stage < 1):
         raise ConfigError(f"--max-per-stage: max_per_stage must be >= 1, got {max_per_stage}")
     rest, wl = _workload_overrides(list(overrides or []))
+    mc = wl.get("max_concurrency", run.max_concurrency)
+    timeout = wl.get("client_timeout_s", run.client_timeout_s)
+    _check_client(mc, timeout)
     named = any(o.split("=", 1)[0].strip() == "model.name" for o in rest)  # --set model.name=... replaces it
     if not run.model and not named:
         raise ConfigError(f"{run.source}: the run does not name its model: give --set model.name=NAME")
@@ -209,25 +286,27 @@ def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
     engine = {"policy": "vllm", "async_scheduling": True, **run.engine}
     raw: dict[str, Any] = {
         "model": {"name": model, **({"dtype": run.dtype} if run.dtype else {})},
-        "hardware": {"gpu": gpu_name, "tensor_parallel_size": int(run.hardware.get("tensor_parallel_size", 1)),
+        "hardware": {"gpu": gpu_name, "tensor_parallel_size": run.hardware.get("tensor_parallel_size", 1),
                      "profile": profile or "auto"},
         "engine": engine,
         "simulation": {"seed": seed},
     }  # fmt: skip
     raw["frontend"] = _frontend_table(run, prof_obj)
     apply_overrides(raw, rest)
-    cfg = config_from_dict(raw)
-    setup = resolve(cfg)
+    try:
+        cfg = config_from_dict(raw)
+        setup = resolve(cfg)
+    except ServesimError as e:
+        raise _run_setting(e, run, rest) from None
     specs, stage_of = list(run.specs), run.stage_of
     if "rate" in wl or "arrival" in wl or "burstiness" in wl or run.arrivals == "unknown":
         if "rate" not in wl:
             raise ConfigError(f"{run.source}: a {run.format} run records no arrival times: give the load with --set "
                               "workload.rate=R (requests/s; inf = all at once) [--set workload.arrival=poisson|"
                               "gamma|constant --set workload.burstiness=B]")
-        kind = str(wl.get("arrival", "gamma" if "burstiness" in wl else "poisson"))
-        arr = ArrivalConfig(kind, wl["rate"], float(wl.get("burstiness", 1.0)))
-        t = arr.sample(len(specs), np.random.default_rng(seed))
+        t = _arrivals(wl, len(specs), seed)
         specs = [dataclasses.replace(s, arrival_time=float(ti)) for s, ti in zip(specs, t, strict=True)]
+    specs = _fit_max_model_len(run, specs, int(setup.limits.max_model_len))
     warm_n = warmup_counts(run) if max_per_stage is not None else [0] * len(run.stages)
     if max_per_stage is not None:  # an overloaded stage has no steady state to reach: bound its warm-up
         warm_n = [min(w, 2 * max_per_stage) for w in warm_n]
@@ -238,11 +317,6 @@ def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
         ids = [s.request_id for s, kk in zip(specs, stage_of, strict=True) if kk == k]
         if w and len(ids) > max_per_stage:  # a stage shorter than the cap is replayed whole, all counted
             warmup.update(ids[: len(ids) - max_per_stage])
-    mc = wl.get("max_concurrency", run.max_concurrency)
-    timeout = wl.get("client_timeout_s", run.client_timeout_s)
-    for name, v in (("max_concurrency", mc), ("client_timeout_s", timeout)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not v > 0):
-            raise ConfigError(f"--set workload.{name}={v!r}: expected a number > 0")
     settings = {"model": cfg.model.name, "gpu": cfg.hardware.gpu, "profile": setup.meta.get("profile_source"),
                 "profile_path": profile or "auto", "engine": {k: v for k, v in cfg.to_dict()["engine"].items()
                                                              if v is not None},

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.core.errors import TraceFormatError
+from sim.core.errors import ServesimError, TraceFormatError
 from sim.core.fields import load_json
 from sim.core.request import RequestSpec
 from sim.core.spec import MAX_ARRIVAL_S
@@ -157,12 +157,16 @@ def _meta(path: Path) -> dict[str, Any]:
         integer(str(path), "engine_kwargs.tensor_parallel_size", ek["tensor_parallel_size"], lo=1, hi=4096)
     if kv.get("num_gpu_blocks") is not None:
         integer(str(path), "kv_cache.num_gpu_blocks", kv["num_gpu_blocks"], lo=1, hi=2**40)
+    if ek.get("dtype") is not None and (not isinstance(ek["dtype"], str) or ek["dtype"].lower() not in _DTYPES):
+        raise TraceFormatError(f"{path}: field 'engine_kwargs.dtype': got {show(ek['dtype'])}; expected one of "
+                               f"{', '.join(_DTYPES)} (the vLLM --dtype values servesim models)")
     if hw.get("device_name") is not None and not isinstance(hw["device_name"], str):
         raise TraceFormatError(f"{path}: field 'hardware.device_name': expected a string, got {show(hw['device_name'])}")
     return meta
 
 
 TS_NUMERIC = ("t", "prompt_throughput", "gen_throughput", "running", "waiting", "kv_cache_pct")
+TS_RANGE = {"kv_cache_pct": 100.0}  # a percentage; the others are counts or rates: finite and >= 0
 
 
 def _timeseries(path: Path) -> pd.DataFrame | None:
@@ -189,6 +193,13 @@ def _timeseries(path: Path) -> pd.DataFrame | None:
         if len(bad):
             i = int(bad[0])
             raise TraceFormatError(f"{path}: row {i + 1}: field '{col}': expected a number, got {show(ts[col].iloc[i])}")
+        v = num.to_numpy(float)
+        hi = TS_RANGE.get(col, np.inf)
+        out = np.flatnonzero(~np.isnan(v) & ~((v >= 0) & (v <= hi) & np.isfinite(v))) if col != "t" else []
+        if len(out):
+            i = int(out[0])
+            raise TraceFormatError(f"{path}: row {i + 1}: field '{col}': got {v[i]:g}; expected a finite number >= 0"
+                                   + (f" and <= {hi:g}" if np.isfinite(hi) else "") + " (or empty)")
         ts[col] = num
     return ts
 
@@ -216,10 +227,22 @@ def load_engine_jsonl(path: str | Path, seed: int = 0) -> RealRun:
     if wl_path is not None:
         from workloads.tracefmt import load_vllm_bench
 
-        wl = load_vllm_bench(wl_path)
+        try:
+            wl = load_vllm_bench(wl_path)
+        except ServesimError as e:  # its reader's message, with the file it read in front
+            raise (e if str(wl_path) in str(e) else type(e)(f"{wl_path}: {e}")) from None
         wl_rows = pd.DataFrame([json.loads(x) for x in wl_path.read_text().splitlines() if x.strip()])
-        if not (wl_rows["input_toks"].to_numpy() == req["input_toks"].to_numpy()).all():
-            raise TraceFormatError(f"{wl_path}: input_toks do not line up row by row with {f}")
+        for col in ("input_toks", "output_toks", "arrival_time_ns"):
+            if col not in wl_rows:
+                raise TraceFormatError(f"{wl_path}: no '{col}' field; expected the workload as sent (input_toks, "
+                                       "output_toks, arrival_time_ns per request)")
+        for col in TOKENS:
+            diff = np.flatnonzero(wl_rows[col].to_numpy() != req[col].to_numpy())
+            if len(diff):
+                i = int(diff[0])
+                raise TraceFormatError(f"{wl_path}: row {i + 1}: {col} {wl_rows[col].iloc[i]} but {f} row {i + 1} has "
+                                       f"{req[col].iloc[i]} ({len(diff)} rows differ); expected the workload this "
+                                       "run was sent, row by row")
         send = wl_rows["arrival_time_ns"].to_numpy(float) / 1e9
         specs = sorted(wl.specs, key=lambda s: int(s.request_id))  # ids are row numbers: requests.jsonl order
         notes.append(f"workload {wl_path.name}: scheduled send times and token ids (prefix sharing as sent)")
@@ -277,5 +300,5 @@ def load_engine_jsonl(path: str | Path, seed: int = 0) -> RealRun:
         dtype=_DTYPES.get(str(ek.get("dtype", "")).lower()) if ek.get("dtype") else None, engine=engine,
         hardware=hardware, vllm_version=meta.get("vllm_version"),
         arrivals="recorded" if wl_path is not None else "recorded (arrival_time)", requests=df,
-        timeseries=ts, notes=notes, clocks=clocks,
+        timeseries=ts, notes=notes, clocks=clocks, settings_file=d / "meta.json" if meta else None,
     )  # fmt: skip

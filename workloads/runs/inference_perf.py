@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from sim.core.errors import TraceFormatError
-from sim.core.fields import load_json
+from sim.core.fields import MAX_REQUESTS, load_json
 from sim.core.request import RequestSpec
 from workloads.runs.model import (
     MAX_CLOCK_S,
@@ -133,20 +133,33 @@ def _latency_block(where: str, succ: dict[str, Any], out_len: float | None) -> d
     out: dict[str, float] = {}
     for src, m in (("time_to_first_token", "ttft"), ("request_latency", "e2el"),
                    ("time_per_output_token", "tpot_chunk"), ("inter_token_latency", "itl_chunk")):
-        block = lat.get(src) or {}
+        block = _mapping(where, f"successes.latency.{src}", lat.get(src))
+        last: tuple[str, float] | None = None
         for word, stat in _STATS.items():
-            if isinstance(block.get(word), int | float):
-                out[f"{m}_{stat}_ms"] = 1e3 * float(block[word])
-    if out_len is not None and out_len > 1 and "ttft_mean_ms" in out:
+            if block.get(word) is None:
+                continue
+            key = f"successes.latency.{src}.{word}"
+            v = number(where, key, block[word], lo=0.0, what=" (seconds)")
+            if stat != "mean":  # median <= p90 <= p99
+                if last is not None and v < last[1] * (1 - 1e-9):
+                    raise TraceFormatError(f"{where}: field '{key}': {v:g} is below {last[0]} {last[1]:g}; "
+                                           "expected median <= p90 <= p99")
+                last = (word, v)
+            out[f"{m}_{stat}_ms"] = 1e3 * v
+    if out_len is not None and out_len > 1 and "ttft_mean_ms" in out and "e2el_mean_ms" in out:
         out["tpot_mean_ms"] = out["itl_mean_ms"] = (out["e2el_mean_ms"] - out["ttft_mean_ms"]) / (out_len - 1)
-    tp = succ.get("throughput") or {}
-    if isinstance(tp.get("requests_per_sec"), int | float):
-        out["request_throughput"] = float(tp["requests_per_sec"])
+    tp = _mapping(where, "successes.throughput", succ.get("throughput"))
+    rps = number(where, "successes.throughput.requests_per_sec", tp["requests_per_sec"], lo=0.0,
+                 what=" (requests/s)") if tp.get("requests_per_sec") is not None else None  # fmt: skip
+    tps = number(where, "successes.throughput.output_tokens_per_sec", tp["output_tokens_per_sec"], lo=0.0,
+                 what=" (tokens/s)") if tp.get("output_tokens_per_sec") is not None else None  # fmt: skip
+    if rps is not None:
+        out["request_throughput"] = rps
         if out_len is not None:
-            out["output_throughput"] = out_len * float(tp["requests_per_sec"])
-        elif isinstance(tp.get("output_tokens_per_sec"), int | float):
-            out["output_throughput"] = float(tp["output_tokens_per_sec"])
-    out["completed"] = number(where, "successes.count", succ.get("count", 0), lo=0.0)
+            out["output_throughput"] = out_len * rps
+        elif tps is not None:
+            out["output_throughput"] = tps
+    out["completed"] = float(integer(where, "successes.count", succ.get("count", 0), lo=0, hi=MAX_REQUESTS))
     return out
 
 
@@ -154,8 +167,8 @@ def _measured(path: Path, out_len: float | None) -> dict[str, float]:
     d = _json(path)
     check_keys(str(path), d, ("successes", "failures"), "inference-perf lifecycle metrics")
     m = _latency_block(str(path), d["successes"], out_len)
-    m["failed"] = number(str(path), "failures.count", _mapping(str(path), "failures", d["failures"]).get("count", 0),
-                         lo=0.0)
+    m["failed"] = float(integer(str(path), "failures.count", _mapping(str(path), "failures",
+                                                                      d["failures"]).get("count", 0), hi=MAX_REQUESTS))
     return m
 
 
@@ -184,6 +197,8 @@ def _records(path: Path, num_stages: int) -> pd.DataFrame:
     recs = _json(path)
     if not isinstance(recs, list):
         raise TraceFormatError(f"{path}: expected a list of request records")
+    if len(recs) > MAX_REQUESTS:
+        raise TraceFormatError(f"{path}: {len(recs)} request records; expected at most {MAX_REQUESTS}")
     rows = []
     for i, r in enumerate(recs):
         where = f"{path}: record {i}"
@@ -205,21 +220,32 @@ def _records(path: Path, num_stages: int) -> pd.DataFrame:
                                    "start_time <= end_time")
         if not isinstance(times, list):
             raise TraceFormatError(f"{where}: field 'output_token_times': expected a list of numbers, got {show(times)}")
-        first = number(where, "output_token_times[0]", times[0], lo=-MAX_CLOCK_S, hi=MAX_CLOCK_S,
-                       what=" (seconds)") if times else math.nan  # fmt: skip
+        _token_times(where, times)
+        first = float(times[0]) if times else math.nan
         ok = not r.get("error")
         if ok and times and not start <= first <= end:
             raise TraceFormatError(f"{where}: field 'output_token_times[0]': {first} is outside start_time {start} .. "
                                    f"end_time {end}; expected the first token between the send and the end")
-        stage = r.get("stage_id") or 0
-        stage = integer(where, "stage_id", stage, lo=0, hi=max(num_stages - 1, 0),
-                        what=f" (config.yaml has {num_stages} load stages)")
+        stage = r.get("stage_id")
+        stage = 0 if stage is None else integer(where, "stage_id", stage, lo=0, hi=max(num_stages - 1, 0),
+                                                what=f" (config.yaml has {num_stages} load stages)")
         text = r.get("request_data")
         if text is not None and not isinstance(text, str):  # a key for prefix identity: the body as one string
             text = json.dumps(text, sort_keys=True, default=str)
         rows.append({"stage": stage, "start": start, "prompt_len": p, "output_len": o, "ok": ok,
                      "ttft": first - start if times else math.nan, "e2el": end - start, "text": text})  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def _token_times(where: str, times: list[Any]) -> None:
+    """output_token_times: each a finite clock reading (perf_counter seconds), in the order they came."""
+    prev = -math.inf
+    for j, x in enumerate(times):
+        v = number(where, f"output_token_times[{j}]", x, lo=-MAX_CLOCK_S, hi=MAX_CLOCK_S, what=" (seconds)")
+        if v < prev:
+            raise TraceFormatError(f"{where}: field 'output_token_times[{j}]': {v} is before output_token_times"
+                                   f"[{j - 1}] {prev}; expected the tokens' times in the order they came")
+        prev = v
 
 
 def load_inference_perf(path: str | Path, seed: int = 0) -> RealRun:
@@ -276,6 +302,9 @@ def load_inference_perf(path: str | Path, seed: int = 0) -> RealRun:
         arrivals = "recorded"
         notes.append("arrivals, lengths and failures from per_request_lifecycle_metrics.json; prompts with "
                      "equal text share their KV prefix")
+        empty = int((rec["ok"] & (rec["output_len"] < 1)).sum())
+        if empty:  # an empty reply (EOS first) still took a step to produce: replayed with one token, and said
+            notes.append(f"{empty} successful requests with output_tokens 0 replayed with 1 output token")
     else:
         w0 = str(files[0][1])
         plen = int(round(number(w0, "successes.prompt_len.mean", _mapping(w0, "successes.prompt_len", stage0.get(
@@ -290,12 +319,14 @@ def load_inference_perf(path: str | Path, seed: int = 0) -> RealRun:
         times, stage_list = [], []
         t0 = 0.0
         rng = np.random.default_rng(seed)
+        total = sum(r * d for r, d in loads if r is not None and d is not None)
         for k, (rate, dur) in enumerate(loads):
             assert rate is not None and dur is not None  # required without per-request records
+            if not rate * dur <= MAX_REQUESTS + 0.5 or not total <= MAX_REQUESTS + 0.5:
+                raise TraceFormatError(f"{cfg_where}: load.stages[{k}]: rate {rate:g} x duration {dur:g} s = "
+                                       f"{rate * dur:g} requests ({total:g} in all stages); expected at most "
+                                       f"{MAX_REQUESTS} to rebuild")
             n = int(round(rate * dur))
-            if n > 10**8:
-                raise TraceFormatError(f"{cfg_where}: load.stages[{k}]: rate {rate:g} x duration {dur:g} s = {n} "
-                                       "requests; expected at most 1e8 to rebuild")
             if load["type"] == "constant":
                 ts = t0 + np.arange(n) / rate
             elif load["type"] == "poisson":
@@ -340,5 +371,5 @@ def load_inference_perf(path: str | Path, seed: int = 0) -> RealRun:
         measured=measured, overall=overall, meaning=dict(MEANING), model=model, engine=engine,
         hardware=hardware, vllm_version=str(exp["vllm_version"]) if "vllm_version" in exp else None,
         client_timeout_s=float(timeout) if timeout else CLIENT_TIMEOUT_S, arrivals=arrivals,
-        requests=requests, notes=notes,
+        requests=requests, notes=notes, settings_file=exp_path,
     )  # fmt: skip

@@ -101,6 +101,9 @@ class RealRun:
     notes: list[str] = field(default_factory=list)
     # Engine-side clock alignment the real latencies were computed with (per-request engine JSONL).
     clocks: dict[str, float] = field(default_factory=dict)
+    # The file the run's [engine] / [hardware] settings were read from (meta.json, exp-config.yaml, the bench
+    # JSON, the last scrape): a config error about one of them names it. None: ``source``.
+    settings_file: Path | None = None
 
     def __post_init__(self) -> None:
         self.stage_of = np.asarray(self.stage_of, dtype=np.int64)

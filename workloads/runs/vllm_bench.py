@@ -14,7 +14,7 @@ import pandas as pd
 
 from sim.core.errors import TraceFormatError
 from sim.core.request import RequestSpec
-from workloads.runs.model import LATENCIES, RealRun, Stage, show, stats_from_requests
+from workloads.runs.model import LATENCIES, RealRun, Stage, integer, show, stats_from_requests
 from workloads.tracefmt.benchresult import (
     bench_rate,
     read_successes,
@@ -25,7 +25,6 @@ from workloads.tracefmt.benchresult import (
 ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "gpu_memory_utilization",
                "enable_prefix_caching", "enable_chunked_prefill", "async_scheduling", "kv_cache_dtype",
                "num_gpu_blocks_override")  # fmt: skip
-HARDWARE_KEYS = {"gpu": "gpu", "tensor_parallel_size": "tensor_parallel_size", "tp": "tensor_parallel_size"}
 _FILE_STATS = {"mean": "mean", "median": "p50", "p90": "p90", "p99": "p99"}
 
 MEANING = {
@@ -53,16 +52,88 @@ def _scalar(text: Any) -> Any:
     return text
 
 
-def _file_stats(res: dict[str, Any]) -> dict[str, float]:
-    out = {}
+def _aggregate(res: dict[str, Any], key: str, path: Path) -> float | None:
+    """A total or a statistic the file states (absent or null: None): a finite number >= 0, not a bool."""
+    v = res.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not (math.isfinite(v) and v >= 0):
+        raise TraceFormatError(f"{path}: field {key!r}: expected a finite number >= 0, got {show(v)}")
+    return float(v)
+
+
+def _file_stats(res: dict[str, Any], path: Path, computed: dict[str, float], notes: list[str]) -> dict[str, float]:
+    """The file's own aggregates, checked (finite, >= 0, median <= p90 <= p99). Where the per-request arrays
+    give the same number and the file's differs (more than 0.1 %), the arrays win and a note says so."""
+    out, differ = {}, []
     for m in LATENCIES:
+        seen: list[tuple[str, float]] = []
         for word, stat in _FILE_STATS.items():
-            v = res.get(f"{word}_{m}_ms")
-            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
-                out[f"{m}_{stat}_ms"] = float(v)
-    for k in ("request_throughput", "output_throughput", "completed"):
-        if isinstance(res.get(k), int | float):
-            out[k] = float(res[k])
+            v = _aggregate(res, f"{word}_{m}_ms", path)
+            if v is None:
+                continue
+            if stat != "mean" and seen and v < seen[-1][1] * (1 - 1e-9):
+                raise TraceFormatError(f"{path}: field '{word}_{m}_ms': {v:g} is below {seen[-1][0]} {seen[-1][1]:g}; "
+                                       "expected median <= p90 <= p99")
+            if stat != "mean":
+                seen.append((f"{word}_{m}_ms", v))
+            out[f"{m}_{stat}_ms"] = v
+    for k in ("request_throughput", "output_throughput"):
+        if (v := _aggregate(res, k, path)) is not None:
+            out[k] = v
+    for k, v in list(out.items()):
+        c = computed.get(k)
+        if c is not None and math.isfinite(c) and abs(v - c) > 1e-3 * max(abs(c), 1e-9) + 1e-9:
+            differ.append(f"{_file_key(k)} {v:g} (arrays: {c:g})")
+            del out[k]
+    if differ:
+        notes.append("the file's aggregates differ from its per-request arrays, the arrays' values used: "
+                     + ", ".join(differ))
+    return out
+
+
+def _file_key(k: str) -> str:
+    """``ttft_p50_ms`` -> the file's spelling ``median_ttft_ms``."""
+    if not k.endswith("_ms"):
+        return k
+    m, stat, _ = k.rsplit("_", 2)
+    return f"{next(w for w, s in _FILE_STATS.items() if s == stat)}_{m}_ms"
+
+
+def _completed(res: dict[str, Any], reqs: Any, path: Path) -> None:
+    """``completed`` (vLLM counts a request with no error) against the arrays: the successful rows (no error,
+    output_lens > 0) up to the rows with no error; anything else is a file that contradicts itself."""
+    v = res.get("completed")
+    if v is None:  # a file without the total: the arrays say it
+        return
+    integral = isinstance(v, int) or (isinstance(v, float) and v.is_integer())
+    if isinstance(v, bool) or not integral or v < 0:
+        raise TraceFormatError(f"{path}: field 'completed': expected an integer >= 0 (the successful requests), "
+                               f"got {show(v)}")
+    errors = res.get("errors")
+    ok = int(reqs.ok.sum())
+    no_error = int(sum(1 for e in errors if not e)) if isinstance(errors, list) else len(reqs.ok)
+    if not ok <= v <= no_error:
+        raise TraceFormatError(f"{path}: field 'completed': {int(v)}, but the per-request arrays hold {ok} successful "
+                               "requests (errors \"\" and output_lens > 0); expected the same count")
+
+
+def _tensor_parallel(res: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The hardware the --metadata names: ``gpu`` (a string) and ``tensor_parallel_size`` / ``tp`` (an integer
+    >= 1; both given: the same)."""
+    out: dict[str, Any] = {}
+    if "gpu" in res:
+        if not isinstance(res["gpu"], str):
+            raise TraceFormatError(f"{path}: field 'gpu': expected a GPU name (a string), got {show(res['gpu'])}")
+        out["gpu"] = res["gpu"]
+    for k in ("tensor_parallel_size", "tp"):
+        if k not in res:
+            continue
+        tp = integer(str(path), k, _scalar(res[k]), lo=1, hi=4096)
+        if out.get("tensor_parallel_size", tp) != tp:
+            raise TraceFormatError(f"{path}: field 'tp': {show(res['tp'])} but 'tensor_parallel_size' "
+                                   f"{show(res['tensor_parallel_size'])}; expected one value (or only one key)")
+        out["tensor_parallel_size"] = tp
     return out
 
 
@@ -103,14 +174,15 @@ def load_vllm_bench_run(path: str | Path, seed: int = 0) -> RealRun:
     itl = np.asarray([g for i in order for g in reqs.itl[i]], float)
     measured = stats_from_requests(df, itl)
     dur = _duration(res, path)
+    _completed(res, reqs, path)
     measured["completed"] = float(ok.sum())  # failures are not replayed, so not compared (see notes)
     measured.update(request_throughput=float(ok.sum()) / dur, output_throughput=float(out.sum()) / dur)
-    measured.update(_file_stats(res))  # the file's own numbers win where it has them (they are the same)
+    notes = [f"arrivals {how}", "no prompt content in the file: prompts replayed as unique (no prefix hits)"]
+    measured.update(_file_stats(res, path, measured, notes))  # the file's own numbers where they agree
     engine = {k: _scalar(res[k]) for k in ENGINE_KEYS if k in res}
-    hardware = {v: _scalar(res[k]) for k, v in HARDWARE_KEYS.items() if k in res}
+    hardware = _tensor_parallel(res, path)
     rate = bench_rate(res, path)
     mc = _max_concurrency(res, path)
-    notes = [f"arrivals {how}", "no prompt content in the file: prompts replayed as unique (no prefix hits)"]
     if (~ok).any():
         notes.append(f"{int((~ok).sum())} failed requests not replayed (their output length is not recorded)")
     if not engine:
@@ -124,5 +196,5 @@ def load_vllm_bench_run(path: str | Path, seed: int = 0) -> RealRun:
         vllm_version=str(res["vllm_version"]) if "vllm_version" in res else None,
         max_concurrency=mc,
         arrivals="recorded" if how.startswith("recorded") else how,
-        requests=df, itl=itl, notes=notes,
+        requests=df, itl=itl, notes=notes, settings_file=path,
     )  # fmt: skip

@@ -143,6 +143,10 @@ def bench_requests(res: dict[str, Any], path: Path) -> BenchRequests:
     prompt = np.asarray(res["input_lens"], dtype=np.int64)
     output = np.asarray(res["output_lens"], dtype=np.int64)
     errors = res["errors"]
+    for i, e in enumerate(errors):  # vLLM's RequestFuncOutput.error: "" when it succeeded, else the error text
+        if e is not None and not isinstance(e, str):
+            raise TraceFormatError(f"{path}: errors[{i}]: expected the error text (a string, \"\" when the request "
+                                   f"succeeded) or null, got {show(e)}")
     ok = np.array([not e for e in errors], dtype=bool) & (output > 0)
     ttft = np.array([_float(x) for x in res["ttfts"]])
     itl = [_gaps(res["itls"][i], i, bool(ok[i]), path) for i in range(n)]
