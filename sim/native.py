@@ -148,7 +148,11 @@ def active() -> bool:
 
 def install() -> None:
     """Before any compiled module is imported: use the build if it matches (once per process)."""
-    if active() or os.environ.get(PURE_ENV) == "1":
+    pure = os.environ.get(PURE_ENV)
+    if pure not in (None, "", "0", "1"):  # read at import, before any CLI: a warning, not an exit
+        warnings.warn(f"servesim: {PURE_ENV}={pure!r} is not understood; allowed: 1 (run interpreted) or 0 / unset "
+                      "(the compiled build when it matches); running as if unset", RuntimeWarning, stacklevel=2)
+    if active() or pure == "1":
         return
     st = state()
     if st == "stale":

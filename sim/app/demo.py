@@ -99,7 +99,7 @@ def story(df: pd.DataFrame) -> str:
     )
 
 
-def run_demo(out: Path, quick: bool = False, plotlyjs: str = "directory") -> pd.DataFrame:
+def run_demo(out: Path, quick: bool = False, plotlyjs: str | None = "directory") -> pd.DataFrame:
     """Print the story, write report.html and one folder per level under ``out``: one plotly.min.js in
     ``out`` serves every page; the per-level folders hold the Parquet tables, not steps.jsonl (the same
     counts as steps.parquet, 9 MB of text over the four levels)."""
@@ -120,7 +120,7 @@ def run_demo(out: Path, quick: bool = False, plotlyjs: str = "directory") -> pd.
     text = story(df)
     print(text)
     df.to_csv(out / "concurrency_sweep.csv")
-    js = PlotlyJS(plotlyjs, out)
+    js = PlotlyJS(plotlyjs or "directory", out)
     for c, (res, s) in runs.items():
         write_outputs(res, out / f"concurrency_{c}", summary=s, title=f"servesim demo: concurrency {c}",
                       plotlyjs=js, step_trace=False)  # fmt: skip

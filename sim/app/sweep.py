@@ -17,6 +17,7 @@ import copy
 import itertools
 import json
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
 from dataclasses import dataclass, fields
@@ -254,6 +255,14 @@ def _run_pool(tasks: Sequence[Task], pool: Executor, bar: Any, func) -> list[dic
     return results  # type: ignore[return-value]
 
 
+def check_ray_address(address: str) -> None:
+    """``--address``: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT`` (what ``ray.init`` takes), port 1-65535."""
+    m = re.fullmatch(r"(?:ray://)?([A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:]+\]):(\d{1,5})", address.strip())
+    if address.strip() != "auto" and (m is None or not 1 <= int(m.group(2)) <= 65535):
+        raise ConfigError(f"--address {address!r}: expected auto, HOST:PORT or ray://HOST:PORT (a Ray cluster's "
+                          "address)")
+
+
 def _run_ray(tasks: Sequence[Task], address: str | None, bar: Any, func) -> list[dict[str, Any]]:
     try:
         import ray
@@ -261,7 +270,11 @@ def _run_ray(tasks: Sequence[Task], address: str | None, bar: Any, func) -> list
         raise ConfigError("--backend ray needs Ray: pip install 'servesim[ray]'") from None
     started = not ray.is_initialized()
     if started:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        except (ValueError, ConnectionError, RuntimeError) as e:  # no cluster there, ray[client] missing, ...
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ConfigError(f"--address {address!r}: Ray could not connect ({first})") from None
     try:
         remote = ray.remote(num_cpus=1)(func)
         refs = {remote.remote(t): i for i, t in enumerate(tasks)}

@@ -54,10 +54,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated profile fields fitted with their group, then set to --base's value (fixed "
                         "costs of a benchmarked kernel that is not the engine's, so they do not bend the other fields)")
     f.add_argument("--out", help="write the fitted profile JSON here")
-    f.add_argument("--holdout", nargs="+", default=None, metavar="FRAC|RUN",
+    f.add_argument("--holdout", action="extend", nargs="+", default=None, metavar="FRAC|RUN",
                    help="microbenchmarks: also fit without the largest FRAC of each file's shapes and report "
                         "held-out errors; with --from-run: real runs to report held-out errors on")
-    f.add_argument("--from-run", nargs="+", metavar="RUN",
+    f.add_argument("--from-run", action="extend", nargs="+", metavar="RUN",
                    help="fit engine-level terms to real runs (vllm bench result JSON, inference-perf results, "
                         "requests.jsonl, Prometheus scrapes) by least squares on the replay (sim/app/runfit.py)")
     # defaults None, filled in with --from-run (sim/cli/fit_runs.py): given without it they are refused
@@ -180,7 +180,8 @@ def run_fit(args: argparse.Namespace) -> int:
         return run_fit_from_runs(args)
     replay_only = [flag for flag, v in (("--max-per-stage", args.max_per_stage is not None),
                                         ("--max-nfev", args.max_nfev is not None),
-                                        ("--profile", args.profile), ("--set", args.overrides)) if v]  # fmt: skip
+                                        ("--profile", args.profile), ("--set", args.overrides),
+                                        ("--quiet", getattr(args, "quiet", False))) if v]  # fmt: skip
     if replay_only:  # a flag that would do nothing is refused, not ignored
         raise ConfigError(f"{', '.join(replay_only)}: only with --from-run (the replay fit); a microbenchmark fit "
                           "takes --gpu, --model, --base, --freeze, --from-base, --holdout, --out, --report")
@@ -248,6 +249,27 @@ def run_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_calibrate(args: argparse.Namespace) -> None:
+    """The suite's flags, checked before it runs: --out a new or empty directory, --tp a degree the model's
+    heads split into (1-8, as `run` takes), --iters and --max-tokens >= 1 (--max-tokens not with --smoke,
+    whose shapes are fixed)."""
+    from sim.cli.outpath import check_out_dir
+    from sim.core.errors import ConfigError
+    from sim.core.fields import check_range
+    from sim.cost.models import get_model
+
+    check_out_dir(args.out)
+    check_range("", "--iters", args.iters, 1, 10_000)
+    check_range("", "--max-tokens", args.max_tokens, 1, 1 << 20)
+    check_range("", "--tp", args.tp, 1, 8)
+    if args.smoke and args.max_tokens != 16384:
+        raise ConfigError(f"--max-tokens {args.max_tokens}: not with --smoke (its shapes are fixed and tiny)")
+    spec = get_model(args.model)
+    if spec.num_attention_heads % args.tp or spec.num_key_value_heads % args.tp:
+        raise ConfigError(f"--tp {args.tp}: {spec.name}'s {spec.num_attention_heads} attention heads and "
+                          f"{spec.num_key_value_heads} KV heads must split evenly; allowed: a divisor of both")
+
+
 def run_calibrate(args: argparse.Namespace) -> int:
     from sim.core.errors import ServesimError
     from sim.cost.calibrate.fit import fit_profile, holdout_errors, with_metadata
@@ -255,14 +277,16 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from sim.cost.hardware import get_gpu
     from sim.cost.profiles import gpu_slug, prior_profile
 
+    _check_calibrate(args)  # before minutes of timing, not after them
     out = Path(args.out)
+    named = get_gpu(args.gpu) if args.gpu else None  # a GPU given by name must be in the catalogue
     cfg = SuiteConfig(model=args.model, tp=args.tp, device=args.device, smoke=args.smoke,
                       max_tokens=args.max_tokens, iters=args.iters)
     bench = run_suite(cfg, log=lambda m: print(f"  {m}", flush=True))
     bench.save(out)
     print(f"wrote {out / 'samples.csv'} ({len(bench.samples)} samples) and {out / 'meta.json'}")
     try:
-        gpu = get_gpu(args.gpu or bench.gpu)
+        gpu = named or get_gpu(bench.gpu)
         base = prior_profile(gpu)
     except ServesimError:
         gpu = measured_spec(bench, bench.gpu)  # CPU or an unknown device: peaks = what it reached here

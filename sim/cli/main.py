@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 # No collections while the libraries load (pandas, pyarrow, pydantic: ~70 ms of a 0.5 s import went to
 # collections that found no garbage); the collector is back as it was before any command runs.
@@ -39,7 +39,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--step-trace", action="store_true",
                    help="with --out: steps.jsonl lists each step's scheduled requests ([id, tokens]) instead of "
                         "its counts (records every step's rows: slower and larger)")
-    p.add_argument("--goodput", nargs="+", default=[], metavar="NAME:MS",
+    p.add_argument("--goodput", action="extend", nargs="+", default=[], metavar="NAME:MS",
                    help="per-request SLOs as vllm bench serve --goodput takes them, e.g. ttft:1000 tpot:50 (ms); "
                         "sets [slo] ttft_ms / tpot_ms / itl_ms / e2el_ms")
     from sim.cli.catalog import add_vllm_option
@@ -75,8 +75,8 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--replications {args.replications}: only with --intervals")
     if args.level is not None:
         raise ConfigError(f"--level {args.level:g}: only with --intervals")
-    check_steps_jsonl_flags(args)
     check_out_dir(args.out)  # before any simulation, so a bad --out does not waste the run
+    check_steps_jsonl_flags(args)
     slos = slo_from_goodput_args(args.goodput)
     for o in args.overrides:  # --goodput is --set slo.K=V by another name: both for one K, one would be lost
         key = o.split("=", 1)[0].strip()
@@ -136,9 +136,32 @@ def _version() -> str:
         return "0+unknown"
 
 
+_SEEN = "_servesim_given"  # the namespace's record of the single-value options given (_StoreOnce)
+
+
+class _StoreOnce(argparse._StoreAction):
+    """argparse's store, except that an option given twice with different values is an error: argparse
+    keeps the last (``--out a --out b`` wrote only b), which would silently replace the first."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        given = namespace.__dict__.setdefault(_SEEN, {})
+        if option_string is not None and self.dest in given and given[self.dest] != values:
+            parser.error(f"argument {option_string}: given twice ({given[self.dest]!r} and {values!r}); allowed: "
+                         "one value")
+        given[self.dest] = values
+        super().__call__(parser, namespace, values, option_string)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (what was wrong and where to look), exit code 2, like
-    every other bad input; ``--help`` still prints the whole usage."""
+    every other bad input; ``--help`` still prints the whole usage. A single-value option given twice
+    with different values is refused (``_StoreOnce``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -202,6 +225,7 @@ def _glue_vllm_args(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(_glue_vllm_args(sys.argv[1:] if argv is None else argv))
+    vars(args).pop(_SEEN, None)
     func = getattr(args, "func", None)
     if func is None:  # subcommands registered by other modules dispatch through `run`
         raise SystemExit(parser.print_help() or 2)

@@ -17,6 +17,8 @@ def check_out_dir(path: str | Path | None, flag: str = "--out") -> None:
     writers make the directory once there is something to write), so a refused input leaves no trace."""
     if path is None:
         return
+    if not str(path).strip():  # "" would be the current directory on some commands and nothing on others
+        raise ConfigError(f"{flag}: an empty path; allowed: a directory path (e.g. out/run1)")
     p = Path(path)
     try:
         _check_dir(p, flag)
@@ -48,6 +50,8 @@ def check_out_file(path: str | Path | None, flag: str = "--out") -> None:
     """The same for a single output file: its folder must be writable and the path not a directory."""
     if path is None:
         return
+    if not str(path).strip():
+        raise ConfigError(f"{flag}: an empty path; allowed: a file path")
     p = Path(path)
     try:
         is_dir = p.is_dir()
@@ -55,7 +59,10 @@ def check_out_file(path: str | Path | None, flag: str = "--out") -> None:
         raise ConfigError(f"{flag}: cannot use {short_path(p)} ({exc.strerror or exc}); allowed: a file path") from None
     if is_dir:
         raise ConfigError(f"{flag}: {p} is a directory; allowed: a file path")
-    check_out_dir(p.parent if str(p.parent) else ".", flag)
+    parent = p.parent if str(p.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():
+        raise ConfigError(f"{flag}: cannot write {p}: {parent} is a file; allowed: a file path in a directory")
+    check_out_dir(parent, flag)
     name_max = os.pathconf(_existing(p.parent), "PC_NAME_MAX")
     if len(os.fsencode(p.name)) > name_max:
         raise ConfigError(f"{flag}: a file name of {len(os.fsencode(p.name))} bytes ({short_path(p)}); allowed: at most "
@@ -73,7 +80,7 @@ def add_plotlyjs_option(p: argparse.ArgumentParser) -> None:
     """``--plotlyjs directory|cdn|inline``: how the HTML reports load plotly.js (sim/app/plotlyjs.py)."""
     from sim.app.plotlyjs import PLOTLYJS_MODES
 
-    p.add_argument("--plotlyjs", choices=PLOTLYJS_MODES, default="directory",
+    p.add_argument("--plotlyjs", choices=PLOTLYJS_MODES, default=None,  # None: directory; given without --out: refused
                    help="HTML reports: directory (default) writes one plotly.min.js into the output directory for "
                         "every page there (offline, one copy); cdn loads it from the CDN; inline embeds it per file")  # fmt: skip
 
@@ -91,3 +98,8 @@ def check_steps_jsonl_flags(args: argparse.Namespace) -> None:
                      ("--steps-jsonl", getattr(args, "steps_jsonl", False))):
         if on and not getattr(args, "out", None):
             raise ConfigError(f"{flag}: only with --out (it is how steps.jsonl is written)")
+    if getattr(args, "step_trace", False) and getattr(args, "steps_jsonl", False):
+        raise ConfigError("--step-trace and --steps-jsonl: one or the other (--step-trace writes the full trace, "
+                          "which replaces the counts --steps-jsonl asks for)")
+    if getattr(args, "plotlyjs", None) and not getattr(args, "out", None):
+        raise ConfigError("--plotlyjs: only with --out (it says how the written report.html loads plotly.js)")

@@ -15,5 +15,9 @@ def add_quiet_option(p: argparse.ArgumentParser) -> None:
 def show_progress(args: argparse.Namespace) -> bool:
     """A bar unless --quiet (or sweep's --no-progress), and only on a terminal; size's --progress forces it."""
     if getattr(args, "progress", False) is True:
+        if getattr(args, "quiet", False):  # the two contradict each other: neither would be honoured whole
+            from sim.core.errors import ConfigError
+
+            raise ConfigError("--progress and --quiet: one or the other")
         return True
     return wanted(bool(getattr(args, "quiet", False) or getattr(args, "no_progress", False)))

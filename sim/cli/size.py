@@ -164,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
     if card_only and not args.gpus:
         raise ConfigError(f"{', '.join(card_only)}: only with --gpus (options of the card search)")
     check_out_dir(args.out)
+    if args.plotlyjs is not None and not args.out:
+        raise ConfigError("--plotlyjs: only with --out (it says how the written size.html loads plotly.js)")
     from sim.cli.catalog import vllm_overrides
     from sim.cli.prices import price_overrides
     from sim.cli.progress import show_progress

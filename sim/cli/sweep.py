@@ -111,11 +111,15 @@ def run(args: argparse.Namespace) -> int:
     from sim.app.replicate import check_replications
 
     check_replications(args.replications)  # before anything runs
-    from sim.app.sweep import check_jobs
+    from sim.app.sweep import check_jobs, check_ray_address
 
     check_jobs(args.jobs)
-    if args.address and args.backend != "ray":
+    if args.address is not None and args.backend != "ray":
         raise ConfigError("--address only applies to --backend ray")
+    if args.jobs is not None and args.backend == "ray":  # Ray schedules the tasks on its own CPUs
+        raise ConfigError(f"--jobs {args.jobs}: local processes only; with --backend ray the cluster's CPUs run the tasks")
+    if args.address is not None:
+        check_ray_address(args.address)
     if not str(args.out).endswith((".parquet", ".pq", ".csv")):
         raise ConfigError(f"--out {args.out}: expected a .parquet or .csv file name")
     from sim.cli.outpath import check_out_file
