@@ -96,6 +96,7 @@ def test_compare_overrides_take_numpy_scalars():
 
     assert _set_strings({"engine": {"max_num_seqs": np.int64(8), "gpu_memory_utilization": np.float32(0.5)}}) == \
         ["engine.max_num_seqs=8", "engine.gpu_memory_utilization=0.5"]
+    assert _set_strings({"workload": {"rate": float("inf")}}) == ["workload.rate=inf"]  # TOML's inf, not JSON's
 
 
 # ---- config checks, through the CLI ---------------------------------------------------------------------
@@ -112,8 +113,10 @@ role = "decode"
 
 CLI_CASES = [
     ("pd-model-mismatch", PD.format(p='model = { name = "Mistral-7B" }'), ["'p' and 'd'", "model"]),
-    ("pd-block-size-mismatch", PD.format(p="engine = { block_size = 32 }"), ["block_size 32 vs None"]),
-    ("pd-kv-dtype-mismatch", PD.format(p='engine = { kv_cache_dtype = "fp8" }'), ["kv_cache_dtype 'fp8' vs 'auto'"]),
+    ("pd-block-size-mismatch", PD.format(p="engine = { block_size = 32 }").replace(
+        'role = "decode"', 'role = "decode"\nengine = { block_size = 16 }'), ["block_size 32 vs 16"]),
+    ("pd-kv-dtype-mismatch", PD.format(p='engine = { kv_cache_dtype = "fp8" }').replace(
+        'role = "decode"', 'role = "decode"\nengine = { kv_cache_dtype = "bf16" }'), ["kv_cache_dtype 'fp8' vs 'bf16'"]),
     ("stream-name-list", '[cluster]\nreplicas = 2\n[[stream]]\nname = [1]\nrate = 1.0\nnum_requests = 5\n'
                          'prompt = 10\noutput = 5\n', ["[[stream]] #1", "name [1]"]),
 ]
@@ -133,3 +136,14 @@ def test_empty_trace_path_names_the_field(tmp_path, capsys):
     p = tmp_path / "c.toml"
     p.write_text(BASE.split("[workload]")[0] + '[workload]\ntrace = ""\n')
     run_bad_case(["run", str(p)], ["workload.trace", "''"], capsys)
+
+
+def test_pd_replicas_that_agree_once_resolved_run(tmp_path):
+    """An alias of the same model, a block size given on one side only (the other takes the preset's), a KV
+    dtype left to "auto" on one side: not a mismatch."""
+    from sim.app.cluster_config import load_cluster
+
+    for p in ('model = { name = "llama-3.1-8b" }', "engine = { block_size = 16 }", 'engine = { kv_cache_dtype = "fp8" }'):
+        path = tmp_path / "c.toml"
+        path.write_text(BASE + PD.format(p=p))
+        assert len(load_cluster(path)[""].replicas) == 2

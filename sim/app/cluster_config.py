@@ -45,7 +45,7 @@ from typing import Any
 
 from routers.base import resolve_router_name
 from sim.app.config import RunConfig, apply_overrides, config_from_dict
-from sim.core.errors import ConfigError
+from sim.core.errors import ConfigError, ServesimError
 from sim.core.fields import load_toml
 
 RUN_SECTIONS = ("model", "hardware", "engine", "workload", "simulation", "slo", "frontend", "cost")
@@ -329,14 +329,23 @@ def cluster_from_dict(raw: dict[str, Any], base_dir: str | Path | None = None) -
 def _check_kv_handoff(replicas: list[ReplicaSpec]) -> None:
     """A prefill replica's KV goes to a decode replica as it is: the same model, KV block size and KV dtype
     on both sides (the decode replica reads the blocks as the prefill replica wrote them)."""
-    def kv(r: ReplicaSpec) -> tuple[Any, ...]:
-        return r.run.model.name, r.run.engine.block_size, r.run.engine.kv_cache_dtype
+    from sim.cost.models import get_model
+
+    def model(r: ReplicaSpec) -> str:
+        try:
+            return get_model(r.run.model.name).name  # an alias is the same model
+        except ServesimError:
+            return str(r.run.model.name)  # refused by name where the replica is built
 
     first = replicas[0]
     for r in replicas[1:]:
-        if kv(r) != kv(first):
-            names = ("model", "block_size", "kv_cache_dtype")
-            diff = [f"{n} {a!r} vs {b!r}" for n, a, b in zip(names, kv(first), kv(r), strict=True) if a != b]
+        diff = [] if model(r) == model(first) else [f"model {first.run.model.name!r} vs {r.run.model.name!r}"]
+        # left out (None / "auto") is the preset's or the model's own: compared only where both sides name one
+        for key in ("block_size", "kv_cache_dtype"):
+            a, b = getattr(first.run.engine, key), getattr(r.run.engine, key)
+            if a not in (None, "auto") and b not in (None, "auto") and a != b:
+                diff.append(f"{key} {a!r} vs {b!r}")
+        if diff:
             raise ConfigError(f"replicas {first.name!r} and {r.name!r}: the KV handed from prefill to decode needs "
                               f"the same model, block_size and kv_cache_dtype on every P/D replica; got "
                               f"{', '.join(diff)}")

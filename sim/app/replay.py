@@ -238,10 +238,11 @@ def _fit_max_model_len(run: RealRun, specs: list[RequestSpec], max_len: int) -> 
         over &= run.requests["ok"].to_numpy(bool)[: len(specs)]  # a failed request may have been refused
     if not over.any():
         return specs
+    from workloads.tracefmt.jsonl import clip_spec
+
     out = list(specs)
     for i in np.flatnonzero(over):
-        pl = min(int(p[i]), max_len - 1)
-        out[i] = dataclasses.replace(specs[i], prompt_len=pl, output_len=max(min(int(o[i]), max_len - pl), 1))
+        out[i] = clip_spec(specs[i], max_len) or specs[i]  # token ids, hash ids and segments cut with the prompt
     if run.format == "prometheus":
         note = f"{int(over.sum())} drawn requests cut to fit max_model_len {max_len} (prompt first, then output)"
     else:

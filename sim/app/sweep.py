@@ -256,11 +256,12 @@ def _run_pool(tasks: Sequence[Task], pool: Executor, bar: Any, func) -> list[dic
 
 
 def check_ray_address(address: str) -> None:
-    """``--address``: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT`` (what ``ray.init`` takes), port 1-65535."""
-    m = re.fullmatch(r"(?:ray://)?([A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:]+\]):(\d{1,5})", address.strip())
-    if address.strip() != "auto" and (m is None or not 1 <= int(m.group(2)) <= 65535):
-        raise ConfigError(f"--address {address!r}: expected auto, HOST:PORT or ray://HOST:PORT (a Ray cluster's "
-                          "address)")
+    """``--address``: ``auto``, ``local``, ``HOST:PORT`` or ``ray://HOST:PORT`` (what ``ray.init`` takes), port
+    1-65535; an IPv6 host in brackets."""
+    m = re.fullmatch(r"(?:ray://)?([A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]):(\d{1,5})", address.strip())
+    if address.strip() not in ("auto", "local") and (m is None or not 1 <= int(m.group(2)) <= 65535):
+        raise ConfigError(f"--address {address!r}: expected auto, local, HOST:PORT or ray://HOST:PORT (a Ray "
+                          "cluster's address)")
 
 
 def _run_ray(tasks: Sequence[Task], address: str | None, bar: Any, func) -> list[dict[str, Any]]:

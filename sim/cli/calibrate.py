@@ -256,6 +256,7 @@ def _check_calibrate(args: argparse.Namespace) -> None:
     from sim.cli.outpath import check_out_dir
     from sim.core.errors import ConfigError
     from sim.core.fields import check_range
+    from sim.cost.hardware import get_gpu, validate_tp
     from sim.cost.models import get_model
 
     check_out_dir(args.out)
@@ -264,10 +265,10 @@ def _check_calibrate(args: argparse.Namespace) -> None:
     check_range("", "--tp", args.tp, 1, 8)
     if args.smoke and args.max_tokens != 16384:
         raise ConfigError(f"--max-tokens {args.max_tokens}: not with --smoke (its shapes are fixed and tiny)")
-    spec = get_model(args.model)
-    if spec.num_attention_heads % args.tp or spec.num_key_value_heads % args.tp:
-        raise ConfigError(f"--tp {args.tp}: {spec.name}'s {spec.num_attention_heads} attention heads and "
-                          f"{spec.num_key_value_heads} KV heads must split evenly; allowed: a divisor of both")
+    try:  # the split `run` accepts (vLLM's: heads divide by tp; KV heads divide by tp or are replicated)
+        validate_tp(get_gpu("H100 SXM"), args.tp, get_model(args.model))
+    except ConfigError as e:
+        raise ConfigError(f"--tp {args.tp}: {e}") from None
 
 
 def run_calibrate(args: argparse.Namespace) -> int:

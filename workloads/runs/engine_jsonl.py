@@ -20,6 +20,7 @@ way.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,8 @@ MEANING = {
     "e2el": "engine last-token timestamp (aligned) - client send",
     "timeseries": "vLLM's 1-second stats log (timeseries.csv): running, waiting, kv_cache_pct",
 }
-_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "auto": "auto", "fp8": "fp8"}
+_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "auto": "auto", "fp8": "fp8", "float": "fp32",
+           "float32": "fp32"}  # vLLM's --dtype values
 
 
 def is_engine_jsonl(path: Path) -> bool:
@@ -236,15 +238,23 @@ def load_engine_jsonl(path: str | Path, seed: int = 0) -> RealRun:
             if col not in wl_rows:
                 raise TraceFormatError(f"{wl_path}: no '{col}' field; expected the workload as sent (input_toks, "
                                        "output_toks, arrival_time_ns per request)")
-        for col in TOKENS:
-            diff = np.flatnonzero(wl_rows[col].to_numpy() != req[col].to_numpy())
-            if len(diff):
-                i = int(diff[0])
-                raise TraceFormatError(f"{wl_path}: row {i + 1}: {col} {wl_rows[col].iloc[i]} but {f} row {i + 1} has "
-                                       f"{req[col].iloc[i]} ({len(diff)} rows differ); expected the workload this "
-                                       "run was sent, row by row")
+        # The prompts sent are the prompts served: a row that differs is another run's workload file. Outputs
+        # may differ (a stop string, EOS without ignore_eos, max_model_len): the engine's are replayed, and said.
+        diff = np.flatnonzero(wl_rows["input_toks"].to_numpy() != req["input_toks"].to_numpy())
+        if len(diff):
+            i = int(diff[0])
+            raise TraceFormatError(f"{wl_path}: row {i + 1}: input_toks {wl_rows['input_toks'].iloc[i]} but {f} row "
+                                   f"{i + 1} has {req['input_toks'].iloc[i]} ({len(diff)} rows differ); expected the "
+                                   "workload this run was sent, row by row")
         send = wl_rows["arrival_time_ns"].to_numpy(float) / 1e9
         specs = sorted(wl.specs, key=lambda s: int(s.request_id))  # ids are row numbers: requests.jsonl order
+        served = req["output_toks"].to_numpy()
+        short = np.flatnonzero(wl_rows["output_toks"].to_numpy() != served)
+        if len(short):
+            specs = [s if s.output_len == max(int(o), 1) else replace(s, output_len=max(int(o), 1))
+                     for s, o in zip(specs, served, strict=True)]
+            notes.append(f"{len(short)} requests generated another output length than the workload asked for: the "
+                         "engine's (requests.jsonl output_toks) replayed")
         notes.append(f"workload {wl_path.name}: scheduled send times and token ids (prefix sharing as sent)")
     else:
         send = None

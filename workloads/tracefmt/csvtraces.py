@@ -122,7 +122,7 @@ def load_burstgpt(
         keep &= match
     if tab.has("Total tokens"):  # not used (the two counts are), but a row where it disagrees is said
         total = pd.to_numeric(tab.raw("Total tokens"), errors="coerce").to_numpy(dtype=float)
-        off = int((keep & ~(total == prompt + output)).sum())
+        off = int((keep & ~np.isnan(total) & ~(total == prompt + output)).sum())  # an empty cell says nothing
         if off:
             notes.append(f"{off} rows whose Total tokens is not Request + Response tokens (those two are used)")
     failed = keep & (output == 0)

@@ -213,8 +213,8 @@ def _parse_row(row: Any, extra: str) -> RequestSpec:
     return RequestSpec(**kw)
 
 
-def _clip(spec: RequestSpec, max_model_len: int) -> RequestSpec | None:
-    """The spec fitted into ``max_model_len`` tokens, or None when it already fits."""
+def clip_spec(spec: RequestSpec, max_model_len: int) -> RequestSpec | None:
+    """The spec fitted into ``max_model_len`` tokens (its content cut with it), or None when it already fits."""
     p, o, changed = clip_to_context(np.array([spec.prompt_len]), np.array([spec.output_len]), max_model_len)
     if not changed[0]:
         return None
@@ -302,7 +302,7 @@ def load_jsonl(
             bad(f"{path}:{lineno}: {e}")
             continue
         if max_model_len is not None:
-            clipped = _clip(spec, max_model_len)
+            clipped = clip_spec(spec, max_model_len)
             if clipped is not None:
                 spec, num_clipped = clipped, num_clipped + 1
         rows.append((spec, lineno))
