@@ -87,8 +87,17 @@ def _merge(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
         base = raw.get(section)
         if section == "frontend" and table.get("enabled") is False:
             base = {}  # off: a loaded config's filled-in front-end values would be refused beside it
-        raw[section] = {**(base if isinstance(base, dict) else {}), **table}  # None: a section left out
+        raw[section] = {**(base if isinstance(base, dict) else {}), **_plain(table)}  # None: a section left out
     return raw
+
+
+def _plain(v: Any) -> Any:
+    """A notebook's numpy scalars as the Python numbers a TOML file gives (``np.int64(8)`` is an int)."""
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return type(v)(_plain(x) for x in v)
+    return v.item() if type(v).__module__ == "numpy" and hasattr(v, "item") and getattr(v, "ndim", 1) == 0 else v
 
 
 def _config(config: str | Path | dict[str, Any] | RunConfig | None, overrides: dict[str, Any]) -> RunConfig:

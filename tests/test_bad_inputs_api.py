@@ -147,3 +147,11 @@ def test_pd_replicas_that_agree_once_resolved_run(tmp_path):
         path = tmp_path / "c.toml"
         path.write_text(BASE + PD.format(p=p))
         assert len(load_cluster(path)[""].replicas) == 2
+
+
+def test_run_takes_numpy_scalars_as_numbers():
+    import servesim
+
+    res = servesim.run(Q, engine={"max_num_seqs": np.int64(8), "gpu_memory_utilization": np.float64(0.85)},
+                       workload={"num_requests": np.int32(10)})
+    assert len(res.requests) == 10 and res.config.engine.max_num_seqs == 8

@@ -137,6 +137,7 @@ CASES = [
     ("vllm-args-fraction", lambda t: [*q(), "--vllm-args", "--max-num-seqs 4.5"], ["--max-num-seqs", "not a whole number"]),
     ("set-unknown-model-named", lambda t: q('model.name="nosuch"'), ["[model] name", "nosuch"]),
     ("set-unknown-gpu-named", lambda t: q('hardware.gpu="nosuch"'), ["[hardware] gpu", "nosuch"]),
+    ("set-model-empty-folder", lambda t: q(f'model.name="{t}"'), ["[model] name", "holds no config.json"]),
     ("compare-profile-names-file", lambda t: ["compare", str(ROOT / "tests" / "data" / "runs" / "vllm_bench_result.json"),
                                               "--gpu", "H100", "--profile",
                                               str(ROOT / "tests" / "data" / "runs" / "vllm_bench_result.json")],

@@ -23,7 +23,7 @@ from policies.options import LIMIT_KNOBS, MemoryRule
 from sim.app.config import EngineConfig, RunConfig, shared_engine_keys
 from sim.app.engine_memory import engine_overheads, fraction_of
 from sim.app.memory import plan_memory
-from sim.core.errors import ConfigError, MemoryPlanError, UnknownNameError
+from sim.core.errors import ConfigError, MemoryPlanError
 from sim.core.typed import check_value
 from sim.cost.costmodel import make_cost_model
 from sim.cost.hardware import get_gpu
@@ -136,14 +136,14 @@ def resolve(cfg: RunConfig) -> Setup:
         return v if v is not None else cls.LIMITS.get(key, fallback)
 
     block_size = pick("block_size", 16)
-    try:  # a catalogue miss names the config field it came from (a --set, a --vllm-args MODEL, the file)
+    try:  # a miss names the config field it came from (a --set, a --vllm-args MODEL, the file)
         model = get_model(cfg.model.name)
-    except UnknownNameError as e:
-        raise UnknownNameError(f"[model] name: {e}") from None
+    except ConfigError as e:
+        raise type(e)(f"[model] name: {e}") from None
     try:
         gpu = get_gpu(cfg.hardware.gpu)
-    except UnknownNameError as e:
-        raise UnknownNameError(f"[hardware] gpu: {e}") from None
+    except ConfigError as e:
+        raise type(e)(f"[hardware] gpu: {e}") from None
     max_num_seqs = pick("max_num_seqs", 256)
     mnbt_explicit = explicit["max_num_batched_tokens"]
     mnbt = mnbt_explicit or cls.LIMITS.get("max_num_batched_tokens", 2048)

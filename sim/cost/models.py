@@ -231,10 +231,14 @@ def get_model(name_or_path: str) -> ModelSpec:
     text = str(name_or_path)
     path = Path(text).expanduser()
     if text.endswith(".json") or path.is_dir() or path.is_file():
-        if path.is_dir():
+        folder = path.is_dir()
+        if folder:
             path = path / "config.json"
         if path.is_file():
             return load_hf_config(path)
+        if folder:
+            raise ConfigError(f"model folder {text} holds no config.json; allowed: a catalogue name, a config.json "
+                              "path, or a folder holding one")
         if text.endswith(".json"):
             raise ConfigError(f"model config file not found: {text}")
     key = _norm(text)
