@@ -147,11 +147,10 @@ def _set_strings(overrides: list[str] | dict[str, dict[str, Any]] | None) -> lis
             raise ConfigError(f"servesim.compare(overrides={{{section!r}: ...}}): expected a table (dict) of "
                               f"[{section}] keys, got {type(table).__name__}")
         for k, v in table.items():
-            try:  # a numpy scalar is its Python value; inf and nan in TOML's spelling (JSON's is Infinity)
-                v = v.item() if hasattr(v, "item") and not isinstance(v, list | tuple | dict) else v
+            v = _plain(v)  # a numpy scalar is its Python value
+            try:  # inf and nan in TOML's spelling (JSON's is Infinity)
                 text = (("inf" if v > 0 else "-inf") if isinstance(v, float) and math.isinf(v) else "nan"
-                        if isinstance(v, float) and math.isnan(v)
-                        else json.dumps(v, default=lambda x: x.item() if hasattr(x, "item") else repr(x)))
+                        if isinstance(v, float) and math.isnan(v) else json.dumps(v))
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"servesim.compare(overrides={{{section!r}: {{{k!r}: ...}}}}): {e}") from None
             out.append(f"{section}.{k}={text}")

@@ -11,22 +11,11 @@ import pytest
 
 from sim.core.errors import ServesimError
 from tests.test_bad_inputs import no_simulation, run_bad_case  # noqa: F401
+from tests.test_bad_inputs_part3 import BASE  # one small A100 config, its [workload] last
 
 ROOT = Path(__file__).resolve().parents[1]
 Q = str(ROOT / "examples" / "quickstart.toml")
 SMALL = {"workload": {"num_requests": 10}}
-BASE = """[model]
-name = "Llama-3.1-8B"
-[hardware]
-gpu = "A100 80GB"
-[engine]
-max_model_len = 4096
-[workload]
-rate = 2.0
-num_requests = 10
-prompt = 100
-output = 10
-"""
 
 
 def _api_cases():
@@ -58,7 +47,7 @@ def _api_cases():
         ("size-slo-list", lambda: servesim.size(Q, slo=[1]), ["SLOs", "list"]),
         ("size-slo-str", lambda: servesim.size(Q, slo="p99_ttft:1000"), ["SLOs", "str"]),
         ("size-seqs-int", lambda: servesim.size(Q, max_num_seqs=4), ["max_num_seqs", "int"]),
-        ("size-seqs-array", lambda: servesim.size(Q, max_num_seqs=np.array([4, 8])), ["max_num_seqs", "ndarray"]),
+        ("size-seqs-str", lambda: servesim.size(Q, max_num_seqs="8,16"), ["max_num_seqs", "str"]),
         ("load-config-none", lambda: load_config(None), ["load_config", "NoneType"]),
         ("load-config-dict", lambda: load_config({}), ["load_config", "dict"]),
     ]
@@ -155,3 +144,13 @@ def test_run_takes_numpy_scalars_as_numbers():
     res = servesim.run(Q, engine={"max_num_seqs": np.int64(8), "gpu_memory_utilization": np.float64(0.85)},
                        workload={"num_requests": np.int32(10)})
     assert len(res.requests) == 10 and res.config.engine.max_num_seqs == 8
+
+
+def test_size_takes_any_sequence_of_max_num_seqs():
+    """A range or a numpy array is a list of candidates (the type check must not refuse them)."""
+    from sim.app.config import load_config
+    from sim.app.sizing import candidate_grid
+
+    cfg = load_config(Q)
+    for seqs in ([4, 8], range(4, 9, 4), np.array([4, 8])):
+        assert [c["engine.max_num_seqs"] for c in candidate_grid(cfg, seqs, None)] == [4, 8]

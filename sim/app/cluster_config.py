@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from routers.base import resolve_router_name
-from sim.app.config import RunConfig, apply_overrides, config_from_dict
+from sim.app.config import RunConfig, apply_overrides, config_from_dict, override_key
 from sim.core.errors import ConfigError, ServesimError
 from sim.core.fields import load_toml
 
@@ -149,7 +149,7 @@ def variants(raw: dict[str, Any], overrides: list[str] | None = None) -> dict[st
     """``{name: raw config}`` for each ``[variants.NAME]`` (``{"": raw}`` without variants); ``--set``
     overrides apply last, to every variant."""
     for o in overrides or ():
-        if o.split("=", 1)[0].strip().split(".")[0].strip() == "variants":
+        if override_key(o).split(".")[0] == "variants":
             raise ConfigError(f"--set {o!r}: --set applies to every variant, after the merge; allowed: a "
                               "SECTION.KEY of the run (e.g. cluster.router), or edit [variants.NAME] in the file")
     table = raw.get("variants")

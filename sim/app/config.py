@@ -308,6 +308,12 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return raw
 
 
+def override_key(item: str) -> str:
+    """The dotted key a ``--set SECTION.KEY=VALUE`` sets, as the config reads it (parts stripped, TOML quotes
+    resolved): what the checks comparing a --set with another option's key look at."""
+    return ".".join(part.strip() for part in _key_path(item.partition("=")[0], item))
+
+
 def _key_path(path: str, item: str) -> list[str]:
     """The parts of ``--set``'s dotted key. A quoted part is read as TOML reads a key (``slo."p99.9_ttft_ms"``:
     a dot inside quotes belongs to the name); without quotes the dots split it as written (a card's price key

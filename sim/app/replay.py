@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from sim.app.config import apply_overrides, config_from_dict, parse_value
+from sim.app.config import apply_overrides, config_from_dict, override_key, parse_value
 from sim.app.frontend import FrontendConfig, apply_frontend, with_frontend
 from sim.app.progress import run_bar, run_env
 from sim.app.results import SimResult, request_metrics
@@ -168,7 +168,7 @@ def cap_stages(specs: list[RequestSpec], stage_of: np.ndarray, run: RealRun,
 def _workload_overrides(overrides: list[str]) -> tuple[list[str], dict[str, Any]]:
     rest, wl = [], {}
     for item in overrides:
-        head = item.split("=", 1)[0].strip()
+        head = override_key(item)
         if head.startswith("workload."):
             key = head.removeprefix("workload.")
             if key not in WORKLOAD_KEYS:
@@ -191,7 +191,7 @@ def _run_setting(exc: ServesimError, run: RealRun, rest: list[str]) -> ServesimE
     sec, key = m.groups()
     from_run = (sec == "engine" and key in run.engine) or (sec == "hardware" and key in run.hardware) or \
         (sec == "model" and key == "dtype" and run.dtype is not None)
-    if not from_run or any(o.split("=", 1)[0].strip() == f"{sec}.{key}" for o in rest):
+    if not from_run or any(override_key(o) == f"{sec}.{key}" for o in rest):
         return exc
     return type(exc)(f"{run.settings_file or run.source}: {exc} (the run's own setting; --set {sec}.{key}=... "
                      "replaces it)")
@@ -272,7 +272,7 @@ def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
     mc = wl.get("max_concurrency", run.max_concurrency)
     timeout = wl.get("client_timeout_s", run.client_timeout_s)
     _check_client(mc, timeout)
-    named = any(o.split("=", 1)[0].strip() == "model.name" for o in rest)  # --set model.name=... replaces it
+    named = any(override_key(o) == "model.name" for o in rest)  # --set model.name=... replaces it
     if not run.model and not named:
         raise ConfigError(f"{run.source}: the run does not name its model: give --set model.name=NAME")
     try:

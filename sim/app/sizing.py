@@ -291,10 +291,15 @@ def candidate_grid(
     limit: int = 6,
 ) -> list[dict[str, Any]]:
     """Every combination of the engine settings to compare (``max_num_seqs`` first)."""
-    if max_num_seqs is not None and not isinstance(max_num_seqs, list | tuple):
+    if max_num_seqs is not None and (isinstance(max_num_seqs, str | bytes | Mapping)
+                                     or not hasattr(max_num_seqs, "__iter__")):
         raise ConfigError(f"max_num_seqs: expected a list of integers (e.g. [8, 16, 32]) or None, got "
                           f"{type(max_num_seqs).__name__}")
-    seqs = list(max_num_seqs) if max_num_seqs else default_max_num_seqs(cfg, limit=limit)
+    # a range or a numpy array too; numpy's integers as the ints they are
+    seqs = [s.item() if type(s).__module__ == "numpy" else s for s in max_num_seqs or ()] if not isinstance(
+        max_num_seqs, np.ndarray) else max_num_seqs.tolist()
+    if not seqs:
+        seqs = default_max_num_seqs(cfg, limit=limit)
     for s in seqs:
         if isinstance(s, bool) or not isinstance(s, int) or s < 1:
             raise ConfigError(f"--max-num-seqs: expected integers >= 1, got {s!r}")

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 import pandas as pd
 
-from sim.app.config import _SECTIONS, RunConfig, config_from_dict, engine_keys, parse_value
+from sim.app.config import _SECTIONS, RunConfig, config_from_dict, engine_keys, override_key, parse_value
 from sim.app.progress import bar as progress_bar
 from sim.app.replicate import DEFAULT_LEVEL, interval_table, run_one, seed_list
 from sim.core.errors import ConfigError, ServesimError
@@ -105,7 +105,7 @@ def parse_grid(items: Sequence[str], flag: str = "--grid") -> dict[str, list[Any
 def check_grid_overrides(grid: Mapping[str, Any], overrides: Sequence[str], flag: str = "--grid") -> None:
     """A ``--set`` of a key the grid varies would be lost (the grid's values win): refused."""
     for o in overrides:
-        key = ".".join(part.strip() for part in o.split("=", 1)[0].split("."))
+        key = override_key(o)
         if key in grid:
             raise ConfigError(f"{flag} {key}=... and --set {o!r} both set {key}; allowed: one of them (put the "
                               f"value in {flag})")

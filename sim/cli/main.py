@@ -58,7 +58,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from sim.app.config import load_config
+    from sim.app.config import load_config, override_key
     from sim.app.outputs import write_outputs
     from sim.app.results import slo_from_goodput_args, summarize
     from sim.app.simulate import simulate
@@ -79,7 +79,7 @@ def _run(args: argparse.Namespace) -> int:
     check_steps_jsonl_flags(args)
     slos = slo_from_goodput_args(args.goodput)
     for o in args.overrides:  # --goodput is --set slo.K=V by another name: both for one K, one would be lost
-        key = o.split("=", 1)[0].strip()
+        key = override_key(o)
         if key.startswith("slo.") and key[4:] in slos:
             raise ConfigError(f"--goodput and --set {o!r} both set slo.{key[4:]}; allowed: one of them")
     goodput = [f"slo.{k}={v!r}" for k, v in slos.items()]

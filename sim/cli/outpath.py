@@ -101,5 +101,10 @@ def check_steps_jsonl_flags(args: argparse.Namespace) -> None:
     if getattr(args, "step_trace", False) and getattr(args, "steps_jsonl", False):
         raise ConfigError("--step-trace and --steps-jsonl: one or the other (--step-trace writes the full trace, "
                           "which replaces the counts --steps-jsonl asks for)")
-    if getattr(args, "plotlyjs", None) and not getattr(args, "out", None):
-        raise ConfigError("--plotlyjs: only with --out (it says how the written report.html loads plotly.js)")
+    check_plotlyjs(args, "report.html")
+
+
+def check_plotlyjs(args: argparse.Namespace, page: str) -> None:
+    """``--plotlyjs`` without ``--out`` would do nothing (no page is written): refused."""
+    if getattr(args, "plotlyjs", None) is not None and not getattr(args, "out", None):
+        raise ConfigError(f"--plotlyjs: only with --out (it says how the written {page} loads plotly.js)")

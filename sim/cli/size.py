@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sim.app.config import add_override_option
-from sim.cli.outpath import check_out_dir
+from sim.app.config import add_override_option, override_key
+from sim.cli.outpath import check_out_dir, check_plotlyjs
 from sim.core.errors import ConfigError
 from sim.core.fields import check_range
 
@@ -35,7 +35,7 @@ def parse_slo_args(items: list[str], overrides: list[str] | None = None) -> dict
     from sim.app.results import slo_from_args
 
     for o in overrides or ():
-        if o.split("=", 1)[0].strip().startswith("slo."):
+        if override_key(o).startswith("slo."):
             raise ConfigError(f"--slo and --set {o!r}: --slo replaces the config's [slo], so the --set would be "
                               "unused; allowed: put every SLO in --slo, or use --set slo.K=V without --slo")
     return slo_from_args(items, flag="--slo", percentiles=True)
@@ -164,8 +164,7 @@ def run(args: argparse.Namespace) -> int:
     if card_only and not args.gpus:
         raise ConfigError(f"{', '.join(card_only)}: only with --gpus (options of the card search)")
     check_out_dir(args.out)
-    if args.plotlyjs is not None and not args.out:
-        raise ConfigError("--plotlyjs: only with --out (it says how the written size.html loads plotly.js)")
+    check_plotlyjs(args, "size.html")
     from sim.cli.catalog import vllm_overrides
     from sim.cli.prices import price_overrides
     from sim.cli.progress import show_progress
