@@ -148,6 +148,9 @@ def _set_strings(overrides: list[str] | dict[str, dict[str, Any]] | None) -> lis
                               f"[{section}] keys, got {type(table).__name__}")
         for k, v in table.items():
             v = _plain(v)  # a numpy scalar is its Python value
+            if v is None:  # TOML has no null: a --set cannot say "the default"
+                raise ConfigError(f"servesim.compare(overrides={{{section!r}: {{{k!r}: None}}}}): None has no --set "
+                                  "spelling; allowed: a value, or leave the key out (the run's own setting)")
             try:  # inf and nan in TOML's spelling (JSON's is Infinity)
                 text = (("inf" if v > 0 else "-inf") if isinstance(v, float) and math.isinf(v) else "nan"
                         if isinstance(v, float) and math.isnan(v) else json.dumps(v))
@@ -167,6 +170,7 @@ def compare(run_path: str | Path, gpu: str | None = None, overrides: list[str] |
     from sim.core.errors import ConfigError
     from workloads.runs import load_run
 
+    max_per_stage = _plain(max_per_stage)  # np.int64(5) is 5
     if max_per_stage is not None and (isinstance(max_per_stage, bool) or not isinstance(max_per_stage, int)
                                       or max_per_stage < 1):  # fmt: skip
         raise ConfigError(f"servesim.compare(max_per_stage=...): expected an integer >= 1 or None, got {max_per_stage!r}")
@@ -187,10 +191,92 @@ def size(config: str | Path | dict[str, Any] | RunConfig | None = None, slo: dic
     ``.recommended``), or with ``as_dict`` what ``servesim size --json`` prints."""
     from sim.app.sizing import size as _size
 
+    if not isinstance(as_dict, bool):
+        from sim.core.errors import ConfigError
+
+        raise ConfigError(f"servesim.size(as_dict=...): expected True or False, got {as_dict!r}")
+    kw = _size_keywords(kw)
     cfg = _config(config, {})
     if slo is not None:
         from sim.app.results import parse_slo
 
-        parse_slo(slo)  # before any run: a bad key or unit is one line naming it
+        parse_slo(_plain(slo))  # before any run: a bad key or unit is one line naming it
+        slo = _plain(slo)
     res = _size(cfg, slo, **kw)
     return res.to_dict() if as_dict else res
+
+
+def _values(name: str, v: Any) -> list[Any]:
+    """A list of candidate values from a list, tuple, range, numpy array or pandas Series (numpy's
+    numbers as Python's), refused when it is a string, a table, empty or names a value twice."""
+    from sim.core.errors import ConfigError
+
+    if isinstance(v, str | bytes | dict) or not hasattr(v, "__iter__"):
+        raise ConfigError(f"servesim.size({name}): expected a list of values (e.g. [8, 16, 32]), got "
+                          f"{type(v).__name__}")
+    out = [_plain(x) for x in (v.tolist() if hasattr(v, "tolist") else v)]
+    if not out:
+        raise ConfigError(f"servesim.size({name}): empty; allowed: one value or more (None: the default grid)")
+    seen: list[Any] = []
+    for x in out:
+        if x in seen:  # a repeated candidate would be searched twice and shown as two
+            raise ConfigError(f"servesim.size({name}): {x!r} given twice; allowed: distinct values")
+        seen.append(x)
+    return out
+
+
+def _size_keywords(kw: dict[str, Any]) -> dict[str, Any]:
+    """``size``'s keywords checked as the CLI checks its flags, before any simulation, each error naming
+    the keyword; numpy's numbers (and arrays or Series of candidates) taken as Python's."""
+    import inspect
+    from numbers import Real
+
+    from sim.app.replicate import MAX_REPLICATIONS
+    from sim.app.sizing import GOALS
+    from sim.app.sizing import size as _size
+    from sim.core.errors import ConfigError
+
+    allowed = [k for k in inspect.signature(_size).parameters if k not in ("cfg", "slo")]
+    out: dict[str, Any] = {}
+    for k, v in kw.items():
+        if k not in allowed:
+            raise ConfigError(f"servesim.size({k}=...): unknown keyword; allowed: slo, as_dict, {', '.join(allowed)}")
+        if k == "max_num_seqs":
+            v = None if v is None else _values("max_num_seqs=...", v)
+        elif k == "vary" and v is not None:
+            if not isinstance(v, dict):
+                raise ConfigError(f"servesim.size(vary=...): expected a dict of setting -> list of values (e.g. "
+                                  f"{{'engine.max_num_batched_tokens': [2048, 8192]}}), got {type(v).__name__}")
+            v = {key: _values(f"vary={{{key!r}: ...}}", vals) for key, vals in v.items()}
+        else:
+            v = _plain(v)
+        out[k] = v
+
+    def number(k: str, lo: float, hi: float, hi_closed: bool = False) -> None:
+        v = out.get(k)
+        if k in out and (isinstance(v, bool) or not isinstance(v, Real) or not (lo < v < hi or (hi_closed and v == hi))):
+            raise ConfigError(f"servesim.size({k}=...): expected a number in ({lo:g}, {hi:g}{']' if hi_closed else ')'}, "
+                              f"got {v!r}")
+
+    number("level", 0, 1)
+    number("rel_tol", 0, 1)
+    number("min_attainment", 0, 1, hi_closed=True)
+    number("knee_gain", 0, 1)
+    for k, lo, hi in (("replications", 1, MAX_REPLICATIONS), ("jobs", 1, None)):
+        v = out.get(k)
+        if k in out and not (v is None and k == "jobs") and (
+                isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi)):
+            allowed_text = f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo} or None (every CPU)"
+            raise ConfigError(f"servesim.size({k}=...): expected {allowed_text}, got {v!r}")
+    if "jobs" in out and out["jobs"] is not None:
+        from sim.app.sweep import check_jobs
+
+        check_jobs(out["jobs"])
+    if "goal" in out and out["goal"] not in GOALS:
+        raise ConfigError(f"servesim.size(goal=...): expected one of {', '.join(map(repr, GOALS))}, got {out['goal']!r}")
+    if "progress" in out and not isinstance(out["progress"], bool):
+        raise ConfigError(f"servesim.size(progress=...): expected True or False, got {out['progress']!r}")
+    if out.get("calibration") is not None and not callable(out["calibration"]):
+        raise ConfigError("servesim.size(calibration=...): expected a function key -> residuals (or None), got "
+                          f"{type(out['calibration']).__name__}")
+    return out

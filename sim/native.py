@@ -146,18 +146,40 @@ def active() -> bool:
     return any(isinstance(f, _FromBuild) for f in sys.meta_path)
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def pure_setting() -> bool:
+    """Whether ``SERVESIM_PURE`` asks for the sources (1 / true / yes / on, any case and spacing). A value
+    that is neither that nor 0 / false / no / off / unset warns once and counts as unset: it is read at
+    import, before any CLI, so a warning, not an exit."""
+    raw = os.environ.get(PURE_ENV)
+    if raw is None:
+        return False
+    v = raw.strip().lower()
+    if v in _TRUE:
+        return True
+    if v not in _FALSE:
+        _warn(f"servesim: {PURE_ENV}={raw!r} is not understood; allowed: 1 (run interpreted) or 0 / unset "
+              "(the compiled build when it matches); running as if unset")
+    return False
+
+
+def _warn(message: str) -> None:
+    """A RuntimeWarning shown as one line: warnings.warn would add the calling source line beneath it."""
+    warnings.warn_explicit(message, RuntimeWarning, filename="servesim", lineno=0, module=__name__)
+
+
 def install() -> None:
     """Before any compiled module is imported: use the build if it matches (once per process)."""
-    pure = os.environ.get(PURE_ENV)
-    if pure not in (None, "", "0", "1"):  # read at import, before any CLI: a warning, not an exit
-        warnings.warn(f"servesim: {PURE_ENV}={pure!r} is not understood; allowed: 1 (run interpreted) or 0 / unset "
-                      "(the compiled build when it matches); running as if unset", RuntimeWarning, stacklevel=2)
-    if active() or pure == "1":
+    pure = pure_setting()
+    if active() or pure:
         return
     st = state()
     if st == "stale":
-        warnings.warn("servesim: the compiled modules do not match their sources; running interpreted "
-                      "(`make native` rebuilds them)", RuntimeWarning, stacklevel=2)
+        _warn("servesim: the compiled modules do not match their sources; running interpreted "
+              "(`make native` rebuilds them)")
     if st != "compiled":
         return
     lib = json.loads((native_dir() / "manifest.json").read_text())["library"]
@@ -171,8 +193,7 @@ def install() -> None:
             spec.loader.exec_module(module)
     except (ImportError, OSError, AssertionError) as exc:
         sys.modules.pop(name, None)
-        warnings.warn(f"servesim: the compiled modules do not load ({exc}); running interpreted",
-                      RuntimeWarning, stacklevel=2)
+        _warn(f"servesim: the compiled modules do not load ({exc}); running interpreted")
         return
     sys.meta_path.insert(0, _FromBuild())
 

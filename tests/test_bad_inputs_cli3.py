@@ -5,11 +5,16 @@ code 2 and one line before any engine runs (the harness of part one); what must 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.test_bad_inputs import QUICK, SIZING, no_simulation, run_bad_case  # noqa: F401
+
+REPO = Path(__file__).resolve().parents[1]
 
 CAL = ["calibrate", "--smoke", "--device", "cpu"]
 SWEEP = ["sweep", QUICK, "--grid", "engine.max_num_seqs=8,16"]
@@ -86,10 +91,30 @@ def test_ray_addresses_of_the_forms_ray_takes():
 def test_pure_env_junk_warns(monkeypatch):
     import sim.native as native
 
-    monkeypatch.setenv(native.PURE_ENV, "yes")
+    monkeypatch.setenv(native.PURE_ENV, "maybe")
     monkeypatch.setattr(native, "active", lambda: True)  # nothing to load again: only the check runs
-    with pytest.warns(RuntimeWarning, match="SERVESIM_PURE='yes' is not understood"):
+    with pytest.warns(RuntimeWarning, match="SERVESIM_PURE='maybe' is not understood"):
         native.install()
+
+
+@pytest.mark.parametrize(("raw", "pure"), [(" 1", True), ("true", True), ("YES", True), ("on ", True),
+                                           ("0", False), ("false", False), ("", False), (" no", False)])
+def test_pure_env_spellings(monkeypatch, recwarn, raw, pure):
+    """Spaced and spelled-out switches are understood, without a warning."""
+    import sim.native as native
+
+    monkeypatch.setenv(native.PURE_ENV, raw)
+    assert native.pure_setting() is pure
+    assert not [w for w in recwarn if "not understood" in str(w.message)]
+
+
+def test_pure_env_junk_warning_is_one_line(tmp_path):
+    """The warning names the value in one stderr line (warnings.warn added the calling source line)."""
+    env = {**os.environ, "SERVESIM_PURE": "maybe"}
+    p = subprocess.run([sys.executable, "-c", "import sim"], capture_output=True, text=True, env=env, cwd=REPO)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]  # (a stale build adds its own one-line warning)
+    assert p.returncode == 0 and all(" RuntimeWarning: servesim: " in ln for ln in lines), p.stderr
+    assert len([ln for ln in lines if "SERVESIM_PURE='maybe' is not understood" in ln]) == 1, p.stderr
 
 
 def test_calibrate_tp_replicating_kv_heads_passes_the_checks(tmp_path):

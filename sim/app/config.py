@@ -192,8 +192,10 @@ def config_from_dict(raw: dict[str, Any]) -> RunConfig:
     if not isinstance(workload, dict) or not isinstance(slo, dict):
         raise ConfigError("[workload] and [slo] must be tables")
     for key, value in slo.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise ConfigError(f"[slo] {key}: expected a positive number of milliseconds, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or (
+                isinstance(value, int) and value > 1e300):  # an integer past any float (float() would overflow)
+            shown = f"an integer of {len(str(value))} digits" if isinstance(value, int) and value > 1e300 else repr(value)
+            raise ConfigError(f"[slo] {key}: expected a positive number of milliseconds, got {shown}")
     # an absent [frontend] is the preset's default; None (to_dict of a run without one) is none
     parts["frontend"] = frontend_from_dict(raw.get("frontend", ABSENT), parts["engine"].policy)
     parts["cost"] = cost_from_dict(raw.get("cost"))

@@ -9,6 +9,7 @@ one wait in 16 as an event (sim/engine/loop.py ``Engine.jump``), so its bar move
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
@@ -53,10 +54,31 @@ def bar(total: int | None, desc: str, *, enabled: bool, stream: TextIO | None = 
     """A tqdm bar on stderr; disabled, a no-op stand-in, so a command that draws no bar never loads tqdm."""
     if not enabled:
         return _NoBar()
+    check_env()
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit=unit, file=stream if stream is not None else sys.stderr,
                 delay=delay, leave=leave, dynamic_ncols=True, smoothing=0.1)  # fmt: skip
+
+
+def check_env() -> None:
+    """tqdm reads ``TQDM_*`` environment variables into its bars' settings and raises on one it cannot
+    read (``TQDM_MININTERVAL=abc``): said in one line, naming them, before any work, where a bar is drawn."""
+    names = sorted(k for k in os.environ if k.startswith("TQDM_"))
+    if not names:
+        return
+    import io
+
+    try:  # tqdm applies them when its class is made (the import) and again to each bar
+        from tqdm import tqdm
+
+        tqdm(total=1, file=io.StringIO(), disable=True).close()
+    except (ValueError, TypeError) as exc:
+        from sim.core.errors import ConfigError
+
+        shown = ", ".join(f"{k}={os.environ[k]!r}" for k in names)
+        raise ConfigError(f"progress bar: tqdm cannot read its environment ({shown}): {exc}; fix or unset "
+                          "the variable, or leave the bar off") from None
 
 
 def run_env(env: simpy.Environment, progress: tqdm | _NoBar | None = None, count: Callable[[], int] | None = None,

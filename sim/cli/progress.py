@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sim.app.progress import wanted
+from sim.app.progress import check_env, wanted
 
 
 def add_quiet_option(p: argparse.ArgumentParser) -> None:
@@ -19,5 +19,9 @@ def show_progress(args: argparse.Namespace) -> bool:
             from sim.core.errors import ConfigError
 
             raise ConfigError("--progress and --quiet: one or the other")
+        check_env()
         return True
-    return wanted(bool(getattr(args, "quiet", False) or getattr(args, "no_progress", False)))
+    show = wanted(bool(getattr(args, "quiet", False) or getattr(args, "no_progress", False)))
+    if show:
+        check_env()
+    return show

@@ -8,7 +8,18 @@ from typing import Any
 
 
 class ServesimError(Exception):
-    """Base class; the CLI turns any of these into one line on stderr and exit code 2."""
+    """Base class; the CLI turns any of these into one line on stderr and exit code 2.
+
+    The message reads as one line everywhere, the API's exceptions too: a value shown in it whose repr
+    spans lines (a pandas Series, a 2-D array, a path with a newline) has its line breaks escaped."""
+
+    def __str__(self) -> str:
+        return one_line(super().__str__())
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks escaped (``\\n``), so a message is one line whatever it quotes."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 class ConfigError(ServesimError):
@@ -38,5 +49,5 @@ def run_command(func: Callable[[Any], int | None], args: Any) -> int:
     try:
         return int(func(args) or 0)
     except ServesimError as exc:  # one line, whatever a value in the message holds (a path with a newline)
-        print("servesim: error: " + str(exc).replace("\r", "\\r").replace("\n", "\\n"), file=sys.stderr)
+        print("servesim: error: " + str(exc), file=sys.stderr)
         return 2
