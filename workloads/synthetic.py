@@ -80,10 +80,13 @@ MAX_LISTED = MAX_REQUESTS  # a workload this large can still be listed whole (ro
 class OpenWorkload:
     """A fixed list of requests in arrival order (a loaded trace, a merge of streams)."""
 
-    def __init__(self, specs: list[RequestSpec], num_clipped: int = 0, num_skipped: int = 0) -> None:
+    def __init__(self, specs: list[RequestSpec], num_clipped: int = 0, num_skipped: int = 0,
+                 notes: tuple[str, ...] = (), errors: tuple[str, ...] = ()) -> None:  # fmt: skip
         self.specs = specs
         self.num_clipped = num_clipped
         self.num_skipped = num_skipped  # trace rows dropped by skip_bad_rows
+        self.notes = tuple(notes)  # what the trace loader did (windows, sorting, raised lengths), one line each
+        self.errors = tuple(errors)  # why the first skipped rows were skipped (file:line: field: why)
 
     def __len__(self) -> int:
         return len(self.specs)
@@ -275,7 +278,11 @@ def _build_trace(cfg, max_model_len, base_dir) -> OpenWorkload:
 
     ``too_long`` says what a request longer than max_model_len does: "error" (default: the run stops
     with a line naming the request), "reject" (it is rejected with a reason, as vLLM answers HTTP 400),
-    or "clip" (prompt and output are cut to fit).
+    or "clip" (prompt and output are cut to fit). A request is longer than max_model_len when its prompt
+    does not fit (prompt >= max_model_len), or, under "error", when its prompt and output together do not
+    (prompt + output > max_model_len: vLLM's OpenAI server answers HTTP 400 to a prompt + max_tokens past
+    it; the engine would otherwise stop the output at max_model_len, short of the trace's output_len).
+    The trace's own ``max_model_len`` option applies too: under "clip" the smaller of it and the engine's.
     """
     from workloads.tracefmt import load_trace
 
@@ -296,7 +303,10 @@ def _build_trace(cfg, max_model_len, base_dir) -> OpenWorkload:
                               "the trace; allowed: one of them")
         opts["limit"] = read_int(cfg, "num_requests", where, lo=1, hi=MAX_REQUESTS)
     if too_long == "clip" and max_model_len is not None:
-        opts["max_model_len"] = max_model_len
+        from workloads.tracefmt.core import option_int
+
+        own = opts.get("max_model_len")  # the workload's own cut is kept when it is the tighter one
+        opts["max_model_len"] = max_model_len if own is None else min(max_model_len, option_int("max_model_len", own, 2))
     fmt = cfg.get("format", "auto")
     if not isinstance(fmt, str):
         raise ConfigError(f"{where}.format: expected a format name, got {fmt!r}")
@@ -309,7 +319,15 @@ def _build_trace(cfg, max_model_len, base_dir) -> OpenWorkload:
                     f"{path}: request {spec.request_id}: prompt of {spec.prompt_len} tokens does not fit "
                     f"max_model_len {max_model_len} (set workload.too_long = \"reject\" or \"clip\")"
                 )
-    return OpenWorkload(specs, num_clipped=loaded.num_clipped, num_skipped=loaded.num_skipped)
+            if spec.prompt_len + spec.output_len > max_model_len:  # vLLM's server: HTTP 400 for prompt + max_tokens
+                raise TraceFormatError(
+                    f"{path}: request {spec.request_id}: prompt {spec.prompt_len} + output {spec.output_len} = "
+                    f"{spec.prompt_len + spec.output_len} tokens do not fit max_model_len {max_model_len}, as "
+                    "vLLM refuses prompt + max_tokens past it (set workload.too_long = \"clip\" to cut the output "
+                    "to fit, or \"reject\" to let the engine stop it at max_model_len)"
+                )
+    return OpenWorkload(specs, num_clipped=loaded.num_clipped, num_skipped=loaded.num_skipped,
+                        notes=getattr(loaded, "notes", ()), errors=tuple(loaded.errors))  # fmt: skip
 
 
 def build_workload(

@@ -369,6 +369,10 @@ def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
     s["num_preemptions"] = int(df["num_preemptions"].fillna(0).sum())
     if result.meta.get("num_clipped"):  # a workload's requests cut to fit max_model_len (sim/app/simulate.py)
         s["num_clipped"] = int(result.meta["num_clipped"])
+    if result.meta.get("num_skipped"):  # trace rows dropped by skip_bad_rows (sim/app/simulate.py)
+        s["num_skipped"] = int(result.meta["num_skipped"])
+    if result.meta.get("trace_notes"):  # what the trace's loader did, one line each
+        s["trace_notes"] = list(result.meta["trace_notes"])
     swap = result.meta.get("swap") or {}  # swap preemption (vLLM V0): requests copied out / back in
     s["num_swap_outs"] = int(swap.get("num_swap_outs", 0))
     s["num_swap_ins"] = int(swap.get("num_swap_ins", 0))

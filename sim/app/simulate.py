@@ -57,6 +57,12 @@ def simulate(cfg: RunConfig, *, fast_forward: bool = True, progress: bool = Fals
     res = collect(cfg, setup, engine, source, recorder, time.perf_counter() - t0, listed)
     # requests the workload cut to fit max_model_len (a prompt to max_model_len - 1, then the output)
     res.meta["num_clipped"] = _num_clipped(workload)
+    # what a trace's loader did or dropped (skip_bad_rows; re-sorted rows, raised lengths): said, never silent
+    # (set only when there is something to say: a run without a trace keeps its meta as it was)
+    if skipped := int(getattr(workload, "num_skipped", 0) or 0):
+        res.meta["num_skipped"] = skipped
+    if notes := [*getattr(workload, "notes", ()), *getattr(workload, "errors", ())]:
+        res.meta["trace_notes"] = notes
     return apply_frontend(res, cfg.frontend, send_time)
 
 
@@ -134,6 +140,10 @@ def format_summary(summary: dict[str, Any], result: SimResult) -> str:
     if summary.get("num_clipped"):
         lines.append(f"note: {summary['num_clipped']} requests were cut to fit max_model_len "
                      f"{m.get('limits', {}).get('max_model_len')} (num_clipped; the prompt first, then the output)")
+    if summary.get("num_skipped"):
+        lines.append(f"note: {summary['num_skipped']} trace rows were skipped (skip_bad_rows; num_skipped)")
+    for note in summary.get("trace_notes", ()):
+        lines.append(f"note: trace: {note}")
     if summary.get("latency_basis") == "client":  # [frontend] on: the headline is what a client measures
         lines.append("latencies client-side (send to parsed chunk, [frontend]); engine-side TTFT ms: mean "
                      f"{_fmt(summary.get('mean_ttft_engine_ms'))}  p99 {_fmt(summary.get('p99_ttft_engine_ms'))}")

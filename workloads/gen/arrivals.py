@@ -30,10 +30,21 @@ from sim.core.spec import MAX_ARRIVAL_S
 ARRIVAL_KINDS = ("poisson", "gamma", "constant")
 
 
+def int_digits(v: int) -> int:
+    """Decimal digits of an int (also past Python's 4300-digit str() limit)."""
+    v = abs(int(v))
+    n = int(v.bit_length() * 0.30102999566398120) + 1  # log10(2); one too many at most
+    return n - 1 if n > 1 and v < 10 ** (n - 1) else n
+
+
 def _check_rate(rate: float) -> float:
     if isinstance(rate, bool) or not isinstance(rate, int | float | np.integer | np.floating):
         raise ConfigError(f"arrival rate must be a number (requests/s), got {rate!r}")
-    rate = float(rate)
+    try:
+        rate = float(rate)
+    except OverflowError:  # an int past a float's range
+        raise ConfigError(f"arrival rate: got an integer of {int_digits(rate)} digits; allowed a finite "
+                          "number > 0 requests/s, or inf (all at t=0)") from None
     if not rate > 0:  # also rejects NaN
         raise ConfigError(f"arrival rate must be > 0 requests/s (inf = all at t=0), got {rate}")
     return rate
@@ -53,7 +64,11 @@ MIN_BURSTINESS = 1e-6
 def _check_burstiness(b: float) -> float:
     if isinstance(b, bool) or not isinstance(b, int | float | np.integer | np.floating):
         raise ConfigError(f"arrival burstiness must be a number, got {b!r}")
-    b = float(b)
+    try:
+        b = float(b)
+    except OverflowError:  # an int past a float's range
+        raise ConfigError(f"arrival burstiness: got an integer of {int_digits(b)} digits; allowed a finite "
+                          f"number >= {MIN_BURSTINESS:g}, or inf (constant gaps)") from None
     # vLLM asserts burstiness > 0; NaN is refused too. At 5e-324 the gamma's scale 1/(rate·b) overflows and
     # every gap is NaN; already at 1e-6 twenty draws are all 0 (every request at one instant), so nothing
     # below that describes a load.

@@ -56,7 +56,12 @@ def read_float(
     v = cfg[key]
     if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
         raise ConfigError(f"{where}.{key}: expected a number, got {v!r}")
-    v = float(v)
+    try:
+        v = float(v)
+    except OverflowError:  # an integer past any float (a TOML integer of hundreds of digits)
+        from workloads.gen.arrivals import int_digits
+
+        raise ConfigError(f"{where}.{key}: got an integer of {int_digits(int(v))} digits; allowed a finite number") from None
     if math.isnan(v) or (math.isinf(v) and not allow_inf):
         raise ConfigError(f"{where}.{key}: expected a finite number, got {v}")
     if lo is not None and (v <= lo if lo_open else v < lo):

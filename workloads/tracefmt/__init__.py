@@ -28,12 +28,20 @@ from typing import Any
 
 import numpy as np
 
-from sim.core.errors import TraceFormatError, UnknownNameError
+from sim.core.errors import ConfigError, TraceFormatError, UnknownNameError
 from workloads.tracefmt.benchresult import is_bench_result, load_bench_result
-from workloads.tracefmt.core import Arrivals, Columns, LoadedTrace, TraceOptions, check_flag, finish
+from workloads.tracefmt.core import Arrivals, Columns, LoadedTrace, TraceOptions, check_flag, finish, show
 from workloads.tracefmt.csvtraces import load_azure, load_burstgpt, load_token_counts
 from workloads.tracefmt.jsontraces import load_mooncake, load_vllm_bench, vllm_random
-from workloads.tracefmt.rows import READ_ERRORS, cannot_read, check_file, json_error, norm_col, open_text
+from workloads.tracefmt.rows import (
+    READ_ERRORS,
+    as_path,
+    cannot_read,
+    check_file,
+    json_error,
+    norm_col,
+    open_text,
+)
 from workloads.tracefmt.stats import trace_stats
 
 __all__ = [
@@ -58,7 +66,7 @@ __all__ = [
 def load_servesim_jsonl(path: str | Path, *, skip_bad_rows: bool = False, **options: Any) -> LoadedTrace:
     """servesim's own JSONL (``arrival_time``, ``prompt_len``, ...), read by workloads.tracefmt.jsonl.load_jsonl;
     the shared options are applied on top, every other field (ids, priority, content) kept as is."""
-    path = Path(path)
+    path = as_path(path)
     opts = TraceOptions.from_kwargs(options, "jsonl", ("skip_bad_rows",))
     skip_bad_rows = check_flag("skip_bad_rows", skip_bad_rows)
     check_file(path)
@@ -130,7 +138,7 @@ def _whole_json_keys(path: Path) -> set[str] | None:
 
 def sniff_format(path: str | Path) -> str:
     """The format name of a trace file, from its extension and its header (CSV) or first object (JSON)."""
-    path = Path(path)
+    path = as_path(path)
     check_file(path)
     name = path.name.lower().removesuffix(".gz")
     head = _first_line(path)
@@ -181,7 +189,11 @@ def load_trace(path: str | Path, format: str = "auto", **options: Any) -> Loaded
     """Load ``path`` as ``format`` (a name in FORMATS, or "auto" to sniff it). ``options``: the shared
     options plus the chosen loader's own (e.g. ``model`` for BurstGPT, ``rate`` for token counts); one
     that does not apply to the format is a ConfigError."""
-    fmt = format.lower()
+    if not isinstance(format, str):
+        raise ConfigError(f"trace option format: expected a format name (a string), got {show(format)}; known: "
+                          f"auto, {', '.join(FORMATS)}")
+    path = as_path(path)
+    fmt = format.strip().lower()
     fmt = _ALIASES.get(fmt, fmt)
     if fmt == "auto":
         fmt = sniff_format(path)

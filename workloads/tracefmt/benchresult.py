@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from sim.core.errors import TraceFormatError
+from sim.core.errors import ConfigError, TraceFormatError
 from sim.core.spec import MAX_ARRIVAL_S
 from workloads.gen.lengths import MAX_LEN
-from workloads.tracefmt.core import Columns, LoadedTrace, TraceOptions, finish
-from workloads.tracefmt.rows import READ_ERRORS, cannot_read, check_file, open_text
+from workloads.tracefmt.core import Columns, LoadedTrace, TraceOptions, finish, option_seed
+from workloads.tracefmt.rows import READ_ERRORS, as_path, cannot_read, check_file, open_text
 
 DETAIL_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "errors")
 MAX_TOKENS = MAX_LEN  # the bound on every token count (workloads/gen/lengths.py)
@@ -55,7 +55,7 @@ def is_bench_result(keys: set[str]) -> bool:
 
 def read_bench_result(path: str | Path) -> dict[str, Any]:
     """The result object; a file written with ``--append-result`` (one object per line) is refused by name."""
-    path = Path(path)
+    path = as_path(path)
     check_file(path)
     try:
         with open_text(path) as f:
@@ -71,11 +71,17 @@ def read_bench_result(path: str | Path) -> dict[str, Any]:
         lines = [x for x in text.splitlines() if x.strip()]
         if len(lines) > 1:
             try:
-                [json.loads(x) for x in lines]
+                objs = [json.loads(x) for x in lines]
             except json.JSONDecodeError as e:
                 raise TraceFormatError(f"{path}: not valid JSON ({e})") from None
             except RecursionError:
                 raise TraceFormatError(deep) from None
+            bad = next((i for i, o in enumerate(objs) if not (isinstance(o, dict) and is_bench_result(set(o)))), None)
+            if bad is not None:  # JSON lines, but not results (a servesim or Mooncake JSONL trace, say)
+                o = objs[bad]
+                keys = ", ".join(sorted(o)[:12]) if isinstance(o, dict) else type(o).__name__
+                raise TraceFormatError(f"{path}:{bad + 1}: not a vllm bench serve result (one JSON object with "
+                                       f"duration, completed and request_rate or num_prompts); found {keys}") from None
             raise TraceFormatError(f"{path}: holds {len(lines)} results (written with --append-result); "
                                    "split it into one file per result") from None
         raise TraceFormatError(f"{path}: not valid JSON") from None
@@ -102,8 +108,25 @@ class BenchRequests:
 def _float(v: Any) -> float:
     try:
         return float(v) if v is not None else math.nan
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return math.nan
+
+
+def _seconds(res: dict[str, Any], key: str, path: Path) -> np.ndarray:
+    """A per-request array of seconds (``ttfts``, ``latencies``, ``start_times``): numbers as vLLM writes them,
+    null (or NaN) where it has none; a bool or a string is refused naming its entry, not read as 1.0 or NaN."""
+    out = np.empty(len(res[key]))
+    for i, x in enumerate(res[key]):
+        if x is None:
+            out[i] = math.nan
+            continue
+        if isinstance(x, bool) or not isinstance(x, int | float):
+            raise TraceFormatError(f"{path}: {key}[{i}]: expected a number (seconds) or null, got {show(x)}")
+        try:
+            out[i] = float(x)
+        except OverflowError:  # an int past a float's range: inf, refused where the value must be finite
+            out[i] = math.inf
+    return out
 
 
 def _gaps(x: Any, i: int, ok: bool, path: Path) -> list[float]:
@@ -148,10 +171,10 @@ def bench_requests(res: dict[str, Any], path: Path) -> BenchRequests:
             raise TraceFormatError(f"{path}: errors[{i}]: expected the error text (a string, \"\" when the request "
                                    f"succeeded) or null, got {show(e)}")
     ok = np.array([not e for e in errors], dtype=bool) & (output > 0)
-    ttft = np.array([_float(x) for x in res["ttfts"]])
+    ttft = _seconds(res, "ttfts", path)
     itl = [_gaps(res["itls"][i], i, bool(ok[i]), path) for i in range(n)]
     if "latencies" in res:
-        e2el = np.array([_float(x) for x in res["latencies"]])
+        e2el = _seconds(res, "latencies", path)
     else:  # the last chunk arrives TTFT + the sum of its gaps after the send
         e2el = ttft + np.array([sum(x) for x in itl])
     for name, v in (("ttfts", ttft), ("latencies" if "latencies" in res else "ttfts + itls", e2el)):
@@ -166,7 +189,7 @@ def bench_requests(res: dict[str, Any], path: Path) -> BenchRequests:
         raise TraceFormatError(f"{path}: ttfts[{i}]: {float(ttft[i])} s is after latencies[{i}] = {float(e2el[i])} s "
                                "(the first chunk after the last); expected ttft <= latency")
     ttft, e2el = np.where(ok, ttft, np.nan), np.where(ok, e2el, np.nan)
-    start = np.array([_float(x) for x in res["start_times"]]) if "start_times" in res else None
+    start = _seconds(res, "start_times", path) if "start_times" in res else None
     if start is not None:
         bad = np.flatnonzero(~(np.isfinite(start) & (start >= 0) & (start < MAX_CLOCK_S)))
         if len(bad):
@@ -224,7 +247,10 @@ def bench_arrivals(res: dict[str, Any], reqs: BenchRequests, path: Path, seed: i
     from workloads.gen.arrivals import ArrivalConfig
 
     kind = "constant" if math.isinf(b) else "poisson" if b == 1.0 else "gamma"
-    times = ArrivalConfig(kind, rate, 1.0 if kind != "gamma" else b).sample(n, rng)
+    try:
+        times = ArrivalConfig(kind, rate, 1.0 if kind != "gamma" else b).sample(n, rng)
+    except ConfigError as e:  # a burstiness of 1e-300: name the file and its field
+        raise TraceFormatError(f"{path}: burstiness = {res.get('burstiness')!r} (request_rate = {rate:g}): {e}") from None
     return _in_range(np.asarray(times, float), path, f"request_rate = {rate:g}, burstiness = {b:g}"), \
         f"redrawn: {kind} at {rate:g} req/s, burstiness {b:g} (seed {seed})"
 
@@ -248,13 +274,15 @@ def read_successes(path: Path, seed: int) -> tuple[dict[str, Any], Any, np.ndarr
     return res, reqs, times, how
 
 
-def load_bench_result(path: str | Path, *, seed_arrivals: int = 0, **options: Any) -> LoadedTrace:
+def load_bench_result(path: str | Path, *, seed_arrivals: int | None = None, **options: Any) -> LoadedTrace:
     """The successful requests of a result as a trace (``servesim trace stats result.json``): their prompt
     and actual output lengths at their send times (see ``bench_arrivals``). No prefix identity: the file
-    has no prompt content."""
-    path = Path(path)
+    has no prompt content. Arrivals that must be redrawn (no ``start_times``) use ``seed_arrivals``, by
+    default the ``seed`` option (the seed of ``sample`` and of every drawn arrival)."""
+    path = as_path(path)
     opts = TraceOptions.from_kwargs(options, "vllm-bench-result", ("seed_arrivals",))
-    _, reqs, times, how = read_successes(path, seed_arrivals)
+    seed = opts.seed if seed_arrivals is None else option_seed("seed_arrivals", seed_arrivals)
+    _, reqs, times, how = read_successes(path, seed)
     ok = reqs.ok
     cols = Columns(fmt="vllm-bench-result", source=path, num_rows=len(ok), prompt=reqs.prompt[ok],
                    output=reqs.output[ok], times=times[ok], num_failed=int((~ok).sum()),

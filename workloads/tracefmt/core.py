@@ -41,7 +41,7 @@ from sim.core.errors import ConfigError, TraceFormatError
 from sim.core.hash_prefixes import share_hash_id_prefixes
 from sim.core.request import RequestSpec, Segment
 from sim.core.spec import MAX_ARRIVAL_S
-from workloads.gen.arrivals import check_span
+from workloads.gen.arrivals import ARRIVAL_KINDS, MIN_BURSTINESS, check_span, int_digits
 from workloads.gen.lengths import MAX_LEN, clip_to_context
 from workloads.tracefmt.jsonl import LoadedTrace as _JsonlTrace
 
@@ -59,6 +59,46 @@ class LoadedTrace(_JsonlTrace):
     num_rows: int = 0
     num_failed: int = 0
     notes: tuple[str, ...] = ()
+
+
+def show(v: Any) -> str:
+    """A value as one short line (the repr of a numpy array or a DataFrame spans several)."""
+    text = " ".join(repr(v).split()) if not isinstance(v, str) else repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def option_number(name: str, v: Any, what: str = "a finite number") -> float:
+    """A numeric trace option as a float: an int, a float or a numpy scalar (not a bool, a string or an
+    int too large for a float); NaN and infinities are refused too. ``what``: what is allowed, for the message."""
+    if isinstance(v, bool | np.bool_) or not isinstance(v, int | float | np.integer | np.floating):
+        raise ConfigError(f"trace option {name}: expected {what}, got {show(v)}")
+    try:
+        f = float(v)
+    except OverflowError:  # an int beyond ~1.8e308 (a TOML integer of 400 digits)
+        raise ConfigError(f"trace option {name}: got an integer of {int_digits(int(v))} digits; allowed {what}") from None
+    if not math.isfinite(f):
+        raise ConfigError(f"trace option {name}: expected {what}, got {show(v)}")
+    return f
+
+
+def option_int(name: str, v: Any, lo: int) -> int:
+    """An integer trace option >= ``lo``: an int, a numpy integer or an integral float (``5.0``), as the
+    JSONL rows and ``[workload] num_requests`` take them; not a bool."""
+    if isinstance(v, float | np.floating) and not isinstance(v, np.bool_) and float(v).is_integer():
+        v = int(v)
+    if isinstance(v, bool | np.bool_) or not isinstance(v, int | np.integer) or v < lo:
+        raise ConfigError(f"trace option {name}: expected an integer >= {lo}, got {show(v)}")
+    return int(v)
+
+
+def option_seed(name: str, v: Any) -> int:
+    """A seed: an integer >= 0 (numpy's SeedSequence takes non-negative integers only), a numpy integer
+    too; not a bool, a float or a string."""
+    if isinstance(v, bool | np.bool_) or not isinstance(v, int | np.integer):
+        raise ConfigError(f"trace option {name}: expected an integer, got {show(v)}")
+    if v < 0:
+        raise ConfigError(f"trace option {name}: got {v}; allowed an integer >= 0")
+    return int(v)
 
 
 @dataclass(frozen=True)
@@ -79,10 +119,8 @@ class TraceOptions:
     def __post_init__(self) -> None:
         for name in ("start", "end", "time_scale", "rate_scale"):
             v = getattr(self, name)
-            if v is not None and (
-                isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
-            ):
-                raise ConfigError(f"trace option {name}: expected a finite number, got {v!r}")
+            if v is not None:
+                object.__setattr__(self, name, option_number(name, v))
         if self.start is not None and self.start < 0:
             raise ConfigError(f"trace option start: must be >= 0 seconds, got {self.start}")
         if self.end is not None and self.end <= (self.start or 0.0):
@@ -105,22 +143,22 @@ class TraceOptions:
                               "(the time scale) is a finite number")
         s = self.sample
         if s is not None:
+            if isinstance(s, np.integer | np.floating) and not isinstance(s, np.bool_):  # numpy scalars as numbers
+                s = s.item()
+                object.__setattr__(self, "sample", s)
             if isinstance(s, bool) or not isinstance(s, int | float):
-                raise ConfigError(f"trace option sample: expected a fraction or a count, got {s!r}")
+                raise ConfigError(f"trace option sample: expected a fraction or a count, got {show(s)}")
             if isinstance(s, float) and not 0.0 < s <= 1.0:
                 raise ConfigError(
                     f"trace option sample: a fraction must be in (0, 1] (an int is a count), got {s}"
                 )
             if isinstance(s, int) and s < 1:
                 raise ConfigError(f"trace option sample: a count must be >= 1, got {s}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ConfigError(f"trace option seed: expected an integer, got {self.seed!r}")
-        if self.seed < 0:  # numpy's SeedSequence takes non-negative integers only
-            raise ConfigError(f"trace option seed: got {self.seed}; allowed an integer >= 0")
+        object.__setattr__(self, "seed", option_seed("seed", self.seed))
         for name, lo in (("max_prompt_len", 1), ("max_output_len", 1), ("max_model_len", 2), ("limit", 1)):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
-                raise ConfigError(f"trace option {name}: expected an integer >= {lo}, got {v!r}")
+            if v is not None:
+                object.__setattr__(self, name, option_int(name, v, lo))
 
     @classmethod
     def from_kwargs(cls, kwargs: Mapping[str, Any], fmt: str, own: tuple[str, ...] = ()) -> TraceOptions:
@@ -155,6 +193,26 @@ class Arrivals:
     rate: float | None = None
     burstiness: float = 1.0
 
+    def __post_init__(self) -> None:
+        """Checked when a loader is called (before the file is read), whether or not the file's own times
+        make them unused: an option is never taken without a look."""
+        if not isinstance(self.kind, str) or self.kind not in ARRIVAL_KINDS:
+            raise ConfigError(f"trace option arrival: expected one of {', '.join(ARRIVAL_KINDS)}, got {show(self.kind)}")
+        if self.rate is not None:
+            rate = _rate_or_inf("rate", self.rate, "a number > 0 (requests/s; inf = all at t=0)")
+            if not rate > 0:
+                raise ConfigError(f"trace option rate: got {show(self.rate)}; allowed a number > 0 (requests/s; "
+                                  "inf = all at t=0)")
+            object.__setattr__(self, "rate", rate)
+        what = f"a number >= {MIN_BURSTINESS:g} (1 = Poisson, inf = constant gaps)"
+        b = _rate_or_inf("burstiness", self.burstiness, what)
+        if not b >= MIN_BURSTINESS:
+            raise ConfigError(f"trace option burstiness: got {show(self.burstiness)}; allowed {what}")
+        if b != 1.0 and self.kind != "gamma":
+            raise ConfigError(f"trace option burstiness: {b:g} only applies to arrival = 'gamma', not "
+                              f"{self.kind!r}; allowed: burstiness = 1 or arrival = 'gamma'")
+        object.__setattr__(self, "burstiness", b)
+
     def draw(self, n: int, rng: np.random.Generator, fmt: str) -> np.ndarray:
         if self.rate is None:
             raise ConfigError(
@@ -167,6 +225,13 @@ class Arrivals:
         if times.shape != (n,):
             raise ConfigError(f"arrival process {self.kind!r} returned {times.shape} times for {n} requests")
         return times
+
+
+def _rate_or_inf(name: str, v: Any, what: str) -> float:
+    """``option_number`` that also takes inf (a rate of inf: all at t = 0; a burstiness of inf: constant gaps)."""
+    if isinstance(v, float | np.floating) and math.isinf(v) and v > 0:
+        return math.inf
+    return option_number(name, v, what)
 
 
 @dataclass

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from sim.core.errors import ConfigError
-from workloads.tracefmt.core import Arrivals, Columns, LoadedTrace, TraceOptions, check_flag, finish
-from workloads.tracefmt.rows import CsvTable, check_file
+from workloads.tracefmt.core import Arrivals, Columns, LoadedTrace, TraceOptions, check_flag, finish, show
+from workloads.tracefmt.rows import CsvTable, as_path, check_file
 
 
 def _earliest(tab: CsvTable, rows: np.ndarray, times: np.ndarray) -> str:
@@ -36,7 +36,7 @@ def load_azure(path: str | Path, *, skip_bad_rows: bool = False, **options: Any)
     files). A row with 0 generated tokens cannot be simulated (a request produces >= 1 token), so its
     output is raised to 1 and the row counted in ``num_clipped``; the same for 0 context tokens.
     """
-    path = Path(path)
+    path = as_path(path)
     opts = TraceOptions.from_kwargs(options, "azure", ("skip_bad_rows",))
     skip_bad_rows = check_flag("skip_bad_rows", skip_bad_rows)
     check_file(path)
@@ -90,10 +90,11 @@ def load_burstgpt(
     with output raised to 1 (counted as clipped too). ``model`` keeps rows whose ``Model`` equals it,
     ignoring case (e.g. "ChatGPT", "GPT-4"). ``Session ID`` becomes ``session_id`` when present.
     """
-    path = Path(path)
+    path = as_path(path)
     opts = TraceOptions.from_kwargs(options, "burstgpt", ("model", "include_failed", "skip_bad_rows"))
-    if model is not None and not isinstance(model, str):
-        raise ConfigError(f"trace option model: expected a model name (a string, e.g. \"ChatGPT\"), got {model!r}")
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        raise ConfigError(f"trace option model: expected a model name (a non-empty string, e.g. \"ChatGPT\"), got "
+                          f"{show(model)}")
     include_failed = check_flag("include_failed", include_failed)
     skip_bad_rows = check_flag("skip_bad_rows", skip_bad_rows)
     check_file(path)
@@ -179,10 +180,11 @@ def load_token_counts(
     bench semantics) with the ``seed`` option's "arrivals" stream, drawn after ``sample``/``limit`` so the
     kept requests arrive at ``rate``. Zero counts are raised to 1 (counted as clipped).
     """
-    path = Path(path)
+    path = as_path(path)
     own = ("arrival", "rate", "burstiness", "skip_bad_rows")
     opts = TraceOptions.from_kwargs(options, "token-counts", own)
     skip_bad_rows = check_flag("skip_bad_rows", skip_bad_rows)
+    arrivals = Arrivals(arrival, rate, burstiness)  # checked before the file is read
     check_file(path)
     tab = CsvTable(path, "token-counts", ("num_prefill_tokens", "num_decode_tokens"), skip=skip_bad_rows)
     prompt = tab.ints("num_prefill_tokens")
@@ -201,7 +203,7 @@ def load_token_counts(
         times=None,
         fixed=zp | zo,
         ids=[str(i) for i in np.flatnonzero(ok)],
-        arrivals=Arrivals(arrival, rate, burstiness),
+        arrivals=arrivals,
         num_skipped=tab.errors.num_skipped,
         notes=notes,
         errors=tab.errors.messages,

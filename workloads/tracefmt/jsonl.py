@@ -7,7 +7,9 @@ Fields of a row (anything else is an error unless ``extra="ignore"``):
 ``output_len``     required  integer, 1 <= value <= MAX_LEN (10**9, workloads.gen.lengths)
 ``prompt_len``     see note  integer, 1 <= value <= MAX_LEN; may be omitted when ``token_ids`` is
                              given, else must equal ``len(token_ids)``
-``request_id``     optional  string; missing ids become ``r<i>`` (i = position in arrival order)
+``request_id``     optional  string of Unicode text (no lone surrogate such as ``"\\ud800"``); missing
+                             ids become ``r<i>`` (i = position in arrival order; ``r<i>_<k>``, the
+                             smallest k >= 1 free, when the file itself names a request ``r<i>``)
 ``priority``       optional  integer, |value| <= MAX_PRIORITY (default 0; lower is served first, as
                              in vLLM)
 ``session_id``     optional  string or null
@@ -20,8 +22,9 @@ Fields of a row (anything else is an error unless ``extra="ignore"``):
 =================  ========  ==================================================================
 
 At most one of ``token_ids``, ``hash_ids``, ``segments``. Integral floats (``12.0``) are accepted for
-integers. ``load_jsonl`` returns a :class:`LoadedTrace`: the specs sorted by arrival time (stable, so
-equal times keep file order) plus how many rows were skipped (``skip_bad_rows=True``) or clipped to
+integers (segment lengths included). A UTF-8 byte-order mark at the start of the file is dropped.
+``load_jsonl`` returns a :class:`LoadedTrace`: the specs sorted by arrival time (stable, so equal times
+keep file order) plus how many rows were skipped (``skip_bad_rows=True``) or clipped to
 ``max_model_len`` (see :func:`workloads.gen.lengths.clip_to_context`).
 """
 
@@ -42,7 +45,7 @@ from sim.core.errors import ConfigError, TraceFormatError
 from sim.core.fields import MAX_PRIORITY
 from sim.core.request import RequestSpec
 from workloads.gen.lengths import MAX_LEN, clip_to_context
-from workloads.tracefmt.rows import READ_ERRORS, DuplicateKey, loads_row
+from workloads.tracefmt.rows import READ_ERRORS, DuplicateKey, as_path, is_text, loads_row
 
 FIELDS = (
     "arrival_time",
@@ -87,9 +90,11 @@ class _RowError(Exception):
 
 
 def _open(path: Path, mode: str) -> IO[str]:
+    """Text handle; read: a leading UTF-8 BOM is dropped, as every other trace format's reader does."""
+    enc = "utf-8-sig" if mode == "r" else "utf-8"
     if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="utf-8")
-    return open(path, mode, encoding="utf-8")
+        return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding=enc)
+    return open(path, mode, encoding=enc)
 
 
 def _int(row: dict, key: str, lo: int | None, hi: int | None = None) -> int:
@@ -152,6 +157,9 @@ def _parse_row(row: Any, extra: str) -> RequestSpec:
     rid = row.get("request_id")
     if rid is not None and not isinstance(rid, str):
         raise _RowError("request_id", f"expected a string, got {rid!r}")
+    if rid and not is_text(rid):  # "\ud800" is valid JSON, but no UTF-8 output (parquet, JSON) can hold it
+        raise _RowError("request_id", f"{rid!r} is not valid Unicode text (a lone surrogate); allowed: a string "
+                        "of Unicode characters")
     kw["request_id"] = rid or ""
     if row.get("priority") is not None:
         kw["priority"] = _int(row, "priority", None, MAX_PRIORITY)
@@ -195,6 +203,8 @@ def _parse_row(row: Any, extra: str) -> RequestSpec:
             raise _RowError("segments", "expected a non-empty list of [key, length] pairs")
         out = []
         for i, s in enumerate(segs):
+            if isinstance(s, list) and len(s) == 2 and isinstance(s[1], float) and s[1].is_integer():
+                s = [s[0], int(s[1])]  # integral floats (12.0) are integers, as everywhere in a row
             if not (
                 isinstance(s, list) and len(s) == 2 and isinstance(s[1], int) and not isinstance(s[1], bool)
             ):
@@ -235,6 +245,17 @@ def clip_spec(spec: RequestSpec, max_model_len: int) -> RequestSpec | None:
     return replace(spec, **kw)
 
 
+def _max_model_len(v: Any) -> int:
+    """load_jsonl's ``max_model_len``: an integer >= 2 (room for a 1-token prompt and output); a numpy
+    integer or an integral float (4096.0) too, as the trace options take it; not a bool or a string."""
+    if isinstance(v, float | np.floating) and float(v).is_integer():
+        v = int(v)
+    if isinstance(v, bool | np.bool_) or not isinstance(v, int | np.integer) or v < 2:
+        got = " ".join(repr(v).split())[:60]
+        raise ConfigError(f"load_jsonl: max_model_len: expected an integer >= 2 (tokens of prompt + output), got {got}")
+    return min(int(v), 2 * MAX_LEN + 1)  # every length is <= MAX_LEN: a larger context changes nothing
+
+
 def load_jsonl(
     path: str | Path,
     *,
@@ -250,7 +271,9 @@ def load_jsonl(
         raise ConfigError(f"load_jsonl: extra must be 'error' or 'ignore', got {extra!r}")
     if not isinstance(skip_bad_rows, bool | np.bool_):
         raise ConfigError(f"trace option skip_bad_rows: expected true or false, got {skip_bad_rows!r}")
-    path = Path(path)
+    if max_model_len is not None:
+        max_model_len = _max_model_len(max_model_len)
+    path = as_path(path)
     if path.is_dir():
         raise TraceFormatError(f"{path}: is a directory; expected a trace file")
     if path.exists() and not path.is_file():
@@ -311,9 +334,10 @@ def load_jsonl(
     rows.sort(key=lambda r: r[0].arrival_time)  # stable: ties keep file order
     specs: list[RequestSpec] = []
     seen: dict[str, int] = {}
+    named = {spec.request_id for spec, _ in rows if spec.request_id}  # an automatic id never takes one of these
     for i, (spec, lineno) in enumerate(rows):
         if not spec.request_id:
-            spec = replace(spec, request_id=f"r{i}")
+            spec = replace(spec, request_id=_free_id(f"r{i}", named))
         if spec.request_id in seen:
             bad(
                 f"{path}:{lineno}: field 'request_id': duplicate {spec.request_id!r} (first on line {seen[spec.request_id]})"
@@ -322,6 +346,16 @@ def load_jsonl(
         seen[spec.request_id] = lineno
         specs.append(spec)
     return LoadedTrace(specs, num_skipped, num_clipped, tuple(errors), num_late)
+
+
+def _free_id(rid: str, named: set[str]) -> str:
+    """``rid`` (``r<i>``), or ``r<i>_<k>`` with the smallest k >= 1 that no row of the file names."""
+    k = 0
+    out = rid
+    while out in named:
+        k += 1
+        out = f"{rid}_{k}"
+    return out
 
 
 def _jsonable_key(key: Hashable, rid: str) -> Any:
@@ -359,11 +393,25 @@ def spec_to_row(spec: RequestSpec) -> dict[str, Any]:
 
 
 def save_jsonl(specs: Iterable[RequestSpec], path: str | Path) -> int:
-    """Write specs (in the given order) as JSONL; returns the number of rows written."""
-    path = Path(path)
-    n = 0
-    with _open(path, "w") as f:
-        for spec in specs:
-            f.write(json.dumps(spec_to_row(spec), separators=(",", ":")) + "\n")
-            n += 1
-    return n
+    """Write specs (in the given order) as JSONL; returns the number of rows written. Everything is checked
+    before the file is opened: an element that is no RequestSpec, or a path that cannot be written, is a
+    ConfigError naming it (no partial file)."""
+    path = as_path(path, "JSONL file to write")
+    try:
+        specs = list(specs)
+    except TypeError:
+        raise ConfigError(f"save_jsonl: specs: expected an iterable of RequestSpec, got {type(specs).__name__}") from None
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, RequestSpec):
+            raise ConfigError(f"save_jsonl: specs[{i}]: expected a RequestSpec, got {type(spec).__name__}")
+    lines = [json.dumps(spec_to_row(spec), separators=(",", ":")) + "\n" for spec in specs]
+    if path.is_dir():
+        raise ConfigError(f"save_jsonl: {path}: is a directory; expected the path of a JSONL file to write")
+    if not path.parent.is_dir():
+        raise ConfigError(f"save_jsonl: {path}: no such directory {str(path.parent)!r}; create it first")
+    try:
+        with _open(path, "w") as f:
+            f.writelines(lines)
+    except OSError as e:
+        raise ConfigError(f"save_jsonl: {path}: cannot write: {e.strerror or type(e).__name__}") from None
+    return len(lines)

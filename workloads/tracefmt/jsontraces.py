@@ -10,17 +10,30 @@ from typing import Any
 import numpy as np
 
 from sim.core.errors import ConfigError, TraceFormatError
+from sim.core.fields import MAX_REQUESTS
 from sim.core.spec import MAX_ARRIVAL_S
 from workloads.gen.lengths import MAX_LEN
-from workloads.tracefmt.core import Arrivals, Columns, LoadedTrace, TraceOptions, check_flag, finish, streams
+from workloads.tracefmt.core import (
+    Arrivals,
+    Columns,
+    LoadedTrace,
+    TraceOptions,
+    check_flag,
+    finish,
+    option_number,
+    show,
+    streams,
+)
 from workloads.tracefmt.rows import (
     READ_ERRORS,
     FieldError,
     RowErrors,
+    as_path,
     cannot_read,
     check_file,
     get_int,
     get_int_list,
+    is_text,
     iter_json_lines,
     json_error,
     open_text,
@@ -48,6 +61,14 @@ def _spread_ties(ms: np.ndarray) -> np.ndarray:
     return out
 
 
+def _time_raw(ms: list[float], t_ms: np.ndarray, i: int) -> str:
+    """Row i's time as the file writes it, and where spread_ties moved it (so a time past the clock is
+    blamed on the option that put it there, not on the file)."""
+    if t_ms[i] == ms[i]:
+        return f"{ms[i]:g} ms"
+    return f"{ms[i]:g} ms, moved by spread_ties to {t_ms[i]:g} ms (spread_ties = false keeps it)"
+
+
 def load_mooncake(
     path: str | Path, spread_ties: bool = False, *, skip_bad_rows: bool = False, **options: Any
 ) -> LoadedTrace:
@@ -60,7 +81,7 @@ def load_mooncake(
     :func:`_spread_ties`); that smooths the bursts the trace records, so it is off by default.
     Times stay as recorded (the published traces start at 0), converted to seconds.
     """
-    path = Path(path)
+    path = as_path(path)
     opts = TraceOptions.from_kwargs(options, "mooncake", ("spread_ties", "skip_bad_rows"))
     spread_ties = check_flag("spread_ties", spread_ties)
     errors = RowErrors(path, check_flag("skip_bad_rows", skip_bad_rows))
@@ -122,7 +143,7 @@ def load_mooncake(
         errors=errors.messages,
         lines=np.asarray(lines),
         time_field="timestamp",
-        time_raw=lambda i: f"{ms[i]:g} ms",
+        time_raw=lambda i: _time_raw(ms, t_ms, i),
     )
     return finish(cols, opts)
 
@@ -149,16 +170,27 @@ def load_vllm_bench(
       (words = whitespace-split), a rough approximation; an entry's own ``prompt_len`` and
       ``output_len`` (pre-tokenized counts) are used instead when present. Needs ``rate``.
     """
-    path = Path(path)
+    path = as_path(path)
     own = ("arrival", "rate", "burstiness", "tokens_per_word", "skip_bad_rows")
     opts = TraceOptions.from_kwargs(options, "vllm-bench", own)
     skip_bad_rows = check_flag("skip_bad_rows", skip_bad_rows)
+    arrivals = Arrivals(arrival, rate, burstiness)  # checked whether or not the file's times make them unused
+    per_word = option_number("tokens_per_word", tokens_per_word, f"a finite number > 0 (default {TOKENS_PER_WORD})")
+    if not per_word > 0:
+        raise ConfigError(f"trace option tokens_per_word: got {show(tokens_per_word)}; allowed a finite number > 0 "
+                          f"(default {TOKENS_PER_WORD})")
     check_file(path)
-    arrivals = Arrivals(arrival, rate, burstiness)
     if _starts_with_bracket(path):
-        cols = _sharegpt(path, arrivals, tokens_per_word, skip_bad_rows)
+        cols = _sharegpt(path, arrivals, per_word, skip_bad_rows)
     else:
         cols = _bench_jsonl(path, arrivals, skip_bad_rows)
+        drawn = [f"{k} = {v!r}" for k, v, d in (("arrival", arrival, "poisson"), ("burstiness", burstiness, 1.0))
+                 if v != d]  # fmt: skip
+        if drawn and cols.times is not None:  # said, not silently dropped
+            cols.notes.append(f"{', '.join(drawn)} not used: the file's recorded arrival_time_ns are kept "
+                              "(give rate to draw arrivals instead)")
+        if per_word != TOKENS_PER_WORD:
+            cols.notes.append(f"tokens_per_word = {per_word:g} not used: it applies to ShareGPT text only")
     return finish(cols, opts)
 
 
@@ -253,12 +285,7 @@ def _words_to_tokens(text: str, per_word: float, what: str) -> int:
     return int(math.floor(x))  # round half up
 
 
-def _sharegpt(path: Path, arrivals: Arrivals, per_word: Any, skip: bool) -> Columns:
-    if isinstance(per_word, bool) or not isinstance(per_word, int | float) or not (
-        math.isfinite(per_word) and per_word > 0
-    ):
-        raise ConfigError(f"trace option tokens_per_word: got {per_word!r}; allowed a finite number > 0 "
-                          f"(default {TOKENS_PER_WORD})")
+def _sharegpt(path: Path, arrivals: Arrivals, per_word: float, skip: bool) -> Columns:
     try:
         with open_text(path) as f:
             data = json.load(f)
@@ -276,7 +303,7 @@ def _sharegpt(path: Path, arrivals: Arrivals, per_word: Any, skip: bool) -> Colu
     prompt: list[int] = []
     output: list[int] = []
     ids: list[str] = []
-    no_pair = 0
+    no_pair = not_text = 0
     for i, entry in enumerate(data):
         where = f"entry {i}"
         try:
@@ -298,12 +325,19 @@ def _sharegpt(path: Path, arrivals: Arrivals, per_word: Any, skip: bool) -> Colu
             continue
         prompt.append(p)  # type: ignore[arg-type]
         output.append(o)  # type: ignore[arg-type]
-        ids.append(str(entry.get("id", i)) if isinstance(entry.get("id"), str) else str(i))
+        rid = entry.get("id")
+        if isinstance(rid, str) and not is_text(rid):  # "\ud800": valid JSON, no UTF-8 output can hold it
+            not_text += 1
+            rid = None
+        ids.append(rid if isinstance(rid, str) else str(i))
     if not prompt:
         raise TraceFormatError(f"{path}: no conversation with a human turn followed by a gpt turn")
     notes = [f"lengths: pre-tokenized or ≈ {per_word:g} tokens per whitespace word (no tokenizer)"]
     if no_pair:
         notes.append(f"{no_pair} conversations without a human→gpt pair dropped (as vllm bench does)")
+    if not_text:
+        notes.append(f"{not_text} conversation ids that are not valid Unicode text (a lone surrogate) replaced by "
+                     "the entry's position")
     if len(set(ids)) != len(ids):
         ids = [str(i) for i in range(len(ids))]
     p_arr, o_arr = np.asarray(prompt, dtype=np.int64), np.asarray(output, dtype=np.int64)
@@ -363,18 +397,26 @@ def vllm_random(
     Lengths use the ``seed`` option's "prompt"/"output" streams, arrivals its "arrivals" stream.
     """
     opts = TraceOptions.from_kwargs(options, "random", ())
+    checked = []
     for name, v, lo in (
         ("num_prompts", num_prompts, 1),
         ("input_len", input_len, 1),
         ("output_len", output_len, 1),
         ("prefix_len", prefix_len, 0),
     ):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise ConfigError(f"random dataset: {name} must be an integer >= {lo}, got {v!r}")
-        if name != "num_prompts" and v > MAX_LEN:
-            raise ConfigError(f"random dataset: {name}: got {v}; allowed {lo} <= value <= {MAX_LEN}")
-    if not 0.0 <= range_ratio < 1.0:
-        raise ConfigError(f"random dataset: range_ratio must be in [0, 1), got {range_ratio}")
+        if isinstance(v, bool | np.bool_) or not isinstance(v, int | np.integer) or v < lo:
+            raise ConfigError(f"random dataset: {name} must be an integer >= {lo}, got {show(v)}")
+        hi = MAX_REQUESTS if name == "num_prompts" else MAX_LEN  # a trace is listed whole: at most MAX_REQUESTS
+        if v > hi:
+            raise ConfigError(f"random dataset: {name}: got {v}; allowed {lo} <= value <= {hi}")
+        checked.append(int(v))
+    num_prompts, input_len, output_len, prefix_len = checked
+    what = "a number in [0, 1)"
+    r = option_number("range_ratio", range_ratio, what)
+    if not 0.0 <= r < 1.0:
+        raise ConfigError(f"random dataset: range_ratio must be in [0, 1), got {show(range_ratio)}")
+    range_ratio = r
+    arrivals = Arrivals(arrival, rate, burstiness)
     rngs = streams(opts.seed)
     lo_in, hi_in = math.floor(input_len * (1 - range_ratio)), math.ceil(input_len * (1 + range_ratio))
     lo_out = max(math.floor(output_len * (1 - range_ratio)), 1)
@@ -404,7 +446,7 @@ def vllm_random(
         times=None,
         ids=ids,
         segments=segs if prefix_len else None,
-        arrivals=Arrivals(arrival, rate, burstiness),
+        arrivals=arrivals,
         notes=[f"random: input {lo_in}..{hi_in} (+{prefix_len} shared), output {lo_out}..{hi_out}"],
     )
     return finish(cols, opts)

@@ -2,7 +2,7 @@
 
 Line numbers are 1-based and count the header as line 1, so they match what an editor shows. CSVs are
 parsed by pandas (C engine) with every cell as a string and blank lines kept, which keeps DataFrame row
-``i`` on file line ``i + 2``; the formats handled here have no quoted multi-line cells, so the mapping holds.
+``i`` on file line ``i + 2``, plus the line breaks of any quoted multi-line cell above it (``_row_lines``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import gzip
 import io
 import json
 import math
+import os
 import re
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -21,7 +22,7 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
-from sim.core.errors import TraceFormatError
+from sim.core.errors import ConfigError, TraceFormatError
 from workloads.gen.lengths import MAX_LEN
 
 MAX_REPORTED = 20  # skip reasons kept in LoadedTrace.errors (same cap as workloads.tracefmt.jsonl)
@@ -42,6 +43,30 @@ def cannot_read(path: Path, e: BaseException) -> TraceFormatError:
     """The one-line error for a file that cannot be read (``e`` one of READ_ERRORS)."""
     why = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else "cannot read"
     return TraceFormatError(f"{path}: {why}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+
+
+def as_path(path: Any, what: str = "trace file") -> Path:
+    """``path`` (a str or an os.PathLike) as a Path; anything else (None, a number, bytes, an open file) or
+    a path holding a NUL byte is a ConfigError naming it, not a TypeError from pathlib."""
+    if isinstance(path, str | os.PathLike) and not isinstance(path, bytes):
+        try:
+            p = Path(path)
+        except TypeError:  # an os.PathLike whose __fspath__ gives bytes
+            p = None
+        if p is not None and "\x00" not in str(p):
+            return p
+    got = repr(path) if isinstance(path, str | bytes | int | float | None) else type(path).__name__
+    raise ConfigError(f"path: expected the path of a {what} (a str or an os.PathLike, without NUL bytes), got "
+                      f"{got[:80]}")
+
+
+def is_text(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (JSON's ``\\ud800`` escape decodes to a lone surrogate, which does not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_file(path: Path) -> None:
@@ -128,10 +153,11 @@ class CsvTable:
         self.columns = {w: by_key[norm_col(w)] for w in (*required, *optional) if norm_col(w) in by_key}
         extras = [f"\x00extra{i}" for i in range(_EXTRA_COLS)]
         df = _read_body(path, header, extras)
+        lines = _row_lines(df)
         cells = {c: df[c].str.strip() for c in df.columns}
         blank = np.logical_and.reduce([(cells[c] == "").to_numpy() for c in df.columns]) if len(df) else []
         keep = ~np.asarray(blank, dtype=bool)  # blank lines are no rows, but they still count as lines
-        self.lines = (np.arange(len(df)) + 2)[keep]
+        self.lines = lines[keep]
         self.cells = {c: s[keep].reset_index(drop=True) for c, s in cells.items()}
         self.n = int(keep.sum())
         if self.n == 0:
@@ -202,6 +228,19 @@ class CsvTable:
             return np.zeros(self.n)
         secs = ((ts - ts[ok].min()) / pd.Timedelta(seconds=1)).to_numpy(dtype=float, na_value=0.0)
         return np.where(ok, secs, 0.0)
+
+
+def _row_lines(df: pd.DataFrame) -> np.ndarray:
+    """The file line each row of the body starts on: row i on line i + 2, unless a quoted cell above it
+    spans several lines (``"374\\n"``), which moves every later row down by its line breaks."""
+    lines = np.arange(len(df), dtype=np.int64) + 2
+    if not len(df) or not any("\n" in "".join(df[c].to_numpy()) for c in df.columns):  # the usual case: one pass
+        return lines
+    breaks = np.zeros(len(df), dtype=np.int64)
+    for c in df.columns:
+        breaks += df[c].str.count("\n").to_numpy(dtype=np.int64)
+    lines[1:] += np.cumsum(breaks)[:-1]
+    return lines
 
 
 def _read_header(path: Path) -> list[str]:
@@ -395,7 +434,10 @@ def get_int_list(obj: dict[str, Any], key: str) -> tuple[int, ...] | None:
     if not isinstance(v, list):
         raise FieldError(key, f"expected a list of integers, got {type(v).__name__}")
     if not all(type(x) is int for x in v):  # fast path; the slow one names the element
+        v = list(v)
         for i, x in enumerate(v):
+            if isinstance(x, float) and x.is_integer():  # integral floats (12.0) are integers, as for lengths
+                v[i] = x = int(x)
             if isinstance(x, bool) or not isinstance(x, int):
                 raise FieldError(key, f"element {i}: {x!r} is not an integer")
     return tuple(v)

@@ -68,12 +68,16 @@ def trace_stats(trace: LoadedTrace, block_size: int = 16) -> dict[str, Any]:
     Poisson process; ``gamma_shape`` = 1/CV², the shape of the gamma renewal process with that CV
     (vLLM's "burstiness"). ``block_size`` (vLLM default 16) is the cache block for the prefix numbers.
     """
+    if not isinstance(trace, LoadedTrace):  # a list of specs, None: no .specs / .format to read
+        raise ConfigError(f"trace stats: trace: expected a loaded trace (what load_trace or load_jsonl returns), "
+                          f"got {type(trace).__name__}")
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ConfigError(f"trace stats: block_size must be an integer >= 1, got {block_size!r}")
     specs = trace.specs
     n = len(specs)
     t = np.array([s.arrival_time for s in specs], dtype=float)
-    out: dict[str, Any] = {"format": trace.format, "source": str(trace.source) if trace.source else None}
+    fmt, source = getattr(trace, "format", "jsonl"), getattr(trace, "source", None)  # load_jsonl's has neither
+    out: dict[str, Any] = {"format": fmt, "source": str(source) if source else None}
     out["count"] = n
     duration = float(t.max() - t.min()) if n else 0.0
     out["duration_s"] = duration
