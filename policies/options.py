@@ -47,6 +47,9 @@ def derived(default: Any) -> Any:
     return field(default=default, metadata={"derived": True})
 
 
+INT32_MAX = 2**31 - 1
+
+
 def invalid(knob: str, value: Any, allowed: str) -> ConfigError:
     """The one error a bad knob value gives: ``[engine] KNOB must be ALLOWED, got VALUE``."""
     shown = value if isinstance(value, int | float) and not isinstance(value, bool) else repr(value)
@@ -87,6 +90,10 @@ class PolicyOptions:
     GPU_MEMORY_UTILIZATION: ClassVar[float] = 0.9
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # every engine count within int32, as the shared limits (config.Pos)
+            v = getattr(self, f.name)
+            if isinstance(v, int) and not isinstance(v, bool) and abs(v) > INT32_MAX:
+                raise invalid(f.name, v, f"within int32 (|value| <= {INT32_MAX})")
         self.validate()
 
     def validate(self) -> None:

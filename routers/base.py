@@ -86,15 +86,36 @@ def take_options(options: dict[str, Any], router: str, defaults: dict[str, Any])
     return out
 
 
-def read_number(opts: dict[str, Any], key: str, router: str, lo: float = 0.0, integer: bool = False) -> Any:
+# The largest count a router option may hold: int32, as the engine's counts (max_num_seqs, sim/app/config.py).
+MAX_COUNT = 2**31 - 1
+
+
+def read_number(opts: dict[str, Any], key: str, router: str, lo: float = 0.0, integer: bool = False,
+                hi: float | None = None) -> Any:
+    """``opts[key]``, a number from ``lo`` to ``hi`` (an integer with ``integer``; ``hi`` defaults to
+    MAX_COUNT for integers, no bound for other numbers); else a ConfigError naming the option."""
     v = opts[key]
-    ok = isinstance(v, int | float) and not isinstance(v, bool) and v >= lo
+    if hi is None and integer:
+        hi = MAX_COUNT
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and v >= lo and (hi is None or v <= hi)
     if integer:
         ok = ok and float(v).is_integer()
     if not ok:
         kind = "an integer" if integer else "a number"
-        raise ConfigError(f"router {router!r}: option {key} must be {kind} >= {lo}, got {v!r}")
+        lo_s = int(lo) if integer and float(lo).is_integer() else lo
+        span = f">= {lo_s}" if hi is None else f"from {lo_s} to {int(hi) if integer else hi}"
+        raise ConfigError(f"router {router!r}: option {key} must be {kind} {span}, got {v!r}")
     return int(v) if integer else float(v)
+
+
+def check_router(name: str, options: dict[str, Any] | None, replicas: Sequence[ReplicaView]) -> None:
+    """Build a built-in router once over ``replicas`` (views made from the config, before any engine
+    exists) and drop it: its options and pools are refused when the config loads, not after replicas are
+    built or other variants have run. A plug-in router is built with the real replicas only (its factory
+    may read what a config cannot know)."""
+    key = resolve_router_name(name)
+    if not _plugin(key):
+        _REGISTRY[key](dict(options or {}), RouterContext(replicas))
 
 
 RouterFactory = Callable[[dict[str, Any], RouterContext], Router]

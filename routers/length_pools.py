@@ -16,6 +16,7 @@ from routers.base import (
     make_router,
     read_number,
     register,
+    resolve_router_name,
     take_options,
 )
 from sim.core.errors import ConfigError
@@ -28,6 +29,7 @@ class PoolRouter(BaseRouter):
     name = "pools"
 
     def __init__(self, ctx: RouterContext, within: str, pools: Sequence[str], label: str) -> None:
+        within = resolve_router_name(within, f"router {label!r}: option within")
         have = set(ctx.pools())
         for p in pools:
             if p not in have:
@@ -60,6 +62,9 @@ class LengthPools(PoolRouter):
     name = "length-pools"
 
     def __init__(self, ctx: RouterContext, threshold: int, long_pool: str, short_pool: str, within: str):
+        if long_pool == short_pool:  # every request would go to the one pool: the split would do nothing
+            raise ConfigError(f"router 'length-pools': long_pool and short_pool are both {long_pool!r}; "
+                              "allowed: two different pools")
         super().__init__(ctx, within, [short_pool, long_pool], "length-pools")
         self.threshold, self.long_pool, self.short_pool = threshold, long_pool, short_pool
 

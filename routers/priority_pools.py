@@ -6,11 +6,13 @@ split into two instances). ``pools`` maps priority -> pool name (TOML keys are s
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from routers.base import RouterContext, register, take_options
 from routers.length_pools import PoolRouter
 from sim.core.errors import ConfigError
+from sim.core.fields import MAX_PRIORITY  # a request's priority is within +-MAX_PRIORITY
 from sim.core.request import RequestSpec
 
 
@@ -36,12 +38,18 @@ def _make(options: dict[str, Any], ctx: RouterContext) -> PriorityPools:
     if not isinstance(raw, dict) or not raw:
         raise ConfigError(f"router 'priority-pools': pools must be a table priority -> pool, got {raw!r}")
     mapping: dict[int, str] = {}
+    written: dict[int, Any] = {}
     for k, v in raw.items():
-        try:
-            mapping[int(k)] = str(v)
-        except ValueError:
-            raise ConfigError(
-                f"router 'priority-pools': pools key {k!r} is not an integer priority"
-            ) from None
+        # a plain decimal integer within the priorities' range (int() would also take "1_0" or " 1 ")
+        text = str(k) if isinstance(k, str | int) and not isinstance(k, bool) else ""
+        if not re.fullmatch(r"[+-]?[0-9]{1,30}", text) or abs(int(text)) > MAX_PRIORITY:
+            raise ConfigError(f"router 'priority-pools': pools key {k!r} is not an integer priority; allowed: a "
+                              f"plain integer from {-MAX_PRIORITY} to {MAX_PRIORITY}, e.g. \"0\"")
+        prio = int(k)
+        if prio in written:
+            raise ConfigError(f"router 'priority-pools': pools keys {written[prio]!r} and {k!r} are the same "
+                              f"priority {prio}; allowed: one key per priority")
+        written[prio] = k
+        mapping[prio] = str(v)
     default = o["default_pool"] if o["default_pool"] is not None else mapping[max(mapping)]
     return PriorityPools(ctx, mapping, str(default), str(o["within"]))

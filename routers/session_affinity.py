@@ -17,6 +17,7 @@ from routers.base import (
     make_router,
     read_number,
     register,
+    resolve_router_name,
     take_options,
     with_room,
 )
@@ -27,7 +28,8 @@ class SessionAffinity(BaseRouter):
     name = "session-affinity"
 
     def __init__(self, ctx: RouterContext, fallback: str, load_guard: int | None) -> None:
-        self.fallback = make_router(fallback, {}, ctx)
+        self.fallback = make_router(resolve_router_name(fallback, "router 'session-affinity': option fallback"),
+                                    {}, ctx)
         self.load_guard = load_guard
         self.home: dict[str, int] = {}
         self.num_sticky = 0

@@ -161,13 +161,14 @@ def pure_setting() -> bool:
     if v in _TRUE:
         return True
     if v not in _FALSE:
-        _warn(f"servesim: {PURE_ENV}={raw!r} is not understood; allowed: 1 (run interpreted) or 0 / unset "
+        _warn(f"{PURE_ENV}={raw!r} is not understood; allowed: 1 (run interpreted) or 0 / unset "
               "(the compiled build when it matches); running as if unset")
     return False
 
 
 def _warn(message: str) -> None:
-    """A RuntimeWarning shown as one line: warnings.warn would add the calling source line beneath it."""
+    """A RuntimeWarning shown as one line, ``servesim:0: RuntimeWarning: MESSAGE`` (warnings.warn would name
+    sim/__init__.py and add its source line beneath)."""
     warnings.warn_explicit(message, RuntimeWarning, filename="servesim", lineno=0, module=__name__)
 
 
@@ -178,7 +179,7 @@ def install() -> None:
         return
     st = state()
     if st == "stale":
-        _warn("servesim: the compiled modules do not match their sources; running interpreted "
+        _warn("the compiled modules do not match their sources; running interpreted "
               "(`make native` rebuilds them)")
     if st != "compiled":
         return
@@ -193,7 +194,7 @@ def install() -> None:
             spec.loader.exec_module(module)
     except (ImportError, OSError, AssertionError) as exc:
         sys.modules.pop(name, None)
-        _warn(f"servesim: the compiled modules do not load ({exc}); running interpreted")
+        _warn(f"the compiled modules do not load ({exc}); running interpreted")
         return
     sys.meta_path.insert(0, _FromBuild())
 

@@ -128,14 +128,28 @@ def test_empty_trace_path_names_the_field(tmp_path, capsys):
 
 
 def test_pd_replicas_that_agree_once_resolved_run(tmp_path):
-    """An alias of the same model, a block size given on one side only (the other takes the preset's), a KV
-    dtype left to "auto" on one side: not a mismatch."""
+    """An alias of the same model, the preset's block size given on one side only (the other takes it by
+    default), the model's own KV dtype named on one side and "auto" on the other: not a mismatch."""
     from sim.app.cluster_config import load_cluster
 
-    for p in ('model = { name = "llama-3.1-8b" }', "engine = { block_size = 16 }", 'engine = { kv_cache_dtype = "fp8" }'):
+    for p in ('model = { name = "llama-3.1-8b" }', "engine = { block_size = 16 }",
+              'engine = { kv_cache_dtype = "bf16" }', 'engine = { kv_cache_dtype = "bfloat16" }'):
         path = tmp_path / "c.toml"
         path.write_text(BASE + PD.format(p=p))
         assert len(load_cluster(path)[""].replicas) == 2
+
+
+@pytest.mark.usefixtures("no_simulation")
+@pytest.mark.parametrize("p,fragments", [
+    ('engine = { kv_cache_dtype = "fp8" }', ["kv_cache_dtype 'fp8' vs 'auto' (= 'bf16')"]),
+    ("engine = { block_size = 32 }", ["block_size 32 vs 16 (the vllm preset's default)"]),
+], ids=["fp8-vs-auto", "block-32-vs-default"])
+def test_pd_replicas_that_differ_once_resolved_are_refused(p, fragments, tmp_path, capsys):
+    """One side's value against the other's default: fp8 KV cannot be read as the decode side's bf16 KV,
+    32-token blocks not as 16-token ones."""
+    path = tmp_path / "c.toml"
+    path.write_text(BASE + PD.format(p=p))
+    run_bad_case(["run", str(path)], ["'p' and 'd'", *fragments], capsys)
 
 
 def test_run_takes_numpy_scalars_as_numbers():

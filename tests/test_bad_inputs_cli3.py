@@ -113,7 +113,7 @@ def test_pure_env_junk_warning_is_one_line(tmp_path):
     env = {**os.environ, "SERVESIM_PURE": "maybe"}
     p = subprocess.run([sys.executable, "-c", "import sim"], capture_output=True, text=True, env=env, cwd=REPO)
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]  # (a stale build adds its own one-line warning)
-    assert p.returncode == 0 and all(" RuntimeWarning: servesim: " in ln for ln in lines), p.stderr
+    assert p.returncode == 0 and all(ln.startswith("servesim:0: RuntimeWarning: ") for ln in lines), p.stderr
     assert len([ln for ln in lines if "SERVESIM_PURE='maybe' is not understood" in ln]) == 1, p.stderr
 
 

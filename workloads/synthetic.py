@@ -47,7 +47,7 @@ from sim.core.spec import MAX_ARRIVAL_S
 from sim.engine.sources import OpenSource
 from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig, ArrivalStream, check_span
 from workloads.gen.draws import Drawer, Draws
-from workloads.gen.lengths import check_keys, read_float, read_int
+from workloads.gen.lengths import check_keys, check_think_dist, read_float, read_int
 from workloads.plugins import build_named, register_workload
 
 STREAMS = ("arrivals", "prompt", "output", "prefix_group", "priority", "think")
@@ -259,6 +259,7 @@ def _build_closed(cfg, seed, max_model_len, base_dir) -> ClosedWorkload:
     # each client's requests follow one another: their thinks must stay within the clock's range
     mean = read_float(cfg, "think_time", where, default=0.0, lo=0.0, hi=MAX_ARRIVAL_S / -(-n // clients))
     dist = cfg.get("think_dist", "fixed")
+    check_think_dist(cfg, where)
     if dist == "fixed":
         def think(k: int, rng: np.random.Generator) -> np.ndarray:
             return np.full(k, mean)

@@ -38,18 +38,21 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from routers.base import resolve_router_name
+from routers.base import ReplicaView, check_router, resolve_router_name
 from sim.app.config import RunConfig, apply_overrides, config_from_dict, override_key
 from sim.core.errors import ConfigError, ServesimError
 from sim.core.fields import load_toml
 
 RUN_SECTIONS = ("model", "hardware", "engine", "workload", "simulation", "slo", "frontend", "cost")
-TOP_KEYS = (*RUN_SECTIONS, "cluster", "replica", "stream", "variants")
+CLUSTER_TABLES = ("cluster", "replica", "stream", "variants")  # any of them makes a config a cluster's
+TOP_KEYS = (*RUN_SECTIONS, *CLUSTER_TABLES)
 # Each replica is a whole engine with its own KV pool (tens of thousands of blocks, milliseconds to build):
 # a few thousand is already hours of set-up, so a larger count is refused before anything is built.
 MAX_REPLICAS = 4096
@@ -131,7 +134,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 def is_cluster_config(raw_or_path: dict[str, Any] | str | Path) -> bool:
     """True for configs ``servesim run`` should hand to sim.app.cluster (cluster, replicas, streams, variants)."""
     raw = read_toml(raw_or_path) if isinstance(raw_or_path, str | Path) else raw_or_path
-    return any(k in raw for k in ("cluster", "replica", "stream", "variants"))
+    return any(k in raw for k in CLUSTER_TABLES)
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -160,12 +163,30 @@ def variants(raw: dict[str, Any], overrides: list[str] | None = None) -> dict[st
         raise ConfigError("[variants] must hold one or more tables: [variants.NAME]")
     out = {}
     for name, over in table.items():
+        _check_variant_name(name)
         bad = sorted(set(over) - set(TOP_KEYS) - {"description"})
         if bad:
             raise ConfigError(f"[variants.{name}]: unknown key(s) {bad}; known: {', '.join(TOP_KEYS)}")
         merged = deep_merge(base, {k: v for k, v in over.items() if k != "description"})
         out[str(name)] = apply_overrides(merged, list(overrides or []))
     return out
+
+
+def _variant_label(name: Any) -> str:
+    """``[variants.NAME]`` as TOML writes it (a name that is not a bare key quoted)."""
+    if isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9_-]+", name):
+        return f"[variants.{name}]"
+    return f"[variants.{json.dumps(name) if isinstance(name, str) else repr(name)}]"
+
+
+def _check_variant_name(name: Any) -> None:
+    """A variant's name is its output folder under ``--out`` (sim/app/cluster_metrics.write_comparison): one
+    folder, never a path that leaves ``--out`` or lands in its root."""
+    ok = (isinstance(name, str) and name.strip() != "" and name not in (".", "..")
+          and not any(c in name for c in "/\\\0"))
+    if not ok:
+        raise ConfigError(f"{_variant_label(name)}: name {name!r} is not usable as the variant's output folder; "
+                          "allowed: a non-empty name usable as one folder (no '/', '\\' or NUL; not '.' or '..')")
 
 
 # ---- parsing -----------------------------------------------------------------------------------------
@@ -190,9 +211,9 @@ _MAX_SECONDS = 1e9
 
 
 def _opt_number(raw: dict[str, Any], key: str, where: str, *, integer: bool, lo: float,
-                hi: float | None = None) -> Any:
+                hi: float | None = None, unit: str = "") -> Any:
     """``raw[key]`` (None when absent), a finite number (an integer with ``integer``) from ``lo`` to ``hi``
-    (default: the largest count or the longest time)."""
+    (default: the largest count or the longest time); ``unit`` follows the range in the message."""
     v = raw.get(key)
     if v is None:
         return None
@@ -204,7 +225,7 @@ def _opt_number(raw: dict[str, Any], key: str, where: str, *, integer: bool, lo:
     if not ok:
         raise ConfigError(
             f"{where}.{key}: expected {'an integer' if integer else 'a number'} from {lo:g} to "
-            f"{hi if integer else format(hi, 'g')}, got {v!r}"
+            f"{hi if integer else format(hi, 'g')}{unit}, got {v!r}"
         )
     return int(v) if integer else float(v)
 
@@ -264,13 +285,11 @@ def cluster_from_dict(raw: dict[str, Any], base_dir: str | Path | None = None) -
         role = rep.get("role", "mixed")
         if role not in ROLES:
             raise ConfigError(f"{where}.role: expected one of {', '.join(ROLES)}, got {role!r}")
-        for key in ("name", "pool"):
-            if key in rep and (not isinstance(rep[key], str) or not rep[key]):
+        for key in ("name", "pool", "device"):  # a blank device would be one card named ''
+            if key in rep and (not isinstance(rep[key], str) or not rep[key].strip()):
                 raise ConfigError(f"{where}.{key}: expected a non-empty string, got {rep[key]!r}")
         name = str(rep.get("name", f"r{len(replicas)}"))
         device = rep.get("device")
-        if device is not None and not isinstance(device, str):
-            raise ConfigError(f"{where}.device: expected a name, got {device!r}")
         run = _replica_run(raw, rep, where)
         for k in range(count):
             rname = f"{name}{k}" if count > 1 else name
@@ -313,10 +332,17 @@ def cluster_from_dict(raw: dict[str, Any], base_dir: str | Path | None = None) -
     streams = _streams(raw.get("stream"))
     if streams and raw.get("workload"):
         raise ConfigError("give a [workload] table or [[stream]] tables, not both")
+    router = _router_spec(cl.get("router"), "[cluster].router", "round-robin")
+    # built once over the replicas the config names (as sim/app/cluster.py hands them), so a bad option or
+    # pool is refused now: before any replica is built, and before any other variant runs
+    views = [ReplicaView(index=i, name=r.name, pool=r.pool, role=r.role) for i, r in enumerate(replicas)]
+    check_router(router.name, router.options, [v for v in views if v.role in ("mixed", "prefill")])
+    if disagg is not None:
+        check_router(disagg.decode_router.name, disagg.decode_router.options, [v for v in views if v.role == "decode"])
     return ClusterConfig(
         base=base,
         replicas=tuple(replicas),
-        router=_router_spec(cl.get("router"), "[cluster].router", "round-robin"),
+        router=router,
         gateway=gateway,
         disagg=disagg,
         device_overlap=overlap,
@@ -328,7 +354,8 @@ def cluster_from_dict(raw: dict[str, Any], base_dir: str | Path | None = None) -
 
 def _check_kv_handoff(replicas: list[ReplicaSpec]) -> None:
     """A prefill replica's KV goes to a decode replica as it is: the same model, KV block size and KV dtype
-    on both sides (the decode replica reads the blocks as the prefill replica wrote them)."""
+    on both sides (the decode replica reads the blocks as the prefill replica wrote them). Compared as the
+    engines resolve them: a block size left out is the preset's, ``kv_cache_dtype = "auto"`` the model's dtype."""
     from sim.cost.models import get_model
 
     def model(r: ReplicaSpec) -> str:
@@ -338,17 +365,46 @@ def _check_kv_handoff(replicas: list[ReplicaSpec]) -> None:
             return str(r.run.model.name)  # refused by name where the replica is built
 
     first = replicas[0]
+    mine = _kv_layout(first)
     for r in replicas[1:]:
         diff = [] if model(r) == model(first) else [f"model {first.run.model.name!r} vs {r.run.model.name!r}"]
-        # left out (None / "auto") is the preset's or the model's own: compared only where both sides name one
+        theirs = _kv_layout(r)
         for key in ("block_size", "kv_cache_dtype"):
-            a, b = getattr(first.run.engine, key), getattr(r.run.engine, key)
-            if a not in (None, "auto") and b not in (None, "auto") and a != b:
-                diff.append(f"{key} {a!r} vs {b!r}")
+            a, b = mine.get(key), theirs.get(key)
+            if a is not None and b is not None and a[0] != b[0]:  # None: refused where the replica is built
+                diff.append(f"{key} {a[1]} vs {b[1]}")
         if diff:
             raise ConfigError(f"replicas {first.name!r} and {r.name!r}: the KV handed from prefill to decode needs "
                               f"the same model, block_size and kv_cache_dtype on every P/D replica; got "
                               f"{', '.join(diff)}")
+
+
+def _kv_layout(r: ReplicaSpec) -> dict[str, tuple[Any, str]]:
+    """``{key: (resolved value, how to show it)}`` for the replica's KV block size and KV dtype; a key is left
+    out where its value does not resolve (the replica's own build reports why)."""
+    from sim.app.setup import resolve
+    from sim.cost.modelspec import normalize_dtype
+
+    e = r.run.engine
+    out: dict[str, tuple[Any, str]] = {}
+    try:
+        bs = resolve(r.run).limits.block_size
+        out["block_size"] = (bs, repr(bs) if e.block_size is not None else f"{bs} (the {e.policy} preset's default)")
+    except ServesimError:
+        pass
+    key = str(e.kv_cache_dtype).strip().lower()
+    # vLLM's spellings: "fp8" is fp8_e4m3 (e5m2 is another layout), bfloat16 / half are bf16 / fp16
+    kv = {"fp8": "fp8_e4m3", "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32"}.get(key, key)
+    if kv == "auto":
+        try:  # the model's dtype; quantized weights keep 16-bit activations ("auto" = bf16)
+            d = normalize_dtype(r.run.model.dtype)
+        except ServesimError:
+            return out
+        kv = d if d in ("bf16", "fp16", "fp32") else "bf16"
+        out["kv_cache_dtype"] = (kv, f"{e.kv_cache_dtype!r} (= {kv!r})")
+    else:
+        out["kv_cache_dtype"] = (kv, repr(e.kv_cache_dtype))
+    return out
 
 
 def _disagg(raw: Any) -> DisaggConfig:
@@ -356,12 +412,8 @@ def _disagg(raw: Any) -> DisaggConfig:
     d = _table(raw, "[cluster.disagg]")
     _check(d, DISAGG_KEYS, "[cluster.disagg]")
     # A KV hand-off link: from a slow TCP path (0.01 GB/s) to well past NVLink; latency up to a minute.
-    bw = _opt_number(d, "link_bandwidth_gb_s", "[cluster.disagg]", integer=False, lo=0, hi=math.inf)  # range below
-    if bw is not None and not 0.01 <= bw <= 1e5:
-        raise ConfigError(f"[cluster.disagg] link_bandwidth_gb_s: got {bw:g}; allowed 0.01 to 100000 GB/s")
-    lat = _opt_number(d, "link_latency_ms", "[cluster.disagg]", integer=False, lo=0, hi=math.inf)  # range below
-    if lat is not None and lat > 60_000:
-        raise ConfigError(f"[cluster.disagg] link_latency_ms: got {lat:g}; allowed 0 to 60000 ms")
+    bw = _opt_number(d, "link_bandwidth_gb_s", "[cluster.disagg]", integer=False, lo=0.01, hi=1e5, unit=" GB/s")
+    lat = _opt_number(d, "link_latency_ms", "[cluster.disagg]", integer=False, lo=0, hi=60_000, unit=" ms")
     dflt = DisaggConfig()
     return DisaggConfig(
         link_bandwidth_gb_s=dflt.link_bandwidth_gb_s if bw is None else bw,

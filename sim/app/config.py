@@ -238,6 +238,12 @@ def _resolve_plugin(raw: dict[str, Any]) -> dict[str, Any]:
 def _validate(cfg: RunConfig) -> None:
     """What the section models cannot check alone: names looked up in catalogues and registries."""
     e = cfg.engine
+    if e.max_model_len is not None and e.max_model_len < 2:  # vLLM: a prompt must leave room for an output token
+        raise ConfigError(f"[engine] max_model_len: out of range, got {e.max_model_len}; allowed 2 <= value <= "
+                          f"{2**31 - 1} (a prompt token and an output token)")
+    if not cfg.model.name.strip():
+        raise ConfigError(f"[model] name: got {cfg.model.name!r}; allowed: a catalogue name (servesim models), a "
+                          "config.json path, or a folder holding one")
     if cfg.slo:
         from sim.app.results import parse_slo
 
@@ -268,12 +274,29 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
 
 
 def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
-    """Trace paths in a config are relative to the config file, as users expect."""
+    """Trace paths, and the CSVs of empirical length distributions anywhere in [workload] (a prompt's, a
+    session's message's), are relative to the config file, as users expect."""
     wl = raw.get("workload")
-    if isinstance(wl, dict) and isinstance(wl.get("trace"), str) and wl["trace"].strip():  # "": refused later
-        t = Path(wl["trace"])
+    if not isinstance(wl, dict):
+        return
+    _resolve_key(wl, "trace", base)
+
+    def walk(table: dict[str, Any]) -> None:
+        for v in table.values():
+            if isinstance(v, dict):
+                _resolve_key(v, "csv", base)
+                walk(v)
+
+    walk(wl)
+
+
+def _resolve_key(table: dict[str, Any], key: str, base: Path) -> None:
+    """``table[key]``, a relative path that exists beside the config, as that path ("": refused later)."""
+    v = table.get(key)
+    if isinstance(v, str) and v.strip() and "\x00" not in v:
+        t = Path(v)
         if not t.is_absolute() and (base / t).exists():
-            wl["trace"] = str(base / t)
+            table[key] = str(base / t)
 
 
 def parse_value(text: str, where: str = "--set") -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from sim.app.cluster_config import ClusterConfig
-from sim.core.errors import ConfigError
+from sim.core.errors import ConfigError, ServesimError
 from sim.core.request import RequestSpec
 from sim.engine.sources import ClosedSource, OpenSource
 from workloads.synthetic import MAX_LISTED, ClosedWorkload, OpenWorkload, build_workload
@@ -68,12 +68,15 @@ def cluster_source(cfg: ClusterConfig, max_model_len: int) -> tuple[Any, Any]:
     if cfg.streams:
         specs: list[RequestSpec] = []
         for k, (name, table) in enumerate(cfg.streams):
-            wl = build_workload(
-                table,
-                seed=np.random.SeedSequence(seed, spawn_key=(300 + k,)),
-                max_model_len=max_model_len,
-                base_dir=cfg.base_dir,
-            )
+            try:
+                wl = build_workload(
+                    table,
+                    seed=np.random.SeedSequence(seed, spawn_key=(300 + k,)),
+                    max_model_len=max_model_len,
+                    base_dir=cfg.base_dir,
+                )
+            except ServesimError as e:  # the workload's own message, under the stream that holds it
+                raise type(e)(f"[[stream]] {name!r}: {e}") from None
             if not isinstance(wl, OpenWorkload):
                 raise ConfigError(f"[[stream]] {name!r}: only open-loop or trace workloads can be merged")
             specs.extend(_rename(s, name) for s in wl.specs)

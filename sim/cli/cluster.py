@@ -27,6 +27,21 @@ def is_cluster_file(path: str | Path) -> bool:
         return False  # let the single-engine path report the problem
 
 
+def sets_cluster_tables(overrides: Sequence[str] | None) -> bool:
+    """True when a ``--set`` names a cluster table (``cluster.replicas=3``): ``servesim run`` then runs the
+    config as a cluster, as it does a file holding that table (a single engine has no [cluster])."""
+    from sim.app.cluster_config import CLUSTER_TABLES
+    from sim.app.config import override_key
+
+    out = False
+    for o in overrides or ():
+        try:
+            out = out or override_key(o).split(".")[0] in CLUSTER_TABLES
+        except ServesimError:
+            pass  # a malformed --set: the config load reports it, naming it
+    return out
+
+
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("cluster", help="simulate replicas behind a gateway (or compare deployments)")
     p.add_argument("config", help="path to a cluster TOML config (examples/cluster_*.toml)")

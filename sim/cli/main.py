@@ -85,7 +85,8 @@ def _run(args: argparse.Namespace) -> int:
     goodput = [f"slo.{k}={v!r}" for k, v in slos.items()]
     # vLLM flags first, so --set and the [cost] / [slo] options win over them
     args.overrides = [*vllm_overrides(args), *args.overrides, *price_overrides(args), *goodput]
-    if cli_cluster.is_cluster_file(args.config):  # [cluster] / [[replica]] configs: several engines
+    # [cluster] / [[replica]] configs, in the file or by --set cluster.*: several engines
+    if cli_cluster.is_cluster_file(args.config) or cli_cluster.sets_cluster_tables(args.overrides):
         return cli_cluster.run(args)
     cfg = load_config(args.config, args.overrides)
     if args.out and args.step_trace and not cfg.simulation.record_step_trace:

@@ -127,6 +127,8 @@ def error_line(where: str, err: Mapping[str, Any], cls: type | None, keys: Itera
         return f"{where} unknown key {key!r}; {hint}known keys: {', '.join(known)}"
     if kind in _BOUNDS:
         lo, hi, lo_open, hi_open = _bounds(ann)
+        if lo is None and hi is None:  # a knob whose range its preset checks after (NaN, inf: no number at all)
+            return f"{where} {key}: must be a finite number, got {_show(value)}"
         allowed = _range(lo, hi, lo_open, hi_open, _unit(loc[-1], _description(cls, loc[0]) or ""))
         head = "must be a finite number" if kind == "finite_number" else "out of range"
         return f"{where} {key}: {head}, got {_show(value)}; allowed {allowed}"

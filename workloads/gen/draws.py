@@ -49,6 +49,10 @@ class PriorityMix:
         if not isinstance(levels, list | tuple) or not levels:
             raise ConfigError(f"{where}.levels: expected a non-empty list of integers, got {levels!r}")
         lv = tuple(read_int({"levels": x}, "levels", where, lo=-MAX_PRIORITY, hi=MAX_PRIORITY) for x in levels)
+        dup = next((x for i, x in enumerate(lv) if x in lv[:i]), None)
+        if dup is not None:  # its weights would be split between two entries of one level
+            raise ConfigError(f"{where}.levels: {dup} given twice in {list(lv)}; allowed: distinct levels (weigh "
+                              "a level with weights)")
         w_raw = cfg.get("weights", [1.0] * len(lv))
         if not isinstance(w_raw, list | tuple) or len(w_raw) != len(lv):
             raise ConfigError(

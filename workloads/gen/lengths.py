@@ -71,6 +71,14 @@ def read_float(
     return v
 
 
+def check_think_dist(cfg: Mapping[str, Any], where: str) -> None:
+    """``think_dist`` shapes the think time around ``think_time``; given without it (a think time of 0),
+    it would do nothing: refused, naming both."""
+    if "think_dist" in cfg and "think_time" not in cfg:
+        raise ConfigError(f"{where}.think_dist = {cfg['think_dist']!r} without think_time: the think time is 0, "
+                          "which no distribution shapes; allowed: give think_time (mean seconds), or drop think_dist")
+
+
 def read_int(
     cfg: Mapping[str, Any],
     key: str,

@@ -50,11 +50,19 @@ from typing import Any
 import numpy as np
 
 from sim.core.errors import ConfigError
-from sim.core.fields import MAX_REQUESTS
+from sim.core.fields import MAX_GENERATED, MAX_REQUESTS
 from sim.core.request import PrefixHashes, RequestSpec, Segment
 from sim.core.spec import MAX_ARRIVAL_S
 from workloads.gen.arrivals import ARRIVAL_KINDS, ArrivalConfig, check_span
-from workloads.gen.lengths import LengthDist, check_keys, clip_to_context, read_float, read_int
+from workloads.gen.lengths import (
+    MAX_LEN,
+    LengthDist,
+    check_keys,
+    check_think_dist,
+    clip_to_context,
+    read_float,
+    read_int,
+)
 from workloads.gen.session_source import SessionSource, Turns
 
 SESSION_STREAMS = ("starts", "turns", "message", "first_message", "output", "system", "think")
@@ -166,12 +174,14 @@ def _system_prompts(cfg: Any, where: str) -> tuple[int, int]:
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"{where}: expected a table {{num_prompts = ..., len = ...}}, got {cfg!r}")
     check_keys(cfg, ("num_prompts", "len"), where)
-    return read_int(cfg, "num_prompts", where, default=1, lo=1), read_int(cfg, "len", where, lo=1)
+    return (read_int(cfg, "num_prompts", where, default=1, lo=1, hi=MAX_GENERATED),
+            read_int(cfg, "len", where, lo=1, hi=MAX_LEN))
 
 
 def _think_times(cfg: Mapping[str, Any], n: int, rng: np.random.Generator, where: str) -> np.ndarray:
     mean = read_float(cfg, "think_time", where, default=0.0, lo=0.0, hi=MAX_ARRIVAL_S / n)  # n: every turn
     dist = cfg.get("think_dist", "exponential")
+    check_think_dist(cfg, where)
     if dist == "fixed":
         return np.full(n, mean)
     if dist == "exponential":
