@@ -157,7 +157,7 @@ def _parse_row(row: Any, extra: str) -> RequestSpec:
     rid = row.get("request_id")
     if rid is not None and not isinstance(rid, str):
         raise _RowError("request_id", f"expected a string, got {rid!r}")
-    if rid and not is_text(rid):  # "\ud800" is valid JSON, but no UTF-8 output (parquet, JSON) can hold it
+    if rid and not rid.isascii() and not is_text(rid):  # isascii: a flag CPython keeps, O(1)  # "\ud800" is valid JSON, but no UTF-8 output (parquet, JSON) can hold it
         raise _RowError("request_id", f"{rid!r} is not valid Unicode text (a lone surrogate); allowed: a string "
                         "of Unicode characters")
     kw["request_id"] = rid or ""
@@ -334,7 +334,8 @@ def load_jsonl(
     rows.sort(key=lambda r: r[0].arrival_time)  # stable: ties keep file order
     specs: list[RequestSpec] = []
     seen: dict[str, int] = {}
-    named = {spec.request_id for spec, _ in rows if spec.request_id}  # an automatic id never takes one of these
+    # an automatic id never takes a name the file uses (the set only when some row has no id)
+    named = {spec.request_id for spec, _ in rows if spec.request_id} if any(not s.request_id for s, _ in rows) else set()
     for i, (spec, lineno) in enumerate(rows):
         if not spec.request_id:
             spec = replace(spec, request_id=_free_id(f"r{i}", named))
