@@ -172,7 +172,7 @@ class PolicyOptions:
     def from_memory(self, plan: Any, limits: dict[str, Any], explicit: Mapping[str, Any]) -> Self:
         """Values that come from the memory plan (``plan``: sim.app.memory.MemoryPlan). May update
         ``limits`` (the PolicyLimits keywords being built) and returns the options to run with.
-        ``explicit``: the shared limits the user set (aliases folded in; None = not set)."""
+        ``explicit``: the shared limits the user set, and ``max_model_len`` (aliases folded in; None = not set)."""
         return self
 
 

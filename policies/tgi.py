@@ -78,10 +78,12 @@ class TgiOptions(PolicyOptions):
                 )
             if blocks < 1:
                 raise ConfigError(f"[engine] max_batch_total_tokens = {mbtt} is less than one block")
-            # TGI's router refuses both at start-up (backends/v3 main.rs): a request's max_total_tokens, and
-            # a prefill batch, must fit the batch's total
-            for knob, v in (("max_model_len (TGI's max_total_tokens)", limits["max_model_len"]),
-                            ("max_batch_prefill_tokens", limits["max_num_batched_tokens"])):
+            # TGI refuses both at start-up (launcher, backends/v3 main.rs): a prefill batch, and a request's
+            # max_total_tokens where it is given, must fit the batch's total
+            checks = [("max_batch_prefill_tokens", limits["max_num_batched_tokens"])]
+            if explicit.get("max_model_len") is not None:
+                checks.append(("max_model_len (TGI's max_total_tokens)", limits["max_model_len"]))
+            for knob, v in checks:
                 if v > mbtt:
                     raise ConfigError(f"[engine] {knob} = {v} is past max_batch_total_tokens = {mbtt}; TGI refuses "
                                       f"this at start-up; allowed: max_batch_total_tokens >= {v}")

@@ -114,8 +114,22 @@ def check_router(name: str, options: dict[str, Any] | None, replicas: Sequence[R
     built or other variants have run. A plug-in router is built with the real replicas only (its factory
     may read what a config cannot know)."""
     key = resolve_router_name(name)
-    if not _plugin(key):
+    if not _plugin(key) and not _nested_plugin(options):
         _REGISTRY[key](dict(options or {}), RouterContext(replicas))
+
+
+def _nested_plugin(options: dict[str, Any] | None) -> bool:
+    """Whether a pool or affinity router's inner router (``within``, ``fallback``) is a plug-in: it is built
+    with the real replicas only, as a plug-in at the top is (an unknown name is left to the router to name)."""
+    for k in ("within", "fallback"):
+        v = (options or {}).get(k)
+        if isinstance(v, str):
+            try:
+                if _plugin(resolve_router_name(v)):
+                    return True
+            except ConfigError:
+                pass
+    return False
 
 
 RouterFactory = Callable[[dict[str, Any], RouterContext], Router]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
+
 from routers.base import RouterContext, register, take_options
 from routers.length_pools import PoolRouter
 from sim.core.errors import ConfigError
@@ -41,6 +43,8 @@ def _make(options: dict[str, Any], ctx: RouterContext) -> PriorityPools:
     written: dict[int, Any] = {}
     for k, v in raw.items():
         # a plain decimal integer within the priorities' range (int() would also take "1_0" or " 1 ")
+        if isinstance(k, np.integer):  # a key from a pandas column: the int it is
+            k = int(k)
         text = str(k) if isinstance(k, str | int) and not isinstance(k, bool) else ""
         if not re.fullmatch(r"[+-]?[0-9]{1,30}", text) or abs(int(text)) > MAX_PRIORITY:
             raise ConfigError(f"router 'priority-pools': pools key {k!r} is not an integer priority; allowed: a "

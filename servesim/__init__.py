@@ -191,6 +191,7 @@ def size(config: str | Path | dict[str, Any] | RunConfig | None = None, slo: dic
     ``.recommended``), or with ``as_dict`` what ``servesim size --json`` prints."""
     from sim.app.sizing import size as _size
 
+    as_dict = _plain(as_dict)  # a numpy bool is the bool it is
     if not isinstance(as_dict, bool):
         from sim.core.errors import ConfigError
 

@@ -106,6 +106,9 @@ def test_size_takes_numpy_and_pandas_candidates():
     assert [c.params for c in res.candidates] == [
         {"engine.max_num_seqs": s, "engine.max_num_batched_tokens": t} for s in (2, 4) for t in (1024, 2048)]
     assert all(type(v) is int for c in res.candidates for v in c.params.values())
+    out = servesim.size(TINY, slo=SLO, max_num_seqs=[4], replications=1, as_dict=np.bool_(True),
+                        progress=np.bool_(False))
+    assert isinstance(out, dict)
 
 
 def test_compare_numpy_max_per_stage_and_none_override():

@@ -76,13 +76,13 @@ BIG = "9223372036854775808"  # 2^63
 CASES = [
     # S1: a variant's name is its output folder: a path out of --out, or --out's root itself
     ("variant-traversal", BASE + '[variants."../../x"]\ncluster = {replicas = 1}\n[variants.b]\n',
-     ['[variants."../../x"]', "'../../x'", "one folder"]),
+     ['[variants."../../x"]', "'../../x'", "output folder"]),
     ("variant-absolute", BASE + '[variants."/tmp/abs_variant"]\n[variants.b]\n',
-     ['[variants."/tmp/abs_variant"]', "no '/'"]),
+     ['[variants."/tmp/abs_variant"]', "no leading '/'"]),
     ("variant-empty", BASE + '[variants.""]\n[variants.b]\n', ['[variants.""]', "non-empty"]),
     ("variant-blank", BASE + '[variants." "]\n[variants.b]\n', ['[variants." "]', "non-empty"]),
-    ("variant-dot", BASE + '[variants."."]\n[variants.b]\n', ['[variants."."]', "not '.' or '..'"]),
-    ("variant-dotdot", BASE + '[variants.".."]\n[variants.b]\n', ['[variants.".."]', "not '.' or '..'"]),
+    ("variant-dot", BASE + '[variants."."]\n[variants.b]\n', ['[variants."."]', "none empty, '.' or '..'"]),
+    ("variant-dotdot", BASE + '[variants.".."]\n[variants.b]\n', ['[variants.".."]', "none empty, '.' or '..'"]),
     ("variant-backslash", BASE + '[variants."a\\\\b"]\n', ['[variants."a\\\\b"]', "'\\'"]),
     ("variant-nul", BASE + '[variants."a\\u0000b"]\n', ['[variants."a\\u0000b"]', "NUL"]),
     # S2: compared as resolved (block size: the preset's default; "auto": the model's dtype)
@@ -197,13 +197,41 @@ def test_cluster4_api_config_error(name):
 # ---- the nearest valid inputs still run --------------------------------------------------------------------
 def test_variant_names_that_are_one_folder_run(tmp_path, capsys):
     """Spaces, dots inside, unicode, a leading dash: each is one folder under --out."""
-    names = ["tp 2", "a.b", "größe", "-x", "..."]
+    names = ["tp 2", "a.b", "größe", "-x", "...", "vllm/split"]  # a '/' nests a folder inside --out
     body = "".join(f'[variants."{n}"]\n' for n in names)
     out = tmp_path / "out"
     _cli(["cluster", _write(tmp_path, BASE + TWO.format(router='"round-robin"') + body), "--out", str(out),
           "--json"], capsys)
-    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted(names)
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted([*names[:-1], "vllm"])
+    assert (out / "vllm" / "split" / "summary.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.toml", "out"]
+
+
+@pytest.mark.usefixtures("no_cluster")
+@pytest.mark.parametrize(("name", "fragments"), [("a//b", ["'a//b'"]), ("x/..", ["'x/..'"]), ("/abs", ["'/abs'"])])
+def test_variant_names_with_empty_or_parent_parts_refused(name, fragments, tmp_path, capsys):
+    text = BASE + TWO.format(router='"round-robin"') + f'[variants."{name}"]\n'
+    run_bad_case(["cluster", _write(tmp_path, text)], ["[variants.", "output folder", *fragments], capsys)
+
+
+@pytest.mark.usefixtures("no_cluster")
+def test_variant_description_is_text(tmp_path, capsys):
+    text = BASE + TWO.format(router='"round-robin"') + "[variants.a]\ndescription = 5\n"
+    run_bad_case(["cluster", _write(tmp_path, text)], ["[variants.a] description", "expected a string", "5"], capsys)
+
+
+def test_priority_pools_numpy_keys_run():
+    """A pools table built from a pandas column (numpy integer keys) is the table it says."""
+    import tomllib
+
+    import numpy as np
+
+    from sim.app.cluster import simulate_cluster
+
+    raw = tomllib.loads(BASE + POOLS.format(router='"priority-pools"'))
+    raw["cluster"]["router"] = {"name": "priority-pools", "pools": {np.int64(0): "short", np.int64(1): "long"}}
+    res = simulate_cluster(raw)
+    assert (res.requests["status"] == "finished").sum() > 0
 
 
 @pytest.mark.parametrize("p,d", [

@@ -46,8 +46,11 @@ CASES = [
     ("closed-think_dist-without-think_time", ENGINE + CLOSED + 'think_dist = "exponential"\n',
      ["workload.think_dist = 'exponential' without think_time"]),
     ("priority-level-twice", BASE + "priority = {levels = [0, 0]}\n", ["workload.priority.levels", "0 given twice"]),
-    ("tgi-max_batch_total_tokens-below-max_total_tokens", _engine('policy = "tgi"\nmax_batch_total_tokens = 1024'),
-     ["max_model_len (TGI's max_total_tokens) = 4096", "max_batch_total_tokens = 1024"]),
+    ("tgi-max_batch_total_tokens-below-max_total_tokens",
+     _engine('policy = "tgi"\nmax_batch_total_tokens = 2048\nmax_batch_prefill_tokens = 1024'),
+     ["max_model_len (TGI's max_total_tokens) = 4096", "max_batch_total_tokens = 2048"]),
+    ("tgi-max_batch_total_tokens-below-prefill", _engine('policy = "tgi"\nmax_batch_total_tokens = 1024'),
+     ["max_batch_prefill_tokens = 4096", "max_batch_total_tokens = 1024"]),
     ("vllm-long_prefill_token_threshold-past-int32", _engine(f"long_prefill_token_threshold = {2**63}"),
      ["[engine] long_prefill_token_threshold", "int32", str(2**63)]),
     ("tgi-max_concurrent_requests-past-int32", _engine(f'policy = "tgi"\nmax_concurrent_requests = {2**40}'),
@@ -88,6 +91,16 @@ def test_the_nearest_valid_config_runs(tmp_path, capsys, text):
 
     cfg = tmp_path / "c.toml"
     cfg.write_text(text)
+    assert main(["run", str(cfg), "--json"]) == 0, capsys.readouterr().err
+
+
+def test_tgi_max_batch_total_tokens_without_max_model_len_runs(tmp_path, capsys):
+    """TGI checks max_total_tokens against max_batch_total_tokens only where it is given: a config that sets
+    the batch total alone (the model's context is the preset's default) runs as it did."""
+    from sim.cli.main import main
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(_engine('policy = "tgi"\nmax_batch_total_tokens = 16000').replace("max_model_len = 4096\n", ""))
     assert main(["run", str(cfg), "--json"]) == 0, capsys.readouterr().err
 
 

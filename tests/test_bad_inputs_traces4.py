@@ -96,10 +96,6 @@ CASES = [
     ("sharegpt-tokens_per_word-400-digits", lambda t: _run(t, _write(t, "s.json", json.dumps(SHAREGPT)),
                                                            f"rate = 1.0\ntokens_per_word = {HUGE}"),
      ["trace option tokens_per_word", "401 digits", "> 0"]),
-    # ---- B1: prompt fits, prompt + output does not (vLLM's server answers 400), too_long = "error" ----
-    ("trace-prompt-plus-output-past-max_model_len", lambda t: _run(t, _jsonl(
-        t, {**ROW, "prompt_len": 8000, "output_len": 1000, "request_id": "big"})),
-     ["t.jsonl", "request big", "prompt 8000 + output 1000 = 9000", "max_model_len 8192", "too_long"]),
     # ---- B2: the workload's own max_model_len, when not a number, is refused (not overwritten) under clip ----
     ("trace-own-max_model_len-string-under-clip", lambda t: _run(t, _jsonl(t, ROW),
                                                                  'too_long = "clip"\nmax_model_len = "x"'),
@@ -270,11 +266,21 @@ def test_bench_result_null_seconds_of_a_failed_request_load(tmp_path):
 
 
 def test_too_long_error_prompt_plus_output_and_the_workloads_own_max_model_len(tmp_path):
-    """B1: a request whose prompt + output just fits runs; "clip" cuts the one past it instead of refusing.
+    """B1: a request whose prompt + output passes max_model_len runs as the engine runs it (its output stopped
+    there), counted in a note, never unsaid; one that just fits has no note; "clip" cuts it to fit.
     B2: under "clip" the workload's own max_model_len is kept when it is the tighter one, else the engine's."""
     fits = _jsonl(tmp_path, {**ROW, "prompt_len": 8000, "output_len": 192}, name="fits.jsonl")
-    assert _wl(tmp_path, fits).specs[0].output_len == 192
-    over = _jsonl(tmp_path, {**ROW, "prompt_len": 8000, "output_len": 1000}, name="over.jsonl")
+    wl = _wl(tmp_path, fits)
+    assert wl.specs[0].output_len == 192 and not any("pass max_model_len" in n for n in wl.notes)
+    over = _jsonl(tmp_path, {**ROW, "prompt_len": 8000, "output_len": 1000, "request_id": "big"}, ROW,
+                  name="over.jsonl")
+    for too_long in ("error", "reject"):
+        wl = _wl(tmp_path, over, too_long=too_long)
+        assert [s.output_len for s in wl.specs if s.request_id == "big"] == [1000]  # the engine stops it
+        assert [n for n in wl.notes if "pass max_model_len" in n] == [
+            "1 requests (first big: prompt 8000 + output 1000) pass max_model_len 8192: the engine stops their "
+            "output there, as vLLM's engine does (its server would refuse such a max_tokens with HTTP 400; "
+            "too_long = \"clip\" cuts them to fit)"]
     wl = _wl(tmp_path, over, too_long="clip")
     assert wl.specs[0].output_len == 192 and wl.num_clipped == 1
     assert _wl(tmp_path, over, too_long="reject").specs[0].output_len == 1000  # the engine stops it

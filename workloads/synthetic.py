@@ -280,10 +280,11 @@ def _build_trace(cfg, max_model_len, base_dir) -> OpenWorkload:
     ``too_long`` says what a request longer than max_model_len does: "error" (default: the run stops
     with a line naming the request), "reject" (it is rejected with a reason, as vLLM answers HTTP 400),
     or "clip" (prompt and output are cut to fit). A request is longer than max_model_len when its prompt
-    does not fit (prompt >= max_model_len), or, under "error", when its prompt and output together do not
-    (prompt + output > max_model_len: vLLM's OpenAI server answers HTTP 400 to a prompt + max_tokens past
-    it; the engine would otherwise stop the output at max_model_len, short of the trace's output_len).
-    The trace's own ``max_model_len`` option applies too: under "clip" the smaller of it and the engine's.
+    does not fit (prompt >= max_model_len). One whose prompt fits but whose prompt + output does not runs
+    under "error" and "reject" as the engine runs it, its output stopped at max_model_len (vLLM's engine
+    caps it so; its OpenAI server would answer HTTP 400 to such a max_tokens): a note counts them, so a
+    replay is never cut short unsaid ("clip" cuts them to fit instead). The trace's own ``max_model_len``
+    option applies too: under "clip" the smaller of it and the engine's.
     """
     from workloads.tracefmt import load_trace
 
@@ -313,22 +314,23 @@ def _build_trace(cfg, max_model_len, base_dir) -> OpenWorkload:
         raise ConfigError(f"{where}.format: expected a format name, got {fmt!r}")
     loaded = load_trace(path, format=fmt, **opts)
     specs = list(loaded.specs)
-    if too_long == "error" and max_model_len is not None:
-        for spec in specs:
-            if spec.prompt_len >= max_model_len:
-                raise TraceFormatError(
-                    f"{path}: request {spec.request_id}: prompt of {spec.prompt_len} tokens does not fit "
-                    f"max_model_len {max_model_len} (set workload.too_long = \"reject\" or \"clip\")"
-                )
-            if spec.prompt_len + spec.output_len > max_model_len:  # vLLM's server: HTTP 400 for prompt + max_tokens
-                raise TraceFormatError(
-                    f"{path}: request {spec.request_id}: prompt {spec.prompt_len} + output {spec.output_len} = "
-                    f"{spec.prompt_len + spec.output_len} tokens do not fit max_model_len {max_model_len}, as "
-                    "vLLM refuses prompt + max_tokens past it (set workload.too_long = \"clip\" to cut the output "
-                    "to fit, or \"reject\" to let the engine stop it at max_model_len)"
-                )
+    notes = list(getattr(loaded, "notes", ()))
+    if too_long != "clip" and max_model_len is not None:
+        if too_long == "error":
+            for spec in specs:
+                if spec.prompt_len >= max_model_len:
+                    raise TraceFormatError(
+                        f"{path}: request {spec.request_id}: prompt of {spec.prompt_len} tokens does not fit "
+                        f"max_model_len {max_model_len} (set workload.too_long = \"reject\" or \"clip\")"
+                    )
+        over = [s for s in specs if s.prompt_len < max_model_len < s.prompt_len + s.output_len]
+        if over:
+            notes.append(f"{len(over)} requests (first {over[0].request_id}: prompt {over[0].prompt_len} + output "
+                         f"{over[0].output_len}) pass max_model_len {max_model_len}: the engine stops their output "
+                         "there, as vLLM's engine does (its server would refuse such a max_tokens with HTTP 400; "
+                         "too_long = \"clip\" cuts them to fit)")
     return OpenWorkload(specs, num_clipped=loaded.num_clipped, num_skipped=loaded.num_skipped,
-                        notes=getattr(loaded, "notes", ()), errors=tuple(loaded.errors))  # fmt: skip
+                        notes=tuple(notes), errors=tuple(loaded.errors))  # fmt: skip
 
 
 def build_workload(

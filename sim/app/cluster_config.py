@@ -164,6 +164,8 @@ def variants(raw: dict[str, Any], overrides: list[str] | None = None) -> dict[st
     out = {}
     for name, over in table.items():
         _check_variant_name(name)
+        if not isinstance(over.get("description", ""), str):
+            raise ConfigError(f"{_variant_label(name)} description: expected a string, got {over['description']!r}")
         bad = sorted(set(over) - set(TOP_KEYS) - {"description"})
         if bad:
             raise ConfigError(f"[variants.{name}]: unknown key(s) {bad}; known: {', '.join(TOP_KEYS)}")
@@ -180,13 +182,15 @@ def _variant_label(name: Any) -> str:
 
 
 def _check_variant_name(name: Any) -> None:
-    """A variant's name is its output folder under ``--out`` (sim/app/cluster_metrics.write_comparison): one
-    folder, never a path that leaves ``--out`` or lands in its root."""
-    ok = (isinstance(name, str) and name.strip() != "" and name not in (".", "..")
-          and not any(c in name for c in "/\\\0"))
+    """A variant's name is its output folder under ``--out`` (sim/app/cluster_metrics.write_comparison): a
+    folder inside it (``vllm/split`` nests one), never a path that leaves ``--out`` or lands in its root."""
+    parts = name.split("/") if isinstance(name, str) else []
+    ok = (bool(parts) and name.strip() != "" and not any(c in name for c in "\\\0")
+          and all(p.strip() and p not in (".", "..") for p in parts))
     if not ok:
         raise ConfigError(f"{_variant_label(name)}: name {name!r} is not usable as the variant's output folder; "
-                          "allowed: a non-empty name usable as one folder (no '/', '\\' or NUL; not '.' or '..')")
+                          "allowed: a non-empty name of folder names joined by '/' (none empty, '.' or '..'; "
+                          "no leading '/', no '\\' or NUL)")
 
 
 # ---- parsing -----------------------------------------------------------------------------------------

@@ -165,7 +165,7 @@ def resolve(cfg: RunConfig) -> Setup:
         **parsed.options.limit_values(),
     )
     # The preset's own resolution: what it derives from the memory plan (policies/options.py).
-    options = parsed.options.from_memory(plan, limit_kw, explicit)
+    options = parsed.options.from_memory(plan, limit_kw, {**explicit, "max_model_len": e.max_model_len})
     if cls.VLLM_BUDGET_RULE:
         chunked, max_model_len = limit_kw["enable_chunked_prefill"], limit_kw["max_model_len"]
         if not chunked and mnbt_explicit is None:

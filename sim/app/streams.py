@@ -61,6 +61,14 @@ def _rename(spec: RequestSpec, stream: str) -> RequestSpec:
     return dataclasses.replace(spec, request_id=f"{stream}-{spec.request_id}", segments=segs)
 
 
+def _renamed(e: ServesimError, message: str) -> ServesimError:
+    """``e``'s class with ``message`` (a ConfigError where a plug-in's error class takes other arguments)."""
+    try:
+        return type(e)(message)
+    except TypeError:
+        return ConfigError(message)
+
+
 def cluster_source(cfg: ClusterConfig, max_model_len: int) -> tuple[Any, Any]:
     """(workload, source) for a cluster: the [workload] table, or the [[stream]]s merged by time."""
     seed = cfg.base.simulation.seed
@@ -76,7 +84,7 @@ def cluster_source(cfg: ClusterConfig, max_model_len: int) -> tuple[Any, Any]:
                     base_dir=cfg.base_dir,
                 )
             except ServesimError as e:  # the workload's own message, under the stream that holds it
-                raise type(e)(f"[[stream]] {name!r}: {e}") from None
+                raise _renamed(e, f"[[stream]] {name!r}: {e}") from None
             if not isinstance(wl, OpenWorkload):
                 raise ConfigError(f"[[stream]] {name!r}: only open-loop or trace workloads can be merged")
             specs.extend(_rename(s, name) for s in wl.specs)
