@@ -117,3 +117,27 @@ def test_empirical_length_csv_beside_the_config(tmp_path, monkeypatch, capsys):
     (d / "c.toml").write_text(ENGINE + wl)
     monkeypatch.chdir(tmp_path)  # not the config's folder
     assert main(["run", str(Path("cfgdir") / "c.toml"), "--json"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["compare", "x" * 5000],
+    ["trace", "stats", "x" * 5000],
+    ["run", str(Path(__file__).resolve().parents[1] / "examples" / "quickstart.toml"), "--set",
+     "workload.trace=" + "x" * 5000],
+], ids=["compare", "trace-stats", "run-set-trace"])
+def test_a_path_past_the_systems_name_limit_is_one_line(argv, capsys):
+    """A 5,000-character name: the OS refuses it when it is first looked at (ENAMETOOLONG, an OSError
+    traceback before); now one line naming it, exit 2."""
+    run_bad_case(argv, ["path 'xxxx", "5000 characters", "too long"], capsys)
+
+
+def test_intervals_at_a_level_two_replications_cannot_bound(capsys):
+    """99.99 % on two replications: t of thousands, exp past a float (an OverflowError after the runs):
+    the bound is unbounded ("-") or printed in e-notation, exit 0."""
+    from sim.cli.main import main
+
+    q = str(Path(__file__).resolve().parents[1] / "examples" / "quickstart.toml")
+    rc = main(["run", q, "--set", "workload.num_requests=6", "--intervals", "--replications", "2", "--level", "0.9999"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "99.99 % prediction intervals" in out
+    assert max(len(w) for w in out.split()) < 40  # no number printed with a hundred digits

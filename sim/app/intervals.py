@@ -111,7 +111,13 @@ def prediction_interval(values: Iterable[float], residuals: Sequence[float] = ()
         return {**out, "center": center, "low": math.nan if n < 2 and k == 0 else center,
                 "high": math.nan if n < 2 and k == 0 else center}  # fmt: skip
     t = float(stats.t.ppf(0.5 + level / 2, dof)) if math.isfinite(dof) else float(stats.norm.ppf(0.5 + level / 2))
-    return {**out, "center": center, "low": math.exp(ybar - b - t * sigma), "high": math.exp(ybar - b + t * sigma)}
+    return {**out, "center": center, "low": _exp(ybar - b - t * sigma), "high": _exp(ybar - b + t * sigma)}
+
+
+def _exp(x: float) -> float:
+    """exp, inf past a float's range: a high level on two replications (t of thousands) gives an interval
+    that is honestly unbounded, not an OverflowError after the runs."""
+    return math.exp(x) if x < 709.0 else math.inf
 
 
 def upper_prediction_bound(values: Iterable[float], residuals: Sequence[float] = (),
@@ -123,7 +129,7 @@ def upper_prediction_bound(values: Iterable[float], residuals: Sequence[float] =
     if not sigma > 0:
         return math.exp(ybar - b)
     t = float(stats.t.ppf(level, dof)) if math.isfinite(dof) else float(stats.norm.ppf(level))
-    return math.exp(ybar - b + t * sigma)
+    return _exp(ybar - b + t * sigma)
 
 
 SUMMARY_KEYS = (

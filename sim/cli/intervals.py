@@ -19,7 +19,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 
 def _fmt(v: Any) -> str:
-    return "-" if v is None or not math.isfinite(v) else (f"{v:.1f}" if abs(v) >= 1 else f"{v:.3f}")
+    if v is None or not math.isfinite(v):
+        return "-"
+    return f"{v:.1f}" if 1 <= abs(v) < 1e9 else f"{v:.3g}" if abs(v) >= 1e9 else f"{v:.3f}"  # 1e120, not 121 digits
 
 
 def run(args: argparse.Namespace) -> int:

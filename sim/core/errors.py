@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -50,4 +51,14 @@ def run_command(func: Callable[[Any], int | None], args: Any) -> int:
         return int(func(args) or 0)
     except ServesimError as exc:  # one line, whatever a value in the message holds (a path with a newline)
         print("servesim: error: " + str(exc), file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        # a path given on the command line past the system's limit (255 bytes a name): found when it is
+        # first looked at, before any work, wherever that is
+        name = str(exc.filename or "")
+        shown = name if len(name) <= 60 else f"{name[:40]}...{name[-10:]} ({len(name)} characters)"
+        print(f"servesim: error: path {shown!r}: too long for this system (a file name is at most 255 bytes)",
+              file=sys.stderr)
         return 2
