@@ -124,4 +124,4 @@ def test_calibrate_tp_replicating_kv_heads_passes_the_checks(tmp_path):
     from sim.cli.calibrate import _check_calibrate
 
     _check_calibrate(argparse.Namespace(out=str(tmp_path / "o"), iters=3, max_tokens=16384, tp=8, smoke=True,
-                                        model="Qwen3-30B-A3B"))
+                                        model="Qwen3-30B-A3B", gpu=None))

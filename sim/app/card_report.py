@@ -125,7 +125,7 @@ class CardSearchResult:
             margin = b["slo_margin_at_target"]
             lines.append(
                 f"cheapest: {b['deployment']} with max_num_seqs={b['max_num_seqs']}: {b['gpus']} GPU(s) "
-                f"({int(100 * self.level)}% interval [{b['gpus_lo'] or '-'}, {b['gpus_hi'] or 'unbounded'}]), "
+                f"({100 * self.level:.10g}% interval [{b['gpus_lo'] or '-'}, {b['gpus_hi'] or 'unbounded'}]), "
                 f"{b['cost_per_hour']:.4g} {self.currency}/h "
                 f"({b['cost_per_month']:.0f}/month), {_fmt_num(b['cost_per_1m_output_at_capacity'])} per 1M output "
                 f"tokens at capacity" + ("" if margin is None else f", SLO margin at the target {100 * margin:+.0f}%")

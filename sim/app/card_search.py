@@ -131,6 +131,23 @@ def _ints(values: Sequence[Any] | None, what: str, hi: int) -> list[int]:
     return vals
 
 
+# Spellings of one dtype (vLLM reads them alike; the kernels too): two of them would be one deployment twice.
+# Not merged: the 4-bit methods (awq, gptq, ... pick different kernels) and fp8_e5m2 (another format).
+_SAME_DTYPE = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32",
+               "fp8_e4m3": "fp8", "fp8_e4m3fn": "fp8", "float8": "fp8"}  # fmt: skip
+_SAME_KV_DTYPE = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "fp8_e4m3": "fp8"}
+
+
+def _distinct(vals: Sequence[str], what: str, same: Mapping[str, str]) -> None:
+    seen: dict[str, str] = {}
+    for v in vals:
+        key = str(v).strip().lower()
+        key = same.get(key, key)
+        if key in seen:
+            raise ConfigError(f"{what}: {seen[key]!r} and {v!r} are the same dtype ({key}); allowed: distinct dtypes")
+        seen[key] = v
+
+
 def deployments(cfg: RunConfig, gpus, dtypes=None, kv_dtypes=None, tps=None, instances=None) -> list[Deployment]:
     """Every combination, validated by name before anything runs."""
     given = _list(gpus, "--gpus", [])
@@ -143,9 +160,11 @@ def deployments(cfg: RunConfig, gpus, dtypes=None, kv_dtypes=None, tps=None, ins
     dts = _list(dtypes, "--dtypes", [cfg.model.dtype])
     for d in dts:
         normalize_dtype(d)
+    _distinct(dts, "--dtypes", _SAME_DTYPE)
     kvs = _list(kv_dtypes, "--kv-dtypes", [cfg.engine.kv_cache_dtype])
     for k in kvs:
         kv_dtype_bytes(k)
+    _distinct(kvs, "--kv-dtypes", _SAME_KV_DTYPE)
     tp = _ints(tps, "--tp", 8)
     ks = _ints(instances, "--instances-per-gpu", MAX_INSTANCES)
     return [Deployment(*c) for c in itertools.product(names, dts, kvs, tp, ks)]
@@ -251,6 +270,8 @@ def search_cards(
             cfgs.append(with_params(ucfg, {SEQS_KEY: int(s)}))
             runners.append(run)
             owner.append(len(results) - 1)
+    if not cands:  # nothing to simulate: every deployment is ruled out by its memory plan or its names
+        _no_deployment(results, gpus, dtypes, kv_dtypes, tps, instances)
     nsim = run_searches(cands, cfgs, knob, seeds, slo, goal=goal, rel_tol=rel_tol, level=level,
                         min_attainment=min_attainment, jobs=jobs, progress=progress, runners=runners)  # fmt: skip
     checks, check_cfgs, check_runs, check_loads, check_of = [], [], [], [], []
@@ -287,6 +308,16 @@ def search_cards(
             res.target_check = c
     return CardSearchResult(cfg, knob, slo, goal, target, "clients" if target_concurrency else "req/s", results,
                             len(seeds), level, nsim, time.perf_counter() - t0, notes)  # fmt: skip
+
+
+def _no_deployment(results: Sequence[DeploymentResult], gpus, dtypes, kv_dtypes, tps, instances) -> None:
+    """ConfigError: no deployment can run, naming the flags given and each deployment's reason."""
+    flags = [f"{f} {','.join(map(str, v))}" for f, v in (("--gpus", gpus), ("--dtypes", dtypes),
+             ("--kv-dtypes", kv_dtypes), ("--tp", tps), ("--instances-per-gpu", instances)) if v]  # fmt: skip
+    why = [f"{r.deployment.label}: {' '.join(r.reason.split()) or 'does not fit'}" for r in results[:3]]
+    more = f"; and {len(results) - 3} more" if len(results) > 3 else ""
+    raise ConfigError(f"{' '.join(flags)}: no deployment can run ({'; '.join(why)}{more}); allowed: at least one "
+                      "card/dtype/TP combination that fits the model")
 
 
 def _capacity(res: DeploymentResult, knob: Any, goal: str) -> float | None:

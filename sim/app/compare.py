@@ -204,6 +204,10 @@ def format_comparison(c: Comparison) -> str:
             lines += ["", f"stage {st['stage']} ({rate}, {st['n_real']} real / {st['n_sim']} simulated requests)"]
             lines += format_table(st["metrics"])
     lines += ["", "overall"] + format_table(c.overall)
+    scored = c.sim[~c.sim["warmup"]] if "warmup" in c.sim else c.sim
+    if len(scored) and "ok" in scored and not scored["ok"].any():  # else an empty table, unexplained
+        lines.append(f"note: none of the {len(scored)} simulated requests finished (all failed or timed out, e.g. "
+                     "by workload.client_timeout_s): no simulated latencies to compare")
     if c.timeseries:
         lines += ["", f"  {'series':14s} {'real mean':>10s} {'sim mean':>10s} {'MAE':>8s} {'corr':>6s}"]
         for k, v in c.timeseries.items():

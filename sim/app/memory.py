@@ -207,10 +207,11 @@ class MemoryPlan:
             f"max_model_len {self.max_model_len:,}: {g(per_req)} GiB per request; "
             f"maximum concurrency {self.max_concurrency:.2f}x"
         )
-        if self.contexts:
+        shown = [r for r in self.contexts if r.context_len <= self.max_model_len]  # a longer one cannot run
+        if shown:
             lines.append("Concurrency by context length (KV budget / per-request KV):")
             lines.append("  context   per request        concurrent   (whole blocks)")
-            for r in self.contexts:
+            for r in shown:
                 lines.append(
                     f"  {r.context_len:>7,}   {r.kv_bytes_per_request / MiB:>9.2f} MiB   "
                     f"{g(self.kv_budget_bytes)} / {g(r.kv_bytes_per_request)} = {r.concurrency:<4d}"

@@ -143,8 +143,9 @@ def cost_from_dict(raw: Any) -> CostConfig | None:
     set_cur = sets[ps].currency
     own = cfg.gpu_hour_price is not None or cfg.gpu_hour_usd is not None or cfg.gpu_hour
     if cfg.unit != set_cur and not own and not (set_cur == "USD" and cfg.usd_rate is not None):
-        raise ConfigError(f"[cost] currency = {cfg.unit!r} but price set {ps!r} is in {set_cur}: give usd_rate "
-                          f"({cfg.unit} per USD), your own prices (gpu_hour, gpu_hour_price) or another price_set")
+        rate = f"usd_rate ({cfg.unit} per USD), " if set_cur == "USD" else ""  # converts USD prices only
+        raise ConfigError(f"[cost] currency = {cfg.unit!r} but price set {ps!r} is in {set_cur}: give {rate}your "
+                          "own prices (gpu_hour, gpu_hour_price) or another price_set")
     if cfg.usd_rate is not None and cfg.unit == "USD":  # a rate from USD to USD would do nothing
         raise ConfigError(f"[cost] usd_rate = {cfg.usd_rate:g} with currency USD: it converts USD prices to "
                           "another currency; allowed: a currency other than USD, or no usd_rate")

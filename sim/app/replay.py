@@ -301,6 +301,10 @@ def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
         raise _run_setting(e, run, rest) from None
     specs, stage_of = list(run.specs), run.stage_of
     if "rate" in wl or "arrival" in wl or "burstiness" in wl or run.arrivals == "unknown":
+        if "rate" not in wl and run.arrivals != "unknown":  # the run has its times: arrival/burstiness alone
+            k = "arrival" if "arrival" in wl else "burstiness"
+            raise ConfigError(f"--set workload.{k}={wl[k]}: only with --set workload.rate=R (new arrivals drawn "
+                              f"in place of the {run.format} run's recorded ones)")
         if "rate" not in wl:
             raise ConfigError(f"{run.source}: a {run.format} run records no arrival times: give the load with --set "
                               "workload.rate=R (requests/s; inf = all at once) [--set workload.arrival=poisson|"

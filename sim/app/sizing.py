@@ -50,6 +50,7 @@ from sim.core.errors import ConfigError
 
 OFFLINE_SCALE = 1e12  # rate_scale that puts a whole trace at t ≈ 0
 MAX_HALVINGS = 10
+MIN_TOL = 1e-6  # the narrowest --tol: far past any useful answer; near 1e-16 the bracket never closes (a hang)
 MAX_OVERLOAD = 4.0  # stop doubling past this multiple of the offline throughput: the run is too short
 GOALS = ("slo", "throughput", "knee")
 CURVE_METRICS = (
@@ -308,6 +309,9 @@ def candidate_grid(
         parts = check_key(key, "--vary")
         if parts[0] not in ("engine", "model", "hardware"):
             raise ConfigError(f"--vary {key}: only engine, model or hardware settings can be searched")
+        if key == "engine.max_num_seqs":  # the search's own axis (vary's keys are distinct already)
+            vals = ",".join(map(str, values))
+            raise ConfigError(f"--vary {key}={vals}: the search's own axis; allowed: --max-num-seqs {vals}")
         if key in axes:
             raise ConfigError(f"--vary {key}: given twice")
         axes[key] = list(values)
@@ -369,8 +373,8 @@ def prepare(
     """Check the search's inputs before any simulation; its load knob, seeds and first notes."""
     if goal not in GOALS:
         raise ConfigError(f"--goal {goal!r}: expected one of {', '.join(GOALS)}")
-    if not 0 < rel_tol < 1:
-        raise ConfigError(f"--tol must be in (0, 1), got {rel_tol}")
+    if not (isinstance(rel_tol, int | float) and MIN_TOL <= rel_tol < 1):
+        raise ConfigError(f"--tol: out of range, got {rel_tol}; allowed {MIN_TOL:g} <= value < 1")
     parse_slo(slo)  # bad keys/values fail before any simulation
     if goal == "slo" and not slo:
         raise ConfigError("no SLO: give --slo NAME:MS (e.g. p99_ttft:1000) or [slo] in the config, "

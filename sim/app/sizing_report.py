@@ -212,11 +212,11 @@ class SizingResult:
             lines.append(
                 f"capacity: {_fmt_num(rec['capacity_req_s'] if self.knob.unit == 'req/s' else rec['capacity'])} "
                 f"{'req/s offered' if self.knob.unit == 'req/s' else self.knob.unit}; measured throughput "
-                f"{_fmt_ci(tp)} req/s ({int(100 * self.level)}% t-interval over {self.replications} "
+                f"{_fmt_ci(tp)} req/s ({100 * self.level:.10g}% t-interval over {self.replications} "
                 f"{'trace windows' if self.knob.windows else 'seeds'})"
             )
             lines.append(
-                f"  each replication alone (on the loads tried): {caps}; {int(100 * self.level)}% t-interval "
+                f"  each replication alone (on the loads tried): {caps}; {100 * self.level:.10g}% t-interval "
                 f"{_fmt_ci(rec['capacity_ci'])}"
             )
             for k, c in (rec["slo_checks"] or {}).items():

@@ -10,6 +10,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from sim.cli.fit_checks import (
+    _fields,
+    _holdout_fraction,
+    _refuse_empty,
+    _refuse_with_list,
+    check_outputs_not_inputs,
+    refuse_repeats,
+)
 from sim.cost.calibrate.samples import OPS
 
 
@@ -47,15 +55,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "the public-data recipes, the packaged sim/cost/data/microbench for those on servesim's own "
                         "measurements)")
     f.add_argument("--gpu", help="catalogue GPU the data was measured on (default: what the data says)")
-    f.add_argument("--model", help="model of the timed layers, when the files do not say")
+    f.add_argument("--model", help="model of the timed layers, when LLMServingSim tables do not say")
     f.add_argument("--base", default="prior", help="'prior' or a profile JSON whose values unfitted groups keep")
-    f.add_argument("--freeze", default="", help="comma-separated profile fields to keep at --base")
-    f.add_argument("--from-base", default="",
+    f.add_argument("--freeze", default=None, help="comma-separated profile fields to keep at --base")
+    f.add_argument("--from-base", default=None,
                    help="comma-separated profile fields fitted with their group, then set to --base's value (fixed "
                         "costs of a benchmarked kernel that is not the engine's, so they do not bend the other fields)")
     f.add_argument("--out", help="write the fitted profile JSON here")
     f.add_argument("--holdout", action="extend", nargs="+", default=None, metavar="FRAC|RUN",
-                   help="microbenchmarks: also fit without the largest FRAC of each file's shapes and report "
+                   help="microbenchmarks: also fit without the largest FRAC (0 < FRAC <= 0.5) of each file's shapes and report "
                         "held-out errors; with --from-run: real runs to report held-out errors on")
     f.add_argument("--from-run", action="extend", nargs="+", metavar="RUN",
                    help="fit engine-level terms to real runs (vllm bench result JSON, inference-perf results, "
@@ -79,12 +87,32 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def _split_input(text: str) -> tuple[str, tuple[str, ...] | None]:
-    if ":" in text:
-        head, tail = text.rsplit(":", 1)
-        ops = tuple(o for o in tail.split(",") if o)
-        if ops and all(o in OPS for o in ops):
-            return head, ops
-    return text, None
+    """``PATH[:op1,op2]`` -> (path, ops). A path that exists is taken whole (a name may hold a colon); after
+    an existing path, every item of the operator list must be a known operator, given once."""
+    from sim.core.errors import ConfigError
+
+    def exists(q: str) -> bool:
+        try:
+            return Path(q).exists()
+        except OSError:  # e.g. a name too long: load_path says so
+            return False
+
+    if ":" not in text or exists(text):
+        return text, None
+    head, tail = text.rsplit(":", 1)
+    items = [o.strip() for o in tail.split(",")]
+    if not exists(head):  # neither exists: load_path names the missing path
+        return (head, tuple(items)) if all(o in OPS for o in items) else (text, None)
+    if not all(items):
+        raise ConfigError(f"{text}: an empty operator in {tail!r}; allowed: comma-separated operators after ':' "
+                          f"({', '.join(OPS)})")
+    unknown = [o for o in items if o not in OPS]
+    if unknown:
+        raise ConfigError(f"{text}: unknown operator {unknown[0]!r}; allowed: {', '.join(OPS)}")
+    twice = next((o for k, o in enumerate(items) if o in items[:k]), None)
+    if twice:
+        raise ConfigError(f"{text}: operator {twice!r} given twice; allowed: each operator once")
+    return head, tuple(items)
 
 
 def _table(df, cols: list[str]) -> str:
@@ -129,47 +157,16 @@ def profiles_table() -> str:
     return "\n".join(lines)
 
 
-def _holdout_fraction(values: list[str] | None) -> float:
-    from sim.core.errors import ConfigError
-
-    if values is None:
-        return 0.0  # no hold-out
-    try:
-        if len(values) != 1:
-            raise ValueError
-        frac = float(values[0])
-    except ValueError:
-        raise ConfigError(f"--holdout {' '.join(values)}: without --from-run it takes one fraction of shapes "
-                          "(e.g. 0.2); held-out runs go with --from-run") from None
-    if not 0 < frac < 1:  # 0 included: a given --holdout that would hold nothing out is refused
-        raise ConfigError(f"--holdout {values[0]}: the fraction of shapes held out must be in (0, 1)")
-    return frac
-
-
-def _refuse_with_list(args: argparse.Namespace) -> None:
-    """``--list`` prints the catalogue's profiles and fits nothing: another fit flag given with it is refused."""
-    from sim.core.errors import ConfigError
-
-    given = [flag for flag, v in (("input paths", args.inputs), ("--recipe", args.recipe), ("--data", args.data),
-                                  ("--gpu", args.gpu), ("--model", args.model), ("--base", args.base != "prior"),
-                                  ("--freeze", args.freeze.strip()), ("--from-base", args.from_base.strip()),
-                                  ("--out", args.out), ("--holdout", args.holdout), ("--from-run", args.from_run),
-                                  ("--max-per-stage", args.max_per_stage is not None),
-                                  ("--max-nfev", args.max_nfev is not None), ("--profile", args.profile),
-                                  ("--set", args.overrides), ("--report", args.report), ("--json", args.json)) if v]  # fmt: skip
-    if given:
-        raise ConfigError(f"--list: {', '.join(given)} not used with --list (it lists the profiles and fits nothing)")
-
-
 def run_fit(args: argparse.Namespace) -> int:
     from sim.core.errors import ConfigError
     from sim.cost.calibrate.fit import fit_profile, holdout_errors, with_metadata
     from sim.cost.calibrate.importers import load_path
-    from sim.cost.calibrate.recipes import fit_recipe, recipe_holdout
+    from sim.cost.calibrate.recipes import fit_recipe, get_recipe, recipe_holdout, recipe_root
     from sim.cost.calibrate.samples import merge
     from sim.cost.hardware import get_gpu
-    from sim.cost.profiles import CalibrationProfile, prior_profile
+    from sim.cost.profiles import PROFILE_DIR, prior_profile
 
+    _refuse_empty(args)
     if args.list:
         _refuse_with_list(args)
         print(profiles_table())
@@ -186,15 +183,13 @@ def run_fit(args: argparse.Namespace) -> int:
         raise ConfigError(f"{', '.join(replay_only)}: only with --from-run (the replay fit); a microbenchmark fit "
                           "takes --gpu, --model, --base, --freeze, --from-base, --holdout, --out, --report")
     args.holdout = _holdout_fraction(args.holdout)
-    freeze = frozenset(x.strip() for x in args.freeze.split(",") if x.strip())
-    from_base = frozenset(x.strip() for x in args.from_base.split(",") if x.strip())
-    import dataclasses
-
-    known = {f.name for f in dataclasses.fields(CalibrationProfile)}
-    for flag, names in (("--freeze", freeze), ("--from-base", from_base)):
-        unknown = sorted(names - known)
-        if unknown:
-            raise ConfigError(f"{flag}: unknown profile field(s) {unknown}; allowed: {', '.join(sorted(known))}")
+    freeze = _fields("--freeze", args.freeze)
+    from_base = _fields("--from-base", args.from_base)
+    both = sorted(freeze & from_base)
+    if both:
+        raise ConfigError(f"--freeze and --from-base both name {', '.join(both)}; allowed: a field in one of them "
+                          "(--freeze holds it at --base while the group is fitted, --from-base fits it with the group "
+                          "and then resets it)")
     from sim.cli.outpath import check_out_file
 
     check_out_file(args.out, "--out")  # before the fit, not after it
@@ -203,50 +198,117 @@ def run_fit(args: argparse.Namespace) -> int:
         if args.inputs:
             raise ConfigError("give --recipe or input paths, not both")
         # a recipe names its own GPU, base and frozen fields: a flag that would be ignored is refused
-        given = [f for f, v in (("--gpu", args.gpu), ("--model", args.model), ("--freeze", args.freeze.strip()),
-                                ("--from-base", args.from_base.strip()), ("--base", args.base != "prior")) if v]  # fmt: skip
+        given = [f for f, v in (("--gpu", args.gpu), ("--model", args.model), ("--freeze", args.freeze is not None),
+                                ("--from-base", args.from_base is not None), ("--base", args.base != "prior")) if v]  # fmt: skip
         if given:
             raise ConfigError(f"--recipe {args.recipe}: {', '.join(given)} not allowed with a recipe "
                               "(it fixes its GPU, model, base and frozen fields); allowed: --data, --out, --report, "
                               "--holdout")
+        recipe = get_recipe(args.recipe)
+        sources: list[tuple[str, str | Path]] = [("--data" if args.data else f"the recipe's data for {args.recipe}",
+                                                   recipe_root(recipe, args.data))]  # fmt: skip
+        if recipe.base != "prior":
+            sources.append((f"the base profile of {args.recipe}", PROFILE_DIR / f"{recipe.base}.json"))
+        check_outputs_not_inputs([("--out", args.out), ("--report", args.report)], sources)
         profile, res, bench = fit_recipe(args.recipe, args.data)
         hold = recipe_holdout(args.recipe, bench, args.holdout) if args.holdout else None
         title = f"Fit of `{args.recipe}`"
     else:
+        if args.data is not None:
+            raise ConfigError(f"--data {args.data}: only with --recipe (the folder a recipe reads its sources from); "
+                              "give your own files as input paths")
         if not args.inputs:
             raise ConfigError("servesim fit: give input paths or --recipe")
-        benches = []
-        for text in args.inputs:
-            path, ops = _split_input(text)
-            for mb in load_path(path, model=args.model, gpu=args.gpu):
+        split = [_split_input(text) for text in args.inputs]
+        refuse_repeats("input", list(args.inputs), [o for _, o in split], [p for p, _ in split])
+        sources = [("input", p) for p, _ in split]
+        if args.base != "prior":
+            sources.append(("--base", args.base))
+        check_outputs_not_inputs([("--out", args.out), ("--report", args.report)], sources)
+        gpu_named = _named_gpu(args.gpu)
+        model = _named_model(args.model)
+        base = _load_base(args.base)
+        benches, formats = [], set()
+        for path, ops in split:
+            for mb in load_path(path, model=model, gpu=gpu_named):
+                formats.add(mb.meta.get("format"))
                 benches.append(mb.select(ops))
+        if model is not None and not formats & {"llmservingsim", "llmservingsim-v0"}:
+            raise ConfigError(f"--model {args.model}: not used by these inputs ({', '.join(sorted(map(str, formats)))}"
+                              " name their shapes themselves); allowed: only with LLMServingSim dense/attention/"
+                              "per_sequence.csv or layers.csv tables")
         bench = merge(benches)
-        gpu = get_gpu(args.gpu or bench.gpu)
-        base = prior_profile(gpu) if args.base == "prior" else CalibrationProfile.load(args.base)
+        gpu = get_gpu(gpu_named or bench.gpu)
+        base = prior_profile(gpu) if base is None else base
         res = fit_profile(bench, gpu, base, freeze=freeze, from_base=from_base)
         cmd = "servesim fit " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "servesim fit"
         profile = with_metadata(res, bench, command=cmd, extra={"gpu_profile": True})
         title = f"Fit for {gpu.name}"
         hold = (holdout_errors(bench, gpu, base, frac=args.holdout, freeze=freeze, from_base=from_base)
                 if args.holdout else None)
-    print(f"fitted {profile.gpu} on {len(bench.samples)} samples")
+    say = _sayer(args.json)  # with --json, stdout is the JSON alone: the tables go to stderr
+    say(f"fitted {profile.gpu} on {len(bench.samples)} samples")
     for r in res.errors.itertuples():
-        print(f"  {r.op:18s} n={r.n:6d}  MAPE {100 * r.mape:5.1f} %  P90 {100 * r.p90:5.1f} %  {r.file}")
+        say(f"  {r.op:18s} n={r.n:6d}  MAPE {100 * r.mape:5.1f} %  P90 {100 * r.p90:5.1f} %  {r.file}")
     if hold is not None:
         for r in hold.itertuples():
-            print(f"  held-out {r.op:18s} n={r.n_test:5d}  MAPE {100 * r.mape_test:5.1f} %  {r.file}")
+            say(f"  held-out {r.op:18s} n={r.n_test:5d}  MAPE {100 * r.mape_test:5.1f} %  {r.file}")
     for n in res.notes:
-        print(f"  note: {n}")
+        say(f"  note: {n}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         profile.save(args.out)
-        print(f"wrote {args.out}")
+        say(f"wrote {args.out}")
     if args.report:
         Path(args.report).write_text(fit_report_markdown(title, profile, res.errors, hold, res.notes))
-        print(f"wrote {args.report}")
+        say(f"wrote {args.report}")
     if args.json:
         print(json.dumps(profile.to_dict(), indent=2))
     return 0
+
+
+def _sayer(json_out: bool):
+    """print, or print to stderr when stdout carries JSON (``--json``)."""
+    return (lambda *a: print(*a, file=sys.stderr, flush=True)) if json_out else print
+
+
+def _named_gpu(name: str | None) -> str | None:
+    """``--gpu``: a catalogue name (refused by name before any file is read) -> its catalogue name."""
+    from sim.core.errors import ConfigError, ServesimError
+    from sim.cost.hardware import get_gpu
+
+    if name is None:
+        return None
+    try:
+        return get_gpu(name).name
+    except ServesimError as e:
+        raise ConfigError(f"--gpu {name!r}: {e}") from None
+
+
+def _named_model(name: str | None):
+    """``--model``: a catalogue model (or a folder with config.json), refused by name."""
+    from sim.core.errors import ConfigError, ServesimError
+    from sim.cost.models import get_model
+
+    if name is None:
+        return None
+    try:
+        return get_model(name)
+    except (ServesimError, OSError) as e:
+        raise ConfigError(f"--model {name!r}: {e}") from None
+
+
+def _load_base(base: str):
+    """``--base``: None for 'prior' (the GPU's, once it is known), else the profile JSON, refused by flag."""
+    from sim.core.errors import ConfigError, ServesimError
+    from sim.cost.profiles import CalibrationProfile
+
+    if base == "prior":
+        return None
+    try:
+        return CalibrationProfile.load(base)
+    except (ServesimError, OSError) as e:
+        raise ConfigError(f"--base {base!r}: {e}; allowed: 'prior' or a profile JSON") from None
 
 
 def _check_calibrate(args: argparse.Namespace) -> None:
@@ -257,16 +319,21 @@ def _check_calibrate(args: argparse.Namespace) -> None:
     from sim.core.errors import ConfigError
     from sim.core.fields import check_range
     from sim.cost.hardware import get_gpu, validate_tp
-    from sim.cost.models import get_model
 
     check_out_dir(args.out)
+    for flag, v, allowed in (("--model", args.model, "a catalogue model name or a folder with config.json"),
+                             ("--gpu", args.gpu, "a catalogue GPU name; leave it out for the detected device")):
+        if v is not None and not v.strip():  # never read as the flag left out
+            raise ConfigError(f"{flag} {v!r}: an empty value; allowed: {allowed}")
+    model = _named_model(args.model)  # an unknown model is --model's fault, not --tp's
+    _named_gpu(args.gpu)
     check_range("", "--iters", args.iters, 1, 10_000)
     check_range("", "--max-tokens", args.max_tokens, 1, 1 << 20)
     check_range("", "--tp", args.tp, 1, 8)
     if args.smoke and args.max_tokens != 16384:
         raise ConfigError(f"--max-tokens {args.max_tokens}: not with --smoke (its shapes are fixed and tiny)")
     try:  # the split `run` accepts (vLLM's: heads divide by tp; KV heads divide by tp or are replicated)
-        validate_tp(get_gpu("H100 SXM"), args.tp, get_model(args.model))
+        validate_tp(get_gpu("H100 SXM"), args.tp, model)
     except ConfigError as e:
         raise ConfigError(f"--tp {args.tp}: {e}") from None
 

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from sim.app.tables import fixed_table
+from sim.core.errors import ConfigError
 
 
 def add_parsers(sub: Any) -> None:
@@ -44,8 +45,10 @@ def vllm_overrides(args: argparse.Namespace) -> list[str]:
     """The ``--set`` overrides ``--vllm-args`` stands for (before the user's own --set, which win); each flag
     not modelled is one ``ignored:`` line on stderr."""
     text = getattr(args, "vllm_args", None)
-    if not text:
+    if text is None:
         return []
+    if not text.strip():  # would read as "not given"
+        raise ConfigError(f"--vllm-args {text!r}: empty; allowed: vLLM engine flags, e.g. '--max-num-seqs 64'")
     from policies.base import options_class
     from sim.app.cluster_config import read_toml
     from sim.app.config import apply_overrides

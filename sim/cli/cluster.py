@@ -83,6 +83,11 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(getattr(args, "out", None))
     cfgs = load_cluster(args.config, [*(getattr(args, "overrides", []) or []), *price_overrides(args)])
     wanted = list(getattr(args, "variant", []) or [])
+    twice = sorted({v for v in wanted if wanted.count(v) > 1})
+    if twice:  # it would run (and be reported) twice
+        from sim.core.errors import ConfigError
+
+        raise ConfigError(f"--variant {twice[0]!r}: given twice; allowed: distinct variants")
     if wanted:
         missing = [v for v in wanted if v not in cfgs]
         if missing:
@@ -92,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--variant: no variant(s) {missing} in {args.config}; "
                               + (f"allowed: {', '.join(have)}" if have else "it has no [variants]: drop --variant"))
         cfgs = {k: cfgs[k] for k in wanted}
+    from sim.cli.prices import check_prices_used
+
+    check_prices_used(args, {r.run.hardware.gpu for c in cfgs.values() for r in c.replicas})
     runs = {}
     for name, cfg in cfgs.items():
         if args.out and getattr(args, "step_trace", False) and not cfg.base.simulation.record_step_trace:

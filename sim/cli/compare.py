@@ -34,9 +34,12 @@ def run(args: argparse.Namespace) -> int:
     from sim.app.compare import compare, format_comparison
     from sim.app.replay import prepare
     from sim.app.results import to_jsonable
+    from sim.cli.flags import check_not_empty
     from sim.cli.outpath import check_out_dir
     from workloads.runs import load_run
 
+    check_not_empty(args, {"gpu": "a catalogue GPU name (e.g. H100)",
+                           "profile": "a profile JSON, a shipped profile name or 'prior'"})  # fmt: skip
     check_out_dir(args.out)
     real = load_run(args.run, args.format)
     rep = prepare(real, args.gpu, args.profile, args.overrides, args.max_per_stage)  # bad input fails here

@@ -50,7 +50,10 @@ def _refuse_unused(args: argparse.Namespace) -> None:
 
 
 def run_fit_from_runs(args: argparse.Namespace) -> int:
+    from sim.app.replay import prepare
     from sim.app.runfit import evaluate, fit_runs, fitted_profile
+    from sim.cli.calibrate import _sayer
+    from sim.cli.fit_checks import _real, check_outputs_not_inputs, refuse_repeats
     from sim.cli.outpath import check_out_file
     from sim.cli.progress import show_progress
     from sim.core.errors import ConfigError
@@ -68,35 +71,50 @@ def run_fit_from_runs(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-per-stage must be >= 1, got {args.max_per_stage}")
     if args.max_nfev < 1:
         raise ConfigError(f"--max-nfev must be >= 1, got {args.max_nfev}")
+    refuse_repeats("--from-run", list(args.from_run))
+    refuse_repeats("--holdout", list(args.holdout or []))
+    fitted = {_real(p): p for p in args.from_run}
+    for p in args.holdout or []:
+        if _real(p) in fitted:
+            raise ConfigError(f"--holdout {p}: also given to --from-run ({fitted[_real(p)]}); allowed: runs not used "
+                              "in the fit")
+    sources: list[tuple[str, str | Path]] = [("--from-run", p) for p in args.from_run]
+    sources += [("--holdout", p) for p in args.holdout or []]
+    if args.profile and args.profile != "auto" and Path(args.profile).is_file():
+        sources.append(("--profile", args.profile))
+    check_outputs_not_inputs([("--out", args.out)], sources)
     runs = [load_run(p) for p in args.from_run]
     holdout = [load_run(p) for p in (args.holdout or [])]
+    for r in holdout:  # bad input in a held-out run is refused now, not after the fit has run and been written
+        prepare(r, args.gpu, args.profile, list(args.overrides), args.max_per_stage)
+    say = _sayer(args.json)  # with --json, stdout is the JSON alone: the tables go to stderr
     cmd = "servesim fit " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "servesim fit --from-run"
     res = fit_runs(runs, args.gpu, args.profile, args.overrides, args.max_per_stage, args.max_nfev,
-                   log=lambda m: print(m, flush=True), progress=show_progress(args))
+                   log=say, progress=show_progress(args))
     prof = fitted_profile(res, runs, cmd, args.max_per_stage)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     prof.save(args.out)
-    print(f"fitted on {len(runs)} run(s) in {res.wall_s:.0f} s ({res.nfev} evaluations); wrote {args.out}")
+    say(f"fitted on {len(runs)} run(s) in {res.wall_s:.0f} s ({res.nfev} evaluations); wrote {args.out}")
     for name, p in res.params.items():
         flag = " (held by the prior: these runs do not constrain it)" if p["held_by_prior"] else ""
         flag += " (at a bound)" if p["at_bound"] else ""
-        print(f"  {name:22s} {p['start']:.4g} -> {p['value']:.4g}  sd(ln) {p['sd_log']:.3f}{flag}")
+        say(f"  {name:22s} {p['start']:.4g} -> {p['value']:.4g}  sd(ln) {p['sd_log']:.3f}{flag}")
     for n in res.notes:
-        print(f"  note: {n}")
-    print("fit error per (run, stage, metric): shipped profile -> fitted")
+        say(f"  note: {n}")
+    say("fit error per (run, stage, metric): shipped profile -> fitted")
     for e in res.errors:
-        print(f"  {Path(e['run']).name} stage {e['stage']} {e['metric']:14s} {_pct(e['shipped_error_pct']):>9s} -> "
-              f"{_pct(e['fitted_error_pct']):>9s}")
-    print("fit error per run (fitted):")
-    print("\n".join(_per_run(res.errors, "fitted_error_pct")))
+        say(f"  {Path(e['run']).name} stage {e['stage']} {e['metric']:14s} {_pct(e['shipped_error_pct']):>9s} -> "
+            f"{_pct(e['fitted_error_pct']):>9s}")
+    say("fit error per run (fitted):")
+    say("\n".join(_per_run(res.errors, "fitted_error_pct")))
     if holdout:
         hold = evaluate(holdout, args.gpu, args.out, args.overrides, args.max_per_stage)
-        print("held-out error (fitted profile), per (run, stage, metric):")
+        say("held-out error (fitted profile), per (run, stage, metric):")
         for e in hold:
             sat = " (clients gave up: not a latency target)" if e["saturated"] else ""
-            print(f"  {Path(e['run']).name} stage {e['stage']} {e['metric']:14s} {_pct(e['error_pct']):>9s}{sat}")
-        print("held-out error per run:")
-        print("\n".join(_per_run([e for e in hold if not e["saturated"]], "error_pct")))
+            say(f"  {Path(e['run']).name} stage {e['stage']} {e['metric']:14s} {_pct(e['error_pct']):>9s}{sat}")
+        say("held-out error per run:")
+        say("\n".join(_per_run([e for e in hold if not e["saturated"]], "error_pct")))
         if args.json:
             print(json.dumps({"fit": res.errors, "holdout": hold, "params": res.params}, indent=2, default=str))
     elif args.json:

@@ -6,6 +6,7 @@ import argparse
 import gc
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -89,6 +90,9 @@ def _run(args: argparse.Namespace) -> int:
     if cli_cluster.is_cluster_file(args.config) or cli_cluster.sets_cluster_tables(args.overrides):
         return cli_cluster.run(args)
     cfg = load_config(args.config, args.overrides)
+    from sim.cli.prices import check_prices_used
+
+    check_prices_used(args, [cfg.hardware.gpu])
     if args.out and args.step_trace and not cfg.simulation.record_step_trace:
         cfg = replace(cfg, simulation=replace(cfg.simulation, record_step_trace=True))
     from sim.cli.progress import show_progress
@@ -163,6 +167,10 @@ class OneLineParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.register("action", None, _StoreOnce)
         self.register("action", "store", _StoreOnce)
+        # '-inf', '-1e5', '-nan' are values, not options (argparse knew only -1 and -1.5): --usable-gib -inf
+        # is then refused naming the value, not with "expected one argument"
+        self._negative_number_matcher = re.compile(
+            r"^-(?:\d+\.?\d*(?:e[+-]?\d+)?|\.\d+(?:e[+-]?\d+)?|inf(?:inity)?|nan)$", re.IGNORECASE)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -223,9 +231,21 @@ def _glue_vllm_args(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)parser of the subcommand ``args`` were parsed by (``servesim trace stats`` -> its parser)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None) or "")
+            if chosen is not None:
+                return _innermost(chosen, args)
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(_glue_vllm_args(sys.argv[1:] if argv is None else argv))
+    args, extra = parser.parse_known_args(_glue_vllm_args(sys.argv[1:] if argv is None else argv))
+    if extra:  # said by the subcommand that got them, so its --help is the one named
+        _innermost(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     vars(args).pop(_SEEN, None)
     func = getattr(args, "func", None)
     if func is None:  # subcommands registered by other modules dispatch through `run`

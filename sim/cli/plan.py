@@ -86,6 +86,9 @@ def _kwargs(args: argparse.Namespace) -> dict[str, Any]:
         check_range("", "--usable-gib", args.usable_gib, 1 / 1024, 100_000, unit="GiB")  # at least 1 MiB
         kw["usable_memory_bytes"] = int(round(args.usable_gib * GiB))
     if getattr(args, "context_lengths", None):
+        twice = sorted({c for c in args.context_lengths if args.context_lengths.count(c) > 1})
+        if twice:  # the row would be printed twice
+            raise ConfigError(f"--context-length {twice[0]}: given twice; allowed: distinct context lengths")
         kw["context_lengths"] = tuple(args.context_lengths)
     return kw
 
@@ -105,11 +108,22 @@ def _preset_plan(preset: str, args: argparse.Namespace, kw: dict[str, Any]) -> A
     raw = {"model": {"name": kw["model"], **({"dtype": kw["dtype"]} if "dtype" in kw else {})},
            "hardware": {"gpu": kw["gpu"], "tensor_parallel_size": kw.get("tensor_parallel_size", 1)},
            "engine": engine}
-    return resolve(config_from_dict(raw)).memory
+    try:
+        return resolve(config_from_dict(raw)).memory
+    except ConfigError as e:  # the preset is [engine] policy there: name the flag it came from
+        msg = str(e)
+        if msg.startswith("[engine] policy: "):
+            raise ConfigError(f"--preset {preset!r}: {msg.removeprefix('[engine] policy: ')}") from None
+        raise
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the plan (text or JSON); ServesimError propagates for the main CLI to report."""
+    from sim.cli.flags import check_not_empty
+
+    check_not_empty(args, {"model": "a catalogue model name or a config.json path", "gpu": "a catalogue GPU name",
+                           "dtype": "a weight dtype (e.g. auto, fp16, fp8)", "kv_cache_dtype": "auto or fp8",
+                           "preset": "an engine preset (e.g. vllm, tgi)"})  # fmt: skip
     model, gpu = getattr(args, "model", None), getattr(args, "gpu", None)
     seeds = bool(getattr(args, "seeds_example", False)) or (model is None and gpu is None)
     overrides = _kwargs(args)
@@ -117,8 +131,10 @@ def run(args: argparse.Namespace) -> int:
         kw = {**SEEDS_EXAMPLE, **overrides}
         if model is not None:
             kw["model"] = model
-        if gpu is not None:
+        if gpu is not None:  # that card's memory, not the example's 22.5 GiB (unless --usable-gib says)
             kw["gpu"] = gpu
+            if "usable_memory_bytes" not in overrides:
+                kw.pop("usable_memory_bytes", None)
         untouched = kw == SEEDS_EXAMPLE
     else:
         if model is None or gpu is None:
@@ -140,7 +156,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(plan.to_dict(), indent=2))
         return 0
     if seeds:
-        print("The seeds' worked example (a 24 GB card with 22.5 GiB usable, a 7B model, 1.5 GiB overhead):")
+        print("The seeds' worked example (a 24 GB card with 22.5 GiB usable, a 7B model, 1.5 GiB overhead):"
+              if untouched else "The seeds' worked example, changed by the options given:")
     print(plan.format())
     if seeds and untouched:
         print()

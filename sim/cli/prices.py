@@ -40,7 +40,7 @@ def price_overrides(args: Any) -> list[str]:
             price = float(text)
         except ValueError:
             price = math.nan
-        if not sep or not name.strip() or "." in name or not (math.isfinite(price) and price > 0):
+        if not sep or not name.strip() or "." in name or "=" in name or not (math.isfinite(price) and price > 0):
             raise ConfigError(f"--gpu-hour {item!r}: expected GPU=PRICE with a price > 0, e.g. 'A100 40GB=1.29'")
         key = " ".join(name.split()).lower()
         if key in seen:  # the later override would replace the first without a word
@@ -49,3 +49,25 @@ def price_overrides(args: Any) -> list[str]:
         seen[key] = item
         out.append(f"cost.gpu_hour.{name.strip()}={price!r}")
     return out
+
+
+def check_prices_used(args: Any, gpus: Any) -> None:
+    """The price flags must price something: a ``--gpu-hour`` for a card no run uses, or a ``--gpu-hour-usd``
+    when every card used has its own ``--gpu-hour``, would be dropped without a word; refused. ``gpus``:
+    the names of the cards the runs use."""
+    if not getattr(args, "gpu_hour", None):
+        return
+    from sim.cost.hardware import get_gpu
+
+    used = {get_gpu(str(g)).name for g in gpus}
+    priced: set[str] = set()
+    for item in getattr(args, "gpu_hour", None) or []:
+        name = get_gpu(item.rpartition("=")[0].strip()).name
+        if name not in used:
+            raise ConfigError(f"--gpu-hour {item!r}: no run here uses {name} (they use {', '.join(sorted(used))}); "
+                              "allowed: a price for a card the runs use")
+        priced.add(name)
+    usd = getattr(args, "gpu_hour_usd", None)
+    if usd is not None and used and used <= priced:
+        raise ConfigError(f"--gpu-hour-usd {usd:g}: every card the runs use has its own --gpu-hour price, so it "
+                          "prices nothing; allowed: one of them")

@@ -49,8 +49,11 @@ def add_slo_option(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def _int_list(text: str) -> list[int]:
+    items = text.split(",")
+    if text.strip() and any(not v.strip() for v in items):  # '4,' or '4,,8': as --grid and --vary refuse
+        raise argparse.ArgumentTypeError(f"{text!r}: empty value; allowed: integers separated by commas, e.g. 8,16")
     try:
-        vals = [int(v) for v in text.split(",") if v.strip()]
+        vals = [int(v) for v in items if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
     if not vals or any(v < 1 for v in vals):
@@ -96,12 +99,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "(default 0.1)")
     p.add_argument("--replications", type=int, default=3, help="seeds per load level (default 3)")
     p.add_argument("--level", type=float, default=0.95, help="confidence level of the t-intervals")
-    p.add_argument("--tol", type=float, default=0.05, help="relative width at which bisection stops")
+    p.add_argument("--tol", type=float, default=0.05,
+                   help="relative width at which bisection stops (1e-6 <= TOL < 1; default 0.05)")  # fmt: skip
     p.add_argument(
         "--min-attainment",
         type=float,
-        default=0.99,
-        help="per-request SLOs: fraction of requests that must meet them (lower CI bound)",
+        default=None,  # None: 0.99; given, it must have per-request SLOs to judge
+        help="per-request SLOs: fraction of requests that must meet them (lower CI bound; default 0.99)",
     )
     p.add_argument("--jobs", type=int, default=None, help="parallel processes (default: every CPU)")
     p.add_argument("--progress", action="store_true",
@@ -144,13 +148,20 @@ def run(args: argparse.Namespace) -> int:
     check_jobs(args.jobs)
     check_range("", "--min-attainment", args.min_attainment, 0, 1, lo_open=True)
     check_range("", "--level", args.level, 0, 1, lo_open=True, hi_open=True)
-    check_range("", "--tol", args.tol, 0, 1, lo_open=True, hi_open=True)
+    from sim.app.sizing import MIN_TOL
+
+    check_range("", "--tol", args.tol, MIN_TOL, 1, hi_open=True)  # narrower: the bisection never ends
     from sim.app.replicate import check_replications
 
     check_replications(args.replications)
     if args.goal == "knee" and args.max_num_seqs is not None and len(args.max_num_seqs) < 2:  # distinct already
         raise ConfigError(f"--goal knee with --max-num-seqs {','.join(map(str, args.max_num_seqs))}: a knee is on a "
                           "curve; allowed: two or more values (or leave --max-num-seqs out)")
+    if args.goal == "throughput":  # ranked by offline throughput: no load is judged against an SLO
+        given = [f for f, v in (("--slo", args.slo), ("--min-attainment", args.min_attainment is not None)) if v]
+        if given:
+            raise ConfigError(f"{' and '.join(given)} with --goal throughput: it ranks by offline throughput and "
+                              "judges no SLO; allowed: --goal slo, or leave them out")
     if args.knee_gain is not None and args.goal != "knee":  # a flag that would do nothing is refused
         raise ConfigError(f"--knee-gain {args.knee_gain:g}: only with --goal knee")
     if args.knee_gain is None:
@@ -169,7 +180,18 @@ def run(args: argparse.Namespace) -> int:
     from sim.cli.prices import price_overrides
     from sim.cli.progress import show_progress
 
-    cfg = load_config(args.config, [*vllm_overrides(args), *args.overrides, *price_overrides(args)])
+    vllm = vllm_overrides(args)
+    if vary:
+        from sim.cli.sweep import _check_grid_vllm
+
+        _check_grid_vllm(vary, vllm, "--vary")
+    cfg = load_config(args.config, [*vllm, *args.overrides, *price_overrides(args)])
+    _check_min_attainment(args, slo, cfg)
+    from sim.cli.prices import check_prices_used
+
+    check_prices_used(args, args.gpus or [cfg.hardware.gpu, *((vary or {}).get("hardware.gpu") or [])])
+    if args.min_attainment is None:
+        args.min_attainment = 0.99
     args.progress = show_progress(args)  # on a terminal unless --quiet (sim/cli/progress.py)
     if args.gpus and args.intervals:
         raise ConfigError("--intervals is not modelled with --gpus (the card search judges SLOs on the "
@@ -189,6 +211,19 @@ def run(args: argparse.Namespace) -> int:
              "curve.csv": lambda p: res.curve().to_csv(p, index=False),
              "size.html": lambda p: write_figure(res.figure(), p, args.plotlyjs)}  # fmt: skip
     return emit(res, args, files, res.recommended is not None)
+
+
+def _check_min_attainment(args: argparse.Namespace, slo: dict[str, float] | None, cfg: Any) -> None:
+    """--min-attainment judges the per-request SLOs (ttft:MS ...); with only percentile ones it does nothing."""
+    if args.min_attainment is None or args.goal != "slo":
+        return
+    from sim.app.sizing import parse_slo
+
+    slos = dict(cfg.slo if slo is None else slo)
+    if slos and not parse_slo(slos)[0]:
+        raise ConfigError(f"--min-attainment {args.min_attainment:g}: judges per-request SLOs (e.g. --slo ttft:1000), "
+                          f"and these are percentile ones only ({', '.join(slos)}); allowed: a per-request SLO, or "
+                          "leave --min-attainment out")
 
 
 def calibration(cfg: Any) -> Any:

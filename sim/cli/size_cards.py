@@ -13,7 +13,10 @@ from typing import Any
 
 
 def _names(text: str) -> list[str]:
-    vals = [v.strip() for v in text.split(",") if v.strip()]
+    items = text.split(",")
+    if text.strip() and any(not v.strip() for v in items):  # 'A,' or 'A,,B': as --grid and --vary refuse
+        raise argparse.ArgumentTypeError(f"{text!r}: empty value; allowed: names separated by commas")
+    vals = [v.strip() for v in items if v.strip()]
     if not vals:
         raise argparse.ArgumentTypeError(f"expected names separated by commas, got {text!r}")
     return vals

@@ -88,6 +88,17 @@ def _yes_no(frac: Any, n: int) -> str:
     return "yes" if k == n else "no" if k == 0 else f"yes {k}/{n}"
 
 
+def _check_grid_vllm(grid: Any, vllm: list[str], flag: str = "--grid") -> None:
+    """A key that ``--vllm-args`` sets and the grid varies: the grid's values would replace it unsaid."""
+    from sim.app.config import override_key
+
+    for o in vllm:
+        key = override_key(o)
+        if key in grid:
+            raise ConfigError(f"{flag} {key}=... and --vllm-args (which sets {o}) both set {key}; allowed: one of "
+                              f"them (drop the vLLM flag, or the {flag} axis)")
+
+
 def run(args: argparse.Namespace) -> int:
     from sim.app.config import load_config
     from sim.app.results import to_jsonable
@@ -128,7 +139,9 @@ def run(args: argparse.Namespace) -> int:
     from sim.cli.catalog import vllm_overrides
     from sim.cli.progress import show_progress
 
-    cfg = load_config(args.config, [*vllm_overrides(args), *args.overrides])
+    vllm = vllm_overrides(args)
+    _check_grid_vllm(grid, vllm)
+    cfg = load_config(args.config, [*vllm, *args.overrides])
     wl = cfg.workload
     if args.replications > 1 and wl.get("kind", "trace" if "trace" in wl else "open") == "trace":
         print("servesim: note: a replayed trace does not depend on the seed, so its replications repeat one "
@@ -157,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
                 view[m] = agg[m]
         print(fixed_table(view))
         note = (
-            f"{args.replications} replications, {int(100 * args.level)}% t-intervals"
+            f"{args.replications} replications, {100 * args.level:.10g}% t-intervals"
             if args.replications > 1
             else "1 replication (no intervals)"
         )

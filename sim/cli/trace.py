@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from workloads.tracefmt import FORMATS, LoadedTrace, load_trace, trace_stats
+from workloads.tracefmt.core import option_seed
 
 # CLI flag (dest) → load_trace keyword; passed only when given, so each format sees only what applies.
 _OPTION_DESTS = (
@@ -134,6 +135,11 @@ def format_table(stats: dict[str, Any], trace: LoadedTrace) -> str:
 def run(args: argparse.Namespace) -> int:
     """Load, summarise, print (a table, or JSON with ``--json``); 0 on success."""
     trace = load_trace(args.file, format=args.format, **_options(args))
+    if args.seed is not None and not any(f"seed {option_seed('seed', args.seed)}" in n for n in trace.notes):
+        from sim.core.errors import ConfigError  # every draw the seed makes says so in a note
+
+        raise ConfigError(f"--seed {args.seed}: nothing is drawn at random here (no --sample, and the file "
+                          "records its arrival times); allowed: --seed with --sample, or a file without times")
     stats = trace_stats(trace, block_size=args.block_size)
     if args.json:
         print(json.dumps({**stats, "notes": list(trace.notes), "errors": list(trace.errors)}, indent=2))
