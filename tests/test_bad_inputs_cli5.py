@@ -208,3 +208,27 @@ def test_plan_preset_and_negative_values(capsys):
 
 def test_models_help_and_plain(capsys):
     assert _ok(["models"], capsys)
+
+
+# ---- the second review's mends ---------------------------------------------------------------------------
+def test_intervals_take_the_vllm_flags_and_refuse_what_their_table_drops(capsys):
+    """--vllm-args describe the engine the intervals replicate (they were dropped); goodput and price flags
+    would be dropped (the table has no goodput or cost): refused."""
+    base = ["run", QUICK, "--set", "workload.num_requests=12", "--intervals", "--replications", "2", "--json"]
+    assert main(base) == 0
+    wide = json.loads(capsys.readouterr().out)
+    assert main([*base, "--vllm-args", "--max-num-seqs 1"]) == 0
+    narrow = json.loads(capsys.readouterr().out)
+    assert narrow != wide  # one sequence at a time: other latencies
+    run_bad_case([*base, "--gpu-hour", "A100 80GB=2"], ["--gpu-hour", "not with --intervals"], capsys)
+    run_bad_case([*base, "--goodput", "ttft:100"], ["--goodput", "not with --intervals"], capsys)
+
+
+def test_one_price_list_for_a_file_whichever_variant_runs(tmp_path, capsys):
+    """A --gpu-hour for a card another variant of the file uses is not refused when --variant picks one."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[model]\nname = "Llama-3.1-8B"\n[hardware]\ngpu = "H100 SXM"\n[workload]\nrate = 2.0\n'
+                   "num_requests = 8\nprompt = 100\noutput = 10\n[cluster]\nreplicas = 1\n[variants.h100]\n"
+                   '[variants.a100]\nhardware = {gpu = "A100 80GB"}\n')
+    assert main(["cluster", str(cfg), "--variant", "h100", "--gpu-hour", "H100=2", "--gpu-hour", "A100 80GB=1.5",
+                 "--json"]) == 0, capsys.readouterr().err

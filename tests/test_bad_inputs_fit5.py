@@ -62,14 +62,14 @@ CASES = [
      ["--out", "samples.csv", "one of the inputs"]),
     ("out-is-input-dotdot", lambda t, m, r: ["fit", f"{m}/samples.csv", "--out", f"{m}/../mb/samples.csv"],
      ["--out", "one of the inputs"]),
-    ("out-inside-input-dir", lambda t, m, r: ["fit", str(m), "--out", f"{m}/meta.json"],
-     ["--out", "meta.json", "inside one of the inputs"]),
+    ("out-inside-input-dir", lambda t, m, r: ["fit", str(m), "--out", f"{m}/new.csv"],
+     ["--out", "new.csv", "inside one of the inputs"]),  # a .csv the folder's loader would read next time
+    ("out-is-meta-in-input-dir", lambda t, m, r: ["fit", str(m), "--out", f"{m}/meta.json"],
+     ["--out", "meta.json", "the metadata read with input"]),
     ("report-is-meta", lambda t, m, r: ["fit", f"{m}/samples.csv", "--report", f"{m}/meta.json"],
      ["--report", "meta.json", "one of the inputs"]),
     ("out-is-report", lambda t, m, r: ["fit", f"{m}/samples.csv", "--out", f"{t}/same.json", "--report",
                                        f"{t}/same.json"], ["--report", "same file as --out"]),
-    ("out-is-base", lambda t, m, r: ["fit", f"{m}/samples.csv", "--base", f"{t}/b.json", "--out", f"{t}/b.json"],
-     ["--out", "--base", "one of the inputs"]),
     ("recipe-out-in-data", lambda t, m, r: ["fit", "--recipe", "h200-sxm", "--data", str(t), "--out",
                                             f"{m}/samples.csv"], ["--out", "--data", "one of the inputs"]),
     ("from-run-out-is-run", lambda t, m, r: ["fit", "--from-run", f"{r}/vllm_bench_result.json", "--out",
@@ -168,6 +168,18 @@ def test_gemm_fit_json_is_pure_json_with_outputs_beside_the_input(mb, tmp_path, 
     assert "fitted H200 SXM" in cap.err and "held-out gemm" in cap.err
     assert json.loads(out.read_text())["gpu"] == "H200 SXM" and rep.read_text().startswith("#")
     assert {k: v for k, v in _digest(mb).items() if k != "new.json"} == before
+
+
+def test_fit_a_folder_with_outputs_inside_it_and_refit_in_place(mb, tmp_path, capsys):
+    """A profile and a report written inside the input folder (its loader reads only .csv there), and a base
+    profile refitted in place (read whole before anything is written): as before the checks."""
+    assert main(["fit", str(mb), "--out", str(mb / "refit.json"), "--report", str(mb / "r.md")]) == 0
+    assert json.loads((mb / "refit.json").read_text())["gpu"] == "H200 SXM" and (mb / "r.md").is_file()
+    base = tmp_path / "b.json"
+    base.write_text((mb / "refit.json").read_text())
+    assert main(["fit", f"{mb}/samples.csv:gemm", "--base", str(base), "--out", str(base)]) == 0
+    assert json.loads(base.read_text())["gpu"] == "H200 SXM"
+    capsys.readouterr()
 
 
 def test_disjoint_operators_of_one_file_and_distinct_lists(mb, capsys):

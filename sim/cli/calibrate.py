@@ -164,7 +164,7 @@ def run_fit(args: argparse.Namespace) -> int:
     from sim.cost.calibrate.recipes import fit_recipe, get_recipe, recipe_holdout, recipe_root
     from sim.cost.calibrate.samples import merge
     from sim.cost.hardware import get_gpu
-    from sim.cost.profiles import PROFILE_DIR, prior_profile
+    from sim.cost.profiles import prior_profile
 
     _refuse_empty(args)
     if args.list:
@@ -207,9 +207,8 @@ def run_fit(args: argparse.Namespace) -> int:
         recipe = get_recipe(args.recipe)
         sources: list[tuple[str, str | Path]] = [("--data" if args.data else f"the recipe's data for {args.recipe}",
                                                    recipe_root(recipe, args.data))]  # fmt: skip
-        if recipe.base != "prior":
-            sources.append((f"the base profile of {args.recipe}", PROFILE_DIR / f"{recipe.base}.json"))
-        check_outputs_not_inputs([("--out", args.out), ("--report", args.report)], sources)
+        # (a base profile is read whole before anything is written: refitting it in place is allowed)
+        check_outputs_not_inputs([("--out", args.out), ("--report", args.report)], sources, reads=".csv")
         profile, res, bench = fit_recipe(args.recipe, args.data)
         hold = recipe_holdout(args.recipe, bench, args.holdout) if args.holdout else None
         title = f"Fit of `{args.recipe}`"
@@ -222,9 +221,7 @@ def run_fit(args: argparse.Namespace) -> int:
         split = [_split_input(text) for text in args.inputs]
         refuse_repeats("input", list(args.inputs), [o for _, o in split], [p for p, _ in split])
         sources = [("input", p) for p, _ in split]
-        if args.base != "prior":
-            sources.append(("--base", args.base))
-        check_outputs_not_inputs([("--out", args.out), ("--report", args.report)], sources)
+        check_outputs_not_inputs([("--out", args.out), ("--report", args.report)], sources, reads=".csv")
         gpu_named = _named_gpu(args.gpu)
         model = _named_model(args.model)
         base = _load_base(args.base)

@@ -88,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
         from sim.core.errors import ConfigError
 
         raise ConfigError(f"--variant {twice[0]!r}: given twice; allowed: distinct variants")
+    # the cards of every variant in the file: one price list for the file, whichever --variant is picked
+    cards = {r.run.hardware.gpu for c in cfgs.values() for r in c.replicas}
     if wanted:
         missing = [v for v in wanted if v not in cfgs]
         if missing:
@@ -99,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         cfgs = {k: cfgs[k] for k in wanted}
     from sim.cli.prices import check_prices_used
 
-    check_prices_used(args, {r.run.hardware.gpu for c in cfgs.values() for r in c.replicas})
+    check_prices_used(args, cards)
     runs = {}
     for name, cfg in cfgs.items():
         if args.out and getattr(args, "step_trace", False) and not cfg.base.simulation.record_step_trace:

@@ -87,10 +87,12 @@ def _real(path: str | Path) -> Path:
     return Path(os.path.realpath(path))
 
 
-def check_outputs_not_inputs(outputs: list[tuple[str, str | None]], inputs: list[tuple[str, str | Path]]) -> None:
-    """Each output (flag, path) a file of its own: not another output, not an input, not inside an input folder,
-    not the meta.json / meta.yaml the importers read beside an input (up to two folders up). Checked before
-    anything is written (paths compared resolved: symlinks and ./ spellings)."""
+def check_outputs_not_inputs(outputs: list[tuple[str, str | None]], inputs: list[tuple[str, str | Path]],
+                             reads: str | None = None) -> None:
+    """Each output (flag, path) a file of its own: not another output, not an input, not a file inside an input
+    folder that its loader reads (``reads``: the suffix it reads there, e.g. ".csv"; None: any file), not the
+    meta.json / meta.yaml the importers read beside an input (up to two folders up). Checked before anything
+    is written (paths compared resolved: symlinks and ./ spellings)."""
     from sim.core.errors import ConfigError
 
     seen: list[tuple[str, str, Path]] = []
@@ -109,7 +111,8 @@ def check_outputs_not_inputs(outputs: list[tuple[str, str | None]], inputs: list
             except OSError:  # the loader reports an unusable input path
                 continue
             folder = real if is_dir else real.parent
-            if out == real or (is_dir and real in out.parents):
+            read_there = reads is None or out.suffix.lower() == reads
+            if out == real or (is_dir and real in out.parents and read_there):
                 where = "is" if out == real else "is inside"
                 raise ConfigError(f"{flag} {value}: {where} one of the inputs ({label} {src}); allowed: a path that "
                                   "is not one of the inputs")

@@ -80,8 +80,7 @@ def run_fit_from_runs(args: argparse.Namespace) -> int:
                               "in the fit")
     sources: list[tuple[str, str | Path]] = [("--from-run", p) for p in args.from_run]
     sources += [("--holdout", p) for p in args.holdout or []]
-    if args.profile and args.profile != "auto" and Path(args.profile).is_file():
-        sources.append(("--profile", args.profile))
+    # (--profile is read whole before anything is written: refitting it in place is allowed)
     check_outputs_not_inputs([("--out", args.out)], sources)
     runs = [load_run(p) for p in args.from_run]
     holdout = [load_run(p) for p in (args.holdout or [])]

@@ -67,10 +67,16 @@ def _run(args: argparse.Namespace) -> int:
     from sim.cli.catalog import vllm_overrides
     from sim.cli.outpath import check_out_dir, check_steps_jsonl_flags, steps_jsonl_wanted
     from sim.cli.prices import price_overrides
+    from sim.core.errors import ConfigError
 
     if args.intervals:  # replications + calibration residuals -> prediction intervals (sim/cli/intervals.py)
+        unused = [flag for flag in ("--goodput", "--gpu-hour", "--gpu-hour-usd", "--usd-rate", "--currency", "--price-set")
+                  if getattr(args, flag[2:].replace("-", "_"), None)]  # fmt: skip
+        if unused:  # the intervals table has latencies and throughputs only: these would be dropped
+            raise ConfigError(f"{', '.join(unused)}: not with --intervals (its table has no goodput or cost); "
+                              "allowed: run without --intervals for them")
+        args.overrides = [*vllm_overrides(args), *args.overrides]  # the engine the vLLM flags describe
         return cli_intervals.run(args)
-    from sim.core.errors import ConfigError
 
     if args.replications is not None:  # a flag that would do nothing is refused, not ignored
         raise ConfigError(f"--replications {args.replications}: only with --intervals")
