@@ -11,12 +11,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from sim.cli.fit_checks import (
-    _fields,
-    _holdout_fraction,
-    _refuse_empty,
-    _refuse_with_list,
     check_outputs_not_inputs,
+    holdout_fraction,
+    profile_fields,
+    refuse_empty,
     refuse_repeats,
+    refuse_with_list,
 )
 from sim.cost.calibrate.samples import OPS
 
@@ -166,9 +166,9 @@ def run_fit(args: argparse.Namespace) -> int:
     from sim.cost.hardware import get_gpu
     from sim.cost.profiles import prior_profile
 
-    _refuse_empty(args)
+    refuse_empty(args)
     if args.list:
-        _refuse_with_list(args)
+        refuse_with_list(args)
         print(profiles_table())
         return 0
     if args.from_run:
@@ -182,9 +182,9 @@ def run_fit(args: argparse.Namespace) -> int:
     if replay_only:  # a flag that would do nothing is refused, not ignored
         raise ConfigError(f"{', '.join(replay_only)}: only with --from-run (the replay fit); a microbenchmark fit "
                           "takes --gpu, --model, --base, --freeze, --from-base, --holdout, --out, --report")
-    args.holdout = _holdout_fraction(args.holdout)
-    freeze = _fields("--freeze", args.freeze)
-    from_base = _fields("--from-base", args.from_base)
+    args.holdout = holdout_fraction(args.holdout)
+    freeze = profile_fields("--freeze", args.freeze)
+    from_base = profile_fields("--from-base", args.from_base)
     both = sorted(freeze & from_base)
     if both:
         raise ConfigError(f"--freeze and --from-base both name {', '.join(both)}; allowed: a field in one of them "

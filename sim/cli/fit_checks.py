@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 
-def _holdout_fraction(values: list[str] | None) -> float:
+def holdout_fraction(values: list[str] | None) -> float:
     from sim.core.errors import ConfigError
 
     if values is None:
@@ -47,7 +47,7 @@ _FIT_VALUES = {
 }
 
 
-def _refuse_empty(args: argparse.Namespace) -> None:
+def refuse_empty(args: argparse.Namespace) -> None:
     """An empty (or blank) value is refused, never read as the flag left out."""
     from sim.core.errors import ConfigError
 
@@ -61,7 +61,7 @@ def _refuse_empty(args: argparse.Namespace) -> None:
                 raise ConfigError(f"{flag} {v!r}: an empty path; allowed: a file or folder")
 
 
-def _fields(flag: str, text: str | None) -> frozenset[str]:
+def profile_fields(flag: str, text: str | None) -> frozenset[str]:
     """``--freeze`` / ``--from-base``: comma-separated fields the fit moves, each once, no empty item."""
     from sim.core.errors import ConfigError
     from sim.cost.calibrate.fit import GROUPS
@@ -83,7 +83,7 @@ def _fields(flag: str, text: str | None) -> frozenset[str]:
     return frozenset(items)
 
 
-def _real(path: str | Path) -> Path:
+def real_path(path: str | Path) -> Path:
     return Path(os.path.realpath(path))
 
 
@@ -99,14 +99,14 @@ def check_outputs_not_inputs(outputs: list[tuple[str, str | None]], inputs: list
     for flag, value in outputs:
         if not value:
             continue
-        out = _real(value)
+        out = real_path(value)
         for flag2, value2, out2 in seen:
             if out == out2:
                 raise ConfigError(f"{flag} {value}: the same file as {flag2} {value2}; allowed: a different file")
         seen.append((flag, value, out))
         for label, src in inputs:
             try:
-                real = _real(src)
+                real = real_path(src)
                 is_dir = real.is_dir()
             except OSError:  # the loader reports an unusable input path
                 continue
@@ -131,7 +131,7 @@ def refuse_repeats(flag: str, values: list[str], ops: list[tuple[str, ...] | Non
     reals: list[Path | None] = []
     for v in paths if paths is not None else values:
         try:
-            reals.append(_real(v))
+            reals.append(real_path(v))
         except OSError:
             reals.append(None)
     for j, rj in enumerate(reals):
@@ -148,7 +148,7 @@ def refuse_repeats(flag: str, values: list[str], ops: list[tuple[str, ...] | Non
                               "allowed: distinct inputs")
 
 
-def _refuse_with_list(args: argparse.Namespace) -> None:
+def refuse_with_list(args: argparse.Namespace) -> None:
     """``--list`` prints the catalogue's profiles and fits nothing: another fit flag given with it is refused."""
     from sim.core.errors import ConfigError
 

@@ -53,7 +53,7 @@ def run_fit_from_runs(args: argparse.Namespace) -> int:
     from sim.app.replay import prepare
     from sim.app.runfit import evaluate, fit_runs, fitted_profile
     from sim.cli.calibrate import _sayer
-    from sim.cli.fit_checks import _real, check_outputs_not_inputs, refuse_repeats
+    from sim.cli.fit_checks import check_outputs_not_inputs, real_path, refuse_repeats
     from sim.cli.outpath import check_out_file
     from sim.cli.progress import show_progress
     from sim.core.errors import ConfigError
@@ -73,10 +73,10 @@ def run_fit_from_runs(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-nfev must be >= 1, got {args.max_nfev}")
     refuse_repeats("--from-run", list(args.from_run))
     refuse_repeats("--holdout", list(args.holdout or []))
-    fitted = {_real(p): p for p in args.from_run}
+    fitted = {real_path(p): p for p in args.from_run}
     for p in args.holdout or []:
-        if _real(p) in fitted:
-            raise ConfigError(f"--holdout {p}: also given to --from-run ({fitted[_real(p)]}); allowed: runs not used "
+        if real_path(p) in fitted:
+            raise ConfigError(f"--holdout {p}: also given to --from-run ({fitted[real_path(p)]}); allowed: runs not used "
                               "in the fit")
     sources: list[tuple[str, str | Path]] = [("--from-run", p) for p in args.from_run]
     sources += [("--holdout", p) for p in args.holdout or []]
