@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Self
 from pydantic import BaseModel
 
 from sim.core.errors import ConfigError
+from sim.core.fields import MAX_INT32
 from sim.core.typed import section_model, validate_table
 
 GIB = 1024**3
@@ -45,9 +46,6 @@ LIMIT_KNOBS = (
 def derived(default: Any) -> Any:
     """A field from_memory() fills in: not accepted from a config file."""
     return field(default=default, metadata={"derived": True})
-
-
-INT32_MAX = 2**31 - 1
 
 
 def invalid(knob: str, value: Any, allowed: str) -> ConfigError:
@@ -92,8 +90,8 @@ class PolicyOptions:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):  # every engine count within int32, as the shared limits (config.Pos)
             v = getattr(self, f.name)
-            if isinstance(v, int) and not isinstance(v, bool) and abs(v) > INT32_MAX:
-                raise invalid(f.name, v, f"within int32 (|value| <= {INT32_MAX})")
+            if isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_INT32:
+                raise invalid(f.name, v, f"within int32 (|value| <= {MAX_INT32})")
         self.validate()
 
     def validate(self) -> None:

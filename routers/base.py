@@ -21,6 +21,7 @@ import numpy as np
 from routers.rotor import Rotor, with_room  # compiled (sim/native.py); routers import them from here
 from routers.view import ReplicaView  # compiled too; routers import it from here
 from sim.core.errors import ConfigError
+from sim.core.fields import MAX_INT32
 from sim.core.plugins import registrar, resolve
 from sim.core.request import RequestSpec
 
@@ -86,17 +87,13 @@ def take_options(options: dict[str, Any], router: str, defaults: dict[str, Any])
     return out
 
 
-# The largest count a router option may hold: int32, as the engine's counts (max_num_seqs, sim/app/config.py).
-MAX_COUNT = 2**31 - 1
-
-
 def read_number(opts: dict[str, Any], key: str, router: str, lo: float = 0.0, integer: bool = False,
                 hi: float | None = None) -> Any:
     """``opts[key]``, a number from ``lo`` to ``hi`` (an integer with ``integer``; ``hi`` defaults to
-    MAX_COUNT for integers, no bound for other numbers); else a ConfigError naming the option."""
+    MAX_INT32 for integers, no bound for other numbers); else a ConfigError naming the option."""
     v = opts[key]
     if hi is None and integer:
-        hi = MAX_COUNT
+        hi = MAX_INT32
     ok = isinstance(v, int | float) and not isinstance(v, bool) and v >= lo and (hi is None or v <= hi)
     if integer:
         ok = ok and float(v).is_integer()

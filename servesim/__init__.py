@@ -201,8 +201,8 @@ def size(config: str | Path | dict[str, Any] | RunConfig | None = None, slo: dic
     if slo is not None:
         from sim.app.results import parse_slo
 
-        parse_slo(_plain(slo))  # before any run: a bad key or unit is one line naming it
-        slo = _plain(slo)
+        slo = _plain(slo)  # numpy numbers as Python's
+        parse_slo(slo)  # before any run: a bad key or unit is one line naming it
     res = _size(cfg, slo, **kw)
     return res.to_dict() if as_dict else res
 

@@ -245,24 +245,18 @@ def test_pd_replicas_that_agree_once_resolved(p, d, tmp_path, capsys):
     assert '"completed": 10' in out
 
 
-@pytest.mark.parametrize("router", [
-    '{name = "length-pools", long_pool = "long", short_pool = "short", threshold = 2147483647}',
-    '{name = "length-pools", within = "round-robin", threshold = 150}',
-    '{name = "priority-pools", pools = {"-1" = "short", "+2" = "long", "0" = "short", "2147483647" = "long"}}',
-    '{name = "priority-pools", pools = {"-2147483647" = "long"}, default_pool = "short", within = "random"}',
+@pytest.mark.parametrize(("replicas", "router"), [
+    (POOLS, '{name = "length-pools", long_pool = "long", short_pool = "short", threshold = 2147483647}'),
+    (POOLS, '{name = "length-pools", within = "round-robin", threshold = 150}'),
+    (POOLS, '{name = "priority-pools", pools = {"-1" = "short", "+2" = "long", "0" = "short", "2147483647" = "long"}}'),
+    (POOLS, '{name = "priority-pools", pools = {"-2147483647" = "long"}, default_pool = "short", within = "random"}'),
+    (TWO, '{name = "prefix-aware", load_guard = 2147483647, capacity_blocks = 2147483647}'),
+    (TWO, '{name = "prefix-aware", load_guard = 0, capacity_blocks = 1}'),
+    (TWO, '{name = "session-affinity", load_guard = 2147483647, fallback = "round-robin"}'),
 ])
-def test_pool_routers_at_their_bounds_run(router, tmp_path, capsys):
-    out = _cli(["run", _write(tmp_path, BASE + POOLS.format(router=router)), "--json"], capsys)
-    assert '"completed": 10' in out
-
-
-@pytest.mark.parametrize("router", [
-    '{name = "prefix-aware", load_guard = 2147483647, capacity_blocks = 2147483647}',
-    '{name = "prefix-aware", load_guard = 0, capacity_blocks = 1}',
-    '{name = "session-affinity", load_guard = 2147483647, fallback = "round-robin"}',
-])
-def test_load_routers_at_their_bounds_run(router, tmp_path, capsys):
-    out = _cli(["run", _write(tmp_path, BASE + TWO.format(router=router)), "--json"], capsys)
+def test_routers_at_their_bounds_run(replicas, router, tmp_path, capsys):
+    """Pool routers over two named pools, load routers over two replicas: every option at its bound runs."""
+    out = _cli(["run", _write(tmp_path, BASE + replicas.format(router=router)), "--json"], capsys)
     assert '"completed": 10' in out
 
 

@@ -44,6 +44,7 @@ from sim.app.sweep import with_params
 from sim.core.errors import ConfigError, ServesimError
 from sim.cost.hardware import get_gpu
 from sim.cost.models import kv_dtype_bytes, normalize_dtype
+from sim.cost.modelspec import dtype_format
 
 MAX_INSTANCES = 8
 # The largest --target-rate: a billion requests a second is past any fleet (its GPU counts still fit an int64
@@ -131,18 +132,11 @@ def _ints(values: Sequence[Any] | None, what: str, hi: int) -> list[int]:
     return vals
 
 
-# Spellings of one dtype (vLLM reads them alike; the kernels too): two of them would be one deployment twice.
-# Not merged: the 4-bit methods (awq, gptq, ... pick different kernels) and fp8_e5m2 (another format).
-_SAME_DTYPE = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32",
-               "fp8_e4m3": "fp8", "fp8_e4m3fn": "fp8", "float8": "fp8"}  # fmt: skip
-_SAME_KV_DTYPE = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "fp8_e4m3": "fp8"}
-
-
-def _distinct(vals: Sequence[str], what: str, same: Mapping[str, str]) -> None:
+def _distinct(vals: Sequence[str], what: str) -> None:
+    """Two spellings of one format (``fp16,half``) would be one deployment twice: refused."""
     seen: dict[str, str] = {}
     for v in vals:
-        key = str(v).strip().lower()
-        key = same.get(key, key)
+        key = dtype_format(v)
         if key in seen:
             raise ConfigError(f"{what}: {seen[key]!r} and {v!r} are the same dtype ({key}); allowed: distinct dtypes")
         seen[key] = v
@@ -160,11 +154,11 @@ def deployments(cfg: RunConfig, gpus, dtypes=None, kv_dtypes=None, tps=None, ins
     dts = _list(dtypes, "--dtypes", [cfg.model.dtype])
     for d in dts:
         normalize_dtype(d)
-    _distinct(dts, "--dtypes", _SAME_DTYPE)
+    _distinct(dts, "--dtypes")
     kvs = _list(kv_dtypes, "--kv-dtypes", [cfg.engine.kv_cache_dtype])
     for k in kvs:
         kv_dtype_bytes(k)
-    _distinct(kvs, "--kv-dtypes", _SAME_KV_DTYPE)
+    _distinct(kvs, "--kv-dtypes")
     tp = _ints(tps, "--tp", 8)
     ks = _ints(instances, "--instances-per-gpu", MAX_INSTANCES)
     return [Deployment(*c) for c in itertools.product(names, dts, kvs, tp, ks)]

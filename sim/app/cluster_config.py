@@ -387,7 +387,7 @@ def _kv_layout(r: ReplicaSpec) -> dict[str, tuple[Any, str]]:
     """``{key: (resolved value, how to show it)}`` for the replica's KV block size and KV dtype; a key is left
     out where its value does not resolve (the replica's own build reports why)."""
     from sim.app.setup import resolve
-    from sim.cost.modelspec import normalize_dtype
+    from sim.cost.modelspec import dtype_format, normalize_dtype
 
     e = r.run.engine
     out: dict[str, tuple[Any, str]] = {}
@@ -396,9 +396,7 @@ def _kv_layout(r: ReplicaSpec) -> dict[str, tuple[Any, str]]:
         out["block_size"] = (bs, repr(bs) if e.block_size is not None else f"{bs} (the {e.policy} preset's default)")
     except ServesimError:
         pass
-    key = str(e.kv_cache_dtype).strip().lower()
-    # vLLM's spellings: "fp8" is fp8_e4m3 (e5m2 is another layout), bfloat16 / half are bf16 / fp16
-    kv = {"fp8": "fp8_e4m3", "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32"}.get(key, key)
+    kv = dtype_format(e.kv_cache_dtype)  # vLLM's spellings of one layout: "fp8" is fp8_e4m3, half is fp16
     if kv == "auto":
         try:  # the model's dtype; quantized weights keep 16-bit activations ("auto" = bf16)
             d = normalize_dtype(r.run.model.dtype)

@@ -19,7 +19,7 @@ from policies.base import all_preset_keys, options_class, parse_engine_options, 
 from sim.app.frontend import ABSENT, FrontendConfig, frontend_from_dict
 from sim.app.prices import CostConfig, cost_from_dict
 from sim.core.errors import ConfigError
-from sim.core.fields import MAX_GENERATED, load_toml
+from sim.core.fields import MAX_GENERATED, MAX_INT32, int_digits, load_toml
 from sim.core.typed import build, validate_table
 
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128)  # vLLM's --block-size choices
@@ -194,7 +194,7 @@ def config_from_dict(raw: dict[str, Any]) -> RunConfig:
     for key, value in slo.items():
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or (
                 isinstance(value, int) and value > 1e300):  # an integer past any float (float() would overflow)
-            shown = f"an integer of {len(str(value))} digits" if isinstance(value, int) and value > 1e300 else repr(value)
+            shown = f"an integer of {int_digits(value)} digits" if isinstance(value, int) and value > 1e300 else repr(value)
             raise ConfigError(f"[slo] {key}: expected a positive number of milliseconds, got {shown}")
     # an absent [frontend] is the preset's default; None (to_dict of a run without one) is none
     parts["frontend"] = frontend_from_dict(raw.get("frontend", ABSENT), parts["engine"].policy)
@@ -240,7 +240,7 @@ def _validate(cfg: RunConfig) -> None:
     e = cfg.engine
     if e.max_model_len is not None and e.max_model_len < 2:  # vLLM: a prompt must leave room for an output token
         raise ConfigError(f"[engine] max_model_len: out of range, got {e.max_model_len}; allowed 2 <= value <= "
-                          f"{2**31 - 1} (a prompt token and an output token)")
+                          f"{MAX_INT32} (a prompt token and an output token)")
     if not cfg.model.name.strip():
         raise ConfigError(f"[model] name: got {cfg.model.name!r}; allowed: a catalogue name (servesim models), a "
                           "config.json path, or a folder holding one")

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from numbers import Real
 
 from sim.core.errors import ConfigError
+from sim.core.fields import int_digits
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 
@@ -26,13 +27,6 @@ _PCT_SLO = re.compile(rf"^p(\d+(?:\.\d+)?)_({'|'.join(_PCT_METRICS)})_ms$")
 _OLD_PCT_SLO = re.compile(rf"^({'|'.join(_PCT_METRICS)})_p(\d+(?:\.\d+)?)$")
 _SLO_HELP = ("ttft_ms, tpot_ms, itl_ms, e2el_ms (per request) or p<q>_<ttft|tpot|itl|e2el|queue_time>_ms "
              "(percentile), e.g. p99_ttft_ms; all in milliseconds")
-
-
-def _short(v: object) -> str:
-    """A value for a message: an integer of hundreds of digits by its size, not its digits."""
-    if isinstance(v, int) and abs(v) > 10**30:
-        return f"an integer of {len(str(abs(v)))} digits"
-    return repr(v)
 
 
 def _ms_text(seconds: float) -> str:
@@ -63,8 +57,9 @@ def parse_slo(
             raise ConfigError(f"[slo] {key}: expected a number of milliseconds, got {raw!r}")
         try:
             value = float(raw)
-        except (TypeError, ValueError, OverflowError):  # OverflowError: an integer past any float
-            raise ConfigError(f"[slo] {key}: expected a finite number of milliseconds, got {_short(raw)}") from None
+        except OverflowError:  # an integer past any float
+            raise ConfigError(f"[slo] {key}: expected a finite number of milliseconds, got an integer of "
+                              f"{int_digits(int(raw))} digits") from None
         if old:
             raise ConfigError(
                 f"[slo] {key} = {raw} (seconds) is now p{old.group(2)}_{old.group(1)}_ms = {_ms_text(value)}: "

@@ -18,6 +18,7 @@ from sim.cli.fit_checks import (
     refuse_repeats,
     refuse_with_list,
 )
+from sim.cli.flags import check_not_empty
 from sim.cost.calibrate.samples import OPS
 
 
@@ -318,10 +319,8 @@ def _check_calibrate(args: argparse.Namespace) -> None:
     from sim.cost.hardware import get_gpu, validate_tp
 
     check_out_dir(args.out)
-    for flag, v, allowed in (("--model", args.model, "a catalogue model name or a folder with config.json"),
-                             ("--gpu", args.gpu, "a catalogue GPU name; leave it out for the detected device")):
-        if v is not None and not v.strip():  # never read as the flag left out
-            raise ConfigError(f"{flag} {v!r}: an empty value; allowed: {allowed}")
+    check_not_empty(args, {"model": "a catalogue model name or a folder with config.json",
+                           "gpu": "a catalogue GPU name; leave it out for the detected device"})  # fmt: skip
     model = _named_model(args.model)  # an unknown model is --model's fault, not --tp's
     _named_gpu(args.gpu)
     check_range("", "--iters", args.iters, 1, 10_000)

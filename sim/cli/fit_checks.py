@@ -8,6 +8,8 @@ import argparse
 import os
 from pathlib import Path
 
+from sim.cli.flags import check_not_empty
+
 
 def holdout_fraction(values: list[str] | None) -> float:
     from sim.core.errors import ConfigError
@@ -32,18 +34,18 @@ def holdout_fraction(values: list[str] | None) -> float:
 
 MAX_HOLDOUT = 0.5
 
-# what each string flag of `fit` takes, for the message that refuses an empty value
+# what each string flag of `fit` takes (argparse dest), for the message that refuses an empty value
 _FIT_VALUES = {
-    "--gpu": "a catalogue GPU name (servesim gpus); leave it out for what the data says",
-    "--model": "a catalogue model name or a folder with config.json; leave it out for what the files say",
-    "--recipe": "a recipe slug (servesim fit --list shows the profiles; recipes: sim/cost/calibrate/recipes.py)",
-    "--data": "a microbenchmark folder",
-    "--base": "'prior' or a profile JSON",
-    "--freeze": "comma-separated profile fields",
-    "--from-base": "comma-separated profile fields",
-    "--profile": "a profile JSON or 'auto'; leave it out for the GPU's shipped profile",
-    "--out": "a file path",
-    "--report": "a file path",
+    "gpu": "a catalogue GPU name (servesim gpus); leave it out for what the data says",
+    "model": "a catalogue model name or a folder with config.json; leave it out for what the files say",
+    "recipe": "a recipe slug (servesim fit --list shows the profiles; recipes: sim/cost/calibrate/recipes.py)",
+    "data": "a microbenchmark folder",
+    "base": "'prior' or a profile JSON",
+    "freeze": "comma-separated profile fields",
+    "from_base": "comma-separated profile fields",
+    "profile": "a profile JSON or 'auto'; leave it out for the GPU's shipped profile",
+    "out": "a file path",
+    "report": "a file path",
 }
 
 
@@ -51,10 +53,7 @@ def refuse_empty(args: argparse.Namespace) -> None:
     """An empty (or blank) value is refused, never read as the flag left out."""
     from sim.core.errors import ConfigError
 
-    for flag, allowed in _FIT_VALUES.items():
-        v = getattr(args, flag.lstrip("-").replace("-", "_"))
-        if v is not None and not str(v).strip():
-            raise ConfigError(f"{flag} {v!r}: an empty value; allowed: {allowed}")
+    check_not_empty(args, _FIT_VALUES)
     for flag, values in (("input path", args.inputs), ("--from-run", args.from_run), ("--holdout", args.holdout)):
         for v in values or ():
             if not v.strip():

@@ -13,7 +13,15 @@ from sim.core.errors import ConfigError
 # The most requests one workload may hold: every request is a row of the results, so this bounds memory.
 MAX_REQUESTS = 1_000_000  # the most a run lists whole (rows of the requests table, a trace, sessions)
 MAX_GENERATED = 1_000_000_000  # open and closed loops are generated as the clock reaches them
-MAX_PRIORITY = 2**31 - 1  # |a request's priority|: vLLM takes any int; int32's range keeps the int64 columns far from overflow
+MAX_INT32 = 2**31 - 1  # engine and router counts: int32 is plenty, and int64 sums of them cannot overflow
+MAX_PRIORITY = MAX_INT32  # |a request's priority|: vLLM takes any int; int32's range keeps the int64 columns far from overflow
+
+
+def int_digits(v: int) -> int:
+    """Decimal digits of an int, for a message about one too large for a float (str() stops at 4300 digits)."""
+    v = abs(int(v))
+    n = int(v.bit_length() * 0.30102999566398120) + 1  # log10(2); one too many at most
+    return n - 1 if n > 1 and v < 10 ** (n - 1) else n
 
 
 def check_range(

@@ -75,6 +75,19 @@ def normalize_dtype(dtype: str) -> str:
     return _DTYPE_ALIASES[key]
 
 
+# Spellings of one format, as vLLM reads them. Unlike the tables above (by width), formats of one width
+# stay apart: fp8_e5m2 is not fp8_e4m3 (vLLM's "fp8"), and the 4-bit methods pick different kernels.
+_SAME_FORMAT = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
+                "fp8": "fp8_e4m3", "fp8_e4m3fn": "fp8_e4m3", "float8": "fp8_e4m3"}  # fmt: skip
+
+
+def dtype_format(dtype: str) -> str:
+    """The format a (weight or KV) dtype spelling names: ``half`` is ``fp16``, ``fp8`` is ``fp8_e4m3``;
+    ``auto`` and other names as given (lower case). Two spellings of one format compare equal."""
+    key = str(dtype).strip().lower()
+    return _SAME_FORMAT.get(key, key)
+
+
 def activation_dtype_bytes(dtype: str) -> int:
     """Bytes of an activation element: quantized weights (fp8/int8/int4) still compute in 16-bit."""
     return 4 if normalize_dtype(dtype) == "fp32" else 2

@@ -25,28 +25,23 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.core.errors import ConfigError
+from sim.core.fields import int_digits
 from sim.core.spec import MAX_ARRIVAL_S
 
 ARRIVAL_KINDS = ("poisson", "gamma", "constant")
 
 
-def int_digits(v: int) -> int:
-    """Decimal digits of an int (also past Python's 4300-digit str() limit)."""
-    v = abs(int(v))
-    n = int(v.bit_length() * 0.30102999566398120) + 1  # log10(2); one too many at most
-    return n - 1 if n > 1 and v < 10 ** (n - 1) else n
-
-
-def _check_rate(rate: float) -> float:
+def check_rate(rate: float, name: str = "arrival rate") -> float:
+    """A rate in requests/s: a number > 0, inf (all at t = 0) too; ``name`` leads the message."""
+    allowed = "a number > 0 (requests/s; inf = all at t=0)"
     if isinstance(rate, bool) or not isinstance(rate, int | float | np.integer | np.floating):
-        raise ConfigError(f"arrival rate must be a number (requests/s), got {rate!r}")
+        raise ConfigError(f"{name} must be {allowed}, got {rate!r}")
     try:
         rate = float(rate)
     except OverflowError:  # an int past a float's range
-        raise ConfigError(f"arrival rate: got an integer of {int_digits(rate)} digits; allowed a finite "
-                          "number > 0 requests/s, or inf (all at t=0)") from None
+        raise ConfigError(f"{name}: got an integer of {int_digits(rate)} digits; allowed {allowed}") from None
     if not rate > 0:  # also rejects NaN
-        raise ConfigError(f"arrival rate must be > 0 requests/s (inf = all at t=0), got {rate}")
+        raise ConfigError(f"{name} must be {allowed}, got {rate}")
     return rate
 
 
@@ -61,19 +56,20 @@ def _check_n(n: int) -> int:
 MIN_BURSTINESS = 1e-6
 
 
-def _check_burstiness(b: float) -> float:
+def check_burstiness(b: float, name: str = "arrival burstiness") -> float:
+    """A gamma shape: a number >= MIN_BURSTINESS, inf (constant gaps) too; ``name`` leads the message."""
+    allowed = f"a number >= {MIN_BURSTINESS:g} (1 = Poisson, inf = constant gaps)"
     if isinstance(b, bool) or not isinstance(b, int | float | np.integer | np.floating):
-        raise ConfigError(f"arrival burstiness must be a number, got {b!r}")
+        raise ConfigError(f"{name} must be {allowed}, got {b!r}")
     try:
         b = float(b)
     except OverflowError:  # an int past a float's range
-        raise ConfigError(f"arrival burstiness: got an integer of {int_digits(b)} digits; allowed a finite "
-                          f"number >= {MIN_BURSTINESS:g}, or inf (constant gaps)") from None
+        raise ConfigError(f"{name}: got an integer of {int_digits(b)} digits; allowed {allowed}") from None
     # vLLM asserts burstiness > 0; NaN is refused too. At 5e-324 the gamma's scale 1/(rate·b) overflows and
     # every gap is NaN; already at 1e-6 twenty draws are all 0 (every request at one instant), so nothing
     # below that describes a load.
     if not b >= MIN_BURSTINESS:
-        raise ConfigError(f"arrival burstiness must be >= {MIN_BURSTINESS:g} (1 = Poisson, inf = constant), got {b}")
+        raise ConfigError(f"{name} must be {allowed}, got {b}")
     return b
 
 
@@ -88,7 +84,7 @@ def _finish(gaps: np.ndarray, rate: float, rescale: bool) -> np.ndarray:
 
 def constant(rate: float, n: int) -> np.ndarray:
     """Evenly spaced: ``t_i = (i+1)/rate`` (vLLM's burstiness = inf); the last arrival is at ``n/rate``."""
-    rate, n = _check_rate(rate), _check_n(n)
+    rate, n = check_rate(rate), _check_n(n)
     if math.isinf(rate):
         return np.zeros(n)
     return np.arange(1, n + 1, dtype=float) / rate
@@ -98,7 +94,7 @@ def gamma(
     rate: float, n: int, rng: np.random.Generator, burstiness: float = 1.0, *, rescale: bool = True
 ) -> np.ndarray:
     """Gamma-renewal arrivals as ``vllm bench serve`` draws them (see module doc); sorted, float64 seconds."""
-    rate, n, b = _check_rate(rate), _check_n(n), _check_burstiness(burstiness)
+    rate, n, b = check_rate(rate), _check_n(n), check_burstiness(burstiness)
     if math.isinf(rate):
         return np.zeros(n)
     if math.isinf(b):
@@ -133,8 +129,8 @@ class ArrivalConfig:
     def __post_init__(self) -> None:
         if self.kind not in ARRIVAL_KINDS:
             raise ConfigError(f"arrival kind {self.kind!r} is not one of {', '.join(ARRIVAL_KINDS)}")
-        _check_rate(self.rate)
-        b = _check_burstiness(self.burstiness)
+        check_rate(self.rate)
+        b = check_burstiness(self.burstiness)
         if self.kind != "gamma" and b != 1.0:
             raise ConfigError(
                 f"arrival burstiness={self.burstiness} only applies to kind 'gamma', not {self.kind!r}"

@@ -59,7 +59,7 @@ def read_float(
     try:
         v = float(v)
     except OverflowError:  # an integer past any float (a TOML integer of hundreds of digits)
-        from workloads.gen.arrivals import int_digits
+        from sim.core.fields import int_digits
 
         raise ConfigError(f"{where}.{key}: got an integer of {int_digits(int(v))} digits; allowed a finite number") from None
     if math.isnan(v) or (math.isinf(v) and not allow_inf):

@@ -38,10 +38,11 @@ from typing import Any
 import numpy as np
 
 from sim.core.errors import ConfigError, TraceFormatError
+from sim.core.fields import int_digits
 from sim.core.hash_prefixes import share_hash_id_prefixes
 from sim.core.request import RequestSpec, Segment
 from sim.core.spec import MAX_ARRIVAL_S
-from workloads.gen.arrivals import ARRIVAL_KINDS, MIN_BURSTINESS, check_span, int_digits
+from workloads.gen.arrivals import ARRIVAL_KINDS, check_burstiness, check_rate, check_span
 from workloads.gen.lengths import MAX_LEN, clip_to_context
 from workloads.tracefmt.jsonl import LoadedTrace as _JsonlTrace
 
@@ -199,15 +200,8 @@ class Arrivals:
         if not isinstance(self.kind, str) or self.kind not in ARRIVAL_KINDS:
             raise ConfigError(f"trace option arrival: expected one of {', '.join(ARRIVAL_KINDS)}, got {show(self.kind)}")
         if self.rate is not None:
-            rate = _rate_or_inf("rate", self.rate, "a number > 0 (requests/s; inf = all at t=0)")
-            if not rate > 0:
-                raise ConfigError(f"trace option rate: got {show(self.rate)}; allowed a number > 0 (requests/s; "
-                                  "inf = all at t=0)")
-            object.__setattr__(self, "rate", rate)
-        what = f"a number >= {MIN_BURSTINESS:g} (1 = Poisson, inf = constant gaps)"
-        b = _rate_or_inf("burstiness", self.burstiness, what)
-        if not b >= MIN_BURSTINESS:
-            raise ConfigError(f"trace option burstiness: got {show(self.burstiness)}; allowed {what}")
+            object.__setattr__(self, "rate", check_rate(self.rate, "trace option rate"))
+        b = check_burstiness(self.burstiness, "trace option burstiness")
         if b != 1.0 and self.kind != "gamma":
             raise ConfigError(f"trace option burstiness: {b:g} only applies to arrival = 'gamma', not "
                               f"{self.kind!r}; allowed: burstiness = 1 or arrival = 'gamma'")
@@ -225,13 +219,6 @@ class Arrivals:
         if times.shape != (n,):
             raise ConfigError(f"arrival process {self.kind!r} returned {times.shape} times for {n} requests")
         return times
-
-
-def _rate_or_inf(name: str, v: Any, what: str) -> float:
-    """``option_number`` that also takes inf (a rate of inf: all at t = 0; a burstiness of inf: constant gaps)."""
-    if isinstance(v, float | np.floating) and math.isinf(v) and v > 0:
-        return math.inf
-    return option_number(name, v, what)
 
 
 @dataclass

@@ -246,14 +246,11 @@ def clip_spec(spec: RequestSpec, max_model_len: int) -> RequestSpec | None:
 
 
 def _max_model_len(v: Any) -> int:
-    """load_jsonl's ``max_model_len``: an integer >= 2 (room for a 1-token prompt and output); a numpy
-    integer or an integral float (4096.0) too, as the trace options take it; not a bool or a string."""
-    if isinstance(v, float | np.floating) and float(v).is_integer():
-        v = int(v)
-    if isinstance(v, bool | np.bool_) or not isinstance(v, int | np.integer) or v < 2:
-        got = " ".join(repr(v).split())[:60]
-        raise ConfigError(f"load_jsonl: max_model_len: expected an integer >= 2 (tokens of prompt + output), got {got}")
-    return min(int(v), 2 * MAX_LEN + 1)  # every length is <= MAX_LEN: a larger context changes nothing
+    """load_jsonl's ``max_model_len``, as the trace options take it (core.option_int: an integer >= 2, room
+    for a 1-token prompt and output); every length is <= MAX_LEN, so a larger context changes nothing."""
+    from workloads.tracefmt.core import option_int  # core imports this module
+
+    return min(option_int("max_model_len", v, 2), 2 * MAX_LEN + 1)
 
 
 def load_jsonl(
