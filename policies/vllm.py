@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
-from itertools import repeat
+from typing import Any, cast
 
 from mypy_extensions import mypyc_attr
 
@@ -140,7 +140,10 @@ class VllmPolicy(QueuedPolicy):
             if j > i:
                 j = i + kv.allocate_decode_slots(running[i:j])
             if j > i:
-                scheduled.extend(zip(running[i:j], repeat(1)))
+                # a loop of appends: compiled, extending with zip(..., repeat(1)) went through the
+                # iterator protocol for every row (~100 instructions a row, callgrind, 240 rows running)
+                for x in range(i, j):
+                    scheduled.append((running[x], 1))
                 budget -= j - i
                 i = j
                 if i >= len(running) or budget <= 0:
@@ -294,8 +297,7 @@ class VllmPolicy(QueuedPolicy):
                 req.finish_time = now
                 req.finish_reason = "length" if req.num_output_tokens >= req.output_len else "max_model_len"
                 kv.free(req)
-            done = set(map(id, finished))
-            self.running = [r for r in self.running if id(r) not in done]
+            self.drop_finished(finished)
         return finished
 
     @staticmethod
@@ -303,14 +305,18 @@ class VllmPolicy(QueuedPolicy):
         """The (row, tokens) of ``plan`` that sample; the others (a prompt chunk that is not the last)
         land their tokens without output, which only ends their in flight."""
         sampled = plan.sampled
-        out: list[tuple[Request, int]] = []
+        out: list[Any] = []
         si = 0
-        for req, n in plan.scheduled:
+        # The plan's own tuples, passed on as objects: compiled, a typed (row, tokens) tuple is unpacked
+        # into a struct and appending it makes a new tuple (~45 % of this pass, callgrind).
+        scheduled: list[Any] = plan.scheduled
+        for row in scheduled:
+            req = cast(Request, row[0])
             if si < len(sampled) and sampled[si] is req:
                 si += 1
-                out.append((req, n))
+                out.append(row)
             elif req.status not in _ENDED:
-                req.num_in_flight_tokens -= n
+                req.num_in_flight_tokens -= cast(int, row[1])
         return out
 
     def finish(self, finished: list[Request], now: float) -> None:

@@ -20,13 +20,14 @@ def stamp_tokens(sampled: list[Request], now: float, gaps: list[float]) -> None:
     first token sets its ``first_token_time``, a later one appends its gap to ``gaps`` (a list: the
     compiled ``gaps.append`` is a C call, a bound one is not; the recorder moves it into a typed array
     now and then)."""
+    stamp: float | None = now  # boxed once: an optional float field holds an object, made per row otherwise
     for req in sampled:
         last = req.last_token_time
         if last is None:
-            req.first_token_time = now
+            req.first_token_time = stamp
         else:
             gaps.append(now - last)
-        req.last_token_time = now
+        req.last_token_time = stamp
 
 
 def stamp_run(reqs: list[Request], fin: list[int], starts: list[float], durations: list[float],
