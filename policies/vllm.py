@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
-from typing import Any, cast
 
 from mypy_extensions import mypyc_attr
 
@@ -258,15 +257,21 @@ class VllmPolicy(QueuedPolicy):
             return super().update(plan, now)
         sampled = plan.sampled  # in the order of plan.scheduled
         scheduled = plan.scheduled
-        if len(sampled) == len(scheduled):  # the usual batch: every row samples
-            rows: list[tuple[Request, int]] = scheduled
-        else:  # rows that do not sample only give back their in-flight tokens
-            rows = self._sampling_rows(plan)
+        every = len(sampled) == len(scheduled)  # the usual batch: every row samples
+        num_sampled = len(sampled)
+        si = 0
         max_len = self.limits.max_model_len
         running, ended = Status.RUNNING, _ENDED
         to_cache: list[tuple[Request, int]] = []
         finished: list[Request] = []
-        for req, n in rows:
+        for req, n in scheduled:
+            if not every:  # a row that does not sample (a prompt chunk not its last) only ends its in flight
+                if si < num_sampled and sampled[si] is req:
+                    si += 1
+                else:
+                    if req.status not in ended:
+                        req.num_in_flight_tokens -= n
+                    continue
             if req.status is not running and req.status in ended:
                 continue  # finished or aborted since: nothing of it is in flight
             left = req.num_in_flight_tokens = req.num_in_flight_tokens - n
@@ -299,25 +304,6 @@ class VllmPolicy(QueuedPolicy):
                 kv.free(req)
             self.drop_finished(finished)
         return finished
-
-    @staticmethod
-    def _sampling_rows(plan: StepPlan) -> list[tuple[Request, int]]:
-        """The (row, tokens) of ``plan`` that sample; the others (a prompt chunk that is not the last)
-        land their tokens without output, which only ends their in flight."""
-        sampled = plan.sampled
-        out: list[Any] = []
-        si = 0
-        # The plan's own tuples, passed on as objects: compiled, a typed (row, tokens) tuple is unpacked
-        # into a struct and appending it makes a new tuple (~45 % of this pass, callgrind).
-        scheduled: list[Any] = plan.scheduled
-        for row in scheduled:
-            req = cast(Request, row[0])
-            if si < len(sampled) and sampled[si] is req:
-                si += 1
-                out.append(row)
-            elif req.status not in _ENDED:
-                req.num_in_flight_tokens -= cast(int, row[1])
-        return out
 
     def finish(self, finished: list[Request], now: float) -> None:
         super().finish(finished, now)
