@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from importlib.metadata import PackageNotFoundError
@@ -92,12 +93,18 @@ def _merge(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def _plain(v: Any) -> Any:
-    """A notebook's numpy scalars as the Python numbers a TOML file gives (``np.int64(8)`` is an int)."""
+    """A notebook's numpy scalars as the Python numbers a TOML file gives (``np.int64(8)`` is an int), its
+    numpy arrays as lists of them, and a generator (or any one-shot iterator) as the list it yields: a TOML
+    file's arrays are lists."""
     if isinstance(v, dict):
         return {k: _plain(x) for k, x in v.items()}
     if isinstance(v, list | tuple):
         return type(v)(_plain(x) for x in v)
-    return v.item() if type(v).__module__ == "numpy" and hasattr(v, "item") and getattr(v, "ndim", 1) == 0 else v
+    if type(v).__module__ == "numpy" and hasattr(v, "tolist"):
+        return v.tolist()  # a scalar's number, an array's (nested) list of numbers
+    if isinstance(v, Iterator) and not isinstance(v, str | bytes):
+        return [_plain(x) for x in v]
+    return v
 
 
 def _config(config: str | Path | dict[str, Any] | RunConfig | None, overrides: dict[str, Any]) -> RunConfig:
@@ -107,13 +114,16 @@ def _config(config: str | Path | dict[str, Any] | RunConfig | None, overrides: d
     if isinstance(config, RunConfig):
         raw = config.to_dict()
     elif isinstance(config, str | Path):
+        if not str(config).strip():
+            raise ConfigError(f"servesim: config {str(config)!r}: empty; allowed: a TOML path, a dict of tables, a "
+                              "RunConfig or None (the built-in defaults)")
         from sim.app.config import _resolve_paths
         from sim.core.fields import load_toml
 
         raw = load_toml(Path(config))  # the file's own tables: merged before defaults are filled in
         _resolve_paths(raw, Path(config).parent)
     elif config is None or isinstance(config, dict):
-        raw = copy.deepcopy(config) if config is not None else {}
+        raw = copy.deepcopy(_plain(config)) if config is not None else {}  # (a generator cannot be copied)
     else:
         raise ConfigError(f"servesim: config must be a TOML path, a dict of tables, a RunConfig or None; got "
                           f"{type(config).__name__}")
@@ -147,6 +157,9 @@ def _set_strings(overrides: list[str] | dict[str, dict[str, Any]] | None) -> lis
             raise ConfigError(f"servesim.compare(overrides={{{section!r}: ...}}): expected a table (dict) of "
                               f"[{section}] keys, got {type(table).__name__}")
         for k, v in table.items():
+            if not isinstance(k, str) or not k.strip() or k != k.strip() or "=" in k or "." in k:
+                raise ConfigError(f"servesim.compare(overrides={{{section!r}: {{{k!r}: ...}}}}): not a key name; "
+                                  f"allowed: one [{section}] key such as 'max_num_seqs'")
             v = _plain(v)  # a numpy scalar is its Python value
             if v is None:  # TOML has no null: a --set cannot say "the default"
                 raise ConfigError(f"servesim.compare(overrides={{{section!r}: {{{k!r}: None}}}}): None has no --set "
@@ -177,6 +190,10 @@ def compare(run_path: str | Path, gpu: str | None = None, overrides: list[str] |
     for name, v in (("run_path", run_path), ("profile", profile)):
         if not (isinstance(v, str | Path) or (v is None and name == "profile")):
             raise ConfigError(f"servesim.compare({name}=...): expected a path, got {type(v).__name__}")
+    for name, v, what in (("gpu", gpu, "a catalogue GPU name (e.g. H100), or None: the run's own"),
+                          ("profile", profile, "a profile JSON, a shipped profile name or 'prior', or None")):
+        if v is not None and (not isinstance(v, str | Path) or not str(v).strip()):  # as the CLI's --gpu ''
+            raise ConfigError(f"servesim.compare({name}={v!r}): empty or not text; allowed: {what}")
     sets = _set_strings(overrides)
     real = load_run(str(run_path), format)
     c = _compare(real, gpu, profile, sets, max_per_stage)
@@ -197,6 +214,14 @@ def size(config: str | Path | dict[str, Any] | RunConfig | None = None, slo: dic
 
         raise ConfigError(f"servesim.size(as_dict=...): expected True or False, got {as_dict!r}")
     kw = _size_keywords(kw)
+    goal = kw.get("goal", "slo")
+    if goal in ("throughput", "knee"):  # as the CLI: these rank by throughput and judge no SLO
+        given = [k for k, v in (("slo", slo is not None), ("min_attainment", "min_attainment" in kw)) if v]
+        if given:
+            from sim.core.errors import ConfigError
+
+            raise ConfigError(f"servesim.size({', '.join(given)} with goal={goal!r}): that goal judges no SLO; "
+                              "allowed: goal='slo', or leave them out")
     cfg = _config(config, {})
     if slo is not None:
         from sim.app.results import parse_slo
@@ -207,9 +232,11 @@ def size(config: str | Path | dict[str, Any] | RunConfig | None = None, slo: dic
     return res.to_dict() if as_dict else res
 
 
-def _values(name: str, v: Any) -> list[Any]:
-    """A list of candidate values from a list, tuple, range, numpy array or pandas Series (numpy's
-    numbers as Python's), refused when it is a string, a table, empty or names a value twice."""
+def _values(name: str, v: Any, key: str = "engine.max_num_seqs") -> list[Any]:
+    """A list of candidate values of setting ``key`` from a list, tuple, range, numpy array or pandas Series
+    (numpy's numbers as Python's), refused when it is a string, a table, empty or names a value twice (in
+    any spelling: sim.app.sweep.same_value)."""
+    from sim.app.sweep import same_value
     from sim.core.errors import ConfigError
 
     if isinstance(v, str | bytes | dict) or not hasattr(v, "__iter__"):
@@ -218,11 +245,11 @@ def _values(name: str, v: Any) -> list[Any]:
     out = [_plain(x) for x in (v.tolist() if hasattr(v, "tolist") else v)]
     if not out:
         raise ConfigError(f"servesim.size({name}): empty; allowed: one value or more (None: the default grid)")
-    seen: list[Any] = []
-    for x in out:
-        if x in seen:  # a repeated candidate would be searched twice and shown as two
-            raise ConfigError(f"servesim.size({name}): {x!r} given twice; allowed: distinct values")
-        seen.append(x)
+    for i, x in enumerate(out):  # a repeated candidate would be searched twice and shown as two
+        w = next((w for w in out[:i] if same_value(key, w, x)), None)
+        if w is not None:
+            said = f"{x!r} given twice" if type(w) is type(x) and w == x else f"{w!r} and {x!r} are the same {key}"
+            raise ConfigError(f"servesim.size({name}): {said}; allowed: distinct values")
     return out
 
 
@@ -248,7 +275,14 @@ def _size_keywords(kw: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(v, dict):
                 raise ConfigError(f"servesim.size(vary=...): expected a dict of setting -> list of values (e.g. "
                                   f"{{'engine.max_num_batched_tokens': [2048, 8192]}}), got {type(v).__name__}")
-            v = {key: _values(f"vary={{{key!r}: ...}}", vals) for key, vals in v.items()}
+            from sim.app.sweep import check_key
+
+            for key in v:  # as size --vary reads its keys
+                if not isinstance(key, str):
+                    raise ConfigError(f"servesim.size(vary={{{key!r}: ...}}): expected a 'SECTION.KEY' setting such "
+                                      f"as 'engine.max_num_batched_tokens', got {type(key).__name__} {key!r}")
+                check_key(key, "servesim.size(vary=...)")
+            v = {key: _values(f"vary={{{key!r}: ...}}", vals, key) for key, vals in v.items()}
         else:
             v = _plain(v)
         out[k] = v

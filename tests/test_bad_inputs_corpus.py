@@ -194,7 +194,7 @@ CASES = [
     ("plan-model-unknown", lambda t: ["plan", "--model", "gpt-17", "--gpu", "H100"], ["gpt-17"]),
     ("plan-gpu-unknown", lambda t: ["plan", "--model", "Llama-3.1-8B", "--gpu", "V1000"], ["V1000"]),
     ("plan-dtype", lambda t: [*P, "--dtype", "fp3"], ["fp3"]),
-    ("plan-max-model-len-0", lambda t: [*P, "--max-model-len", "0"], ["max_model_len", "0"]),
+    ("plan-max-model-len-0", lambda t: [*P, "--max-model-len", "0"], ["--max-model-len", "got 0"]),
     ("plan-block-size-7", lambda t: [*P, "--block-size", "7"], ["--block-size", "7"]),
     ("plan-max-num-seqs-0", lambda t: [*P, "--max-num-seqs", "0"], ["max_num_seqs", "0"]),
     ("plan-tp-0", lambda t: [*P, "-tp", "0"], ["tensor_parallel_size", "0"]),

@@ -182,6 +182,27 @@ def _workload_overrides(overrides: list[str]) -> tuple[list[str], dict[str, Any]
     return rest, wl
 
 
+def _check_replay_sets(rest: list[str], gpu: str | None, profile: str | None) -> None:
+    """A --set the replay would not use is refused, not dropped: the run's requests are replayed to their
+    end from their own seeds ([simulation]), the comparison judges no SLO and prices nothing ([slo], [cost]).
+    The card and the profile are --gpu / --profile: the front end's latencies are read from them before the
+    --set is applied, so ``hardware.gpu`` / ``hardware.profile`` by --set would split the two."""
+    for item in rest:
+        key = override_key(item)
+        section = key.split(".", 1)[0]
+        if section in ("simulation", "slo", "cost"):
+            why = {"simulation": "the replay runs each request of the run to its end, arrivals from the run or "
+                                 "from --set workload.rate",
+                   "slo": "the comparison judges no SLO", "cost": "the comparison prices nothing"}[section]
+            raise ConfigError(f"--set {item!r}: not used by a replay ({why}); allowed: [model], [hardware], "
+                              f"[engine], [frontend] keys and workload.{{{', '.join(WORKLOAD_KEYS)}}}")
+        for flag, k in (("--gpu", "hardware.gpu"), ("--profile", "hardware.profile")):
+            if key == k:
+                given = gpu if flag == "--gpu" else profile
+                both = f" (given too: {flag} {given!r})" if given is not None else ""
+                raise ConfigError(f"--set {item!r}: a replay takes {k} from {flag}{both}; allowed: {flag} alone")
+
+
 def _run_setting(exc: ServesimError, run: RealRun, rest: list[str]) -> ServesimError:
     """A config error about a setting the run file supplied (``[engine] max_num_seqs: ...`` from its metadata,
     not from --set) with the file's path in front, so the one line names where the value came from."""
@@ -269,6 +290,7 @@ def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
     if max_per_stage is not None and (isinstance(max_per_stage, bool) or max_per_stage < 1):
         raise ConfigError(f"--max-per-stage: max_per_stage must be >= 1, got {max_per_stage}")
     rest, wl = _workload_overrides(list(overrides or []))
+    _check_replay_sets(rest, gpu, profile)
     mc = wl.get("max_concurrency", run.max_concurrency)
     timeout = wl.get("client_timeout_s", run.client_timeout_s)
     _check_client(mc, timeout)

@@ -71,7 +71,12 @@ def parse_slo(
         if key.endswith("_ms") and key[:-3] in LATENCY_METRICS:
             per_request[key[:-3]] = value / 1000.0
         elif m and 0 <= float(m.group(1)) <= 100:
-            pct[key] = (m.group(2), float(m.group(1)), value)
+            metric, q = m.group(2), float(m.group(1))
+            same = next((k for k, (mm, qq, _) in pct.items() if mm == metric and qq == q), None)
+            if same is not None:  # p99 / p99.0 / p099: one percentile, two targets
+                raise ConfigError(f"[slo] {key} and {same}: both name the {q:g}th percentile of {metric}; "
+                                  "allowed: one key per percentile")
+            pct[key] = (metric, q, value)
         elif key.endswith("_s") and key[:-2] in LATENCY_METRICS:
             raise ConfigError(f"[slo] {key} = {raw!r}: SLOs are in milliseconds, use {key[:-2]}_ms = "
                               f"{_ms_text(value)}")  # fmt: skip

@@ -96,10 +96,38 @@ def parse_grid(items: Sequence[str], flag: str = "--grid") -> dict[str, list[Any
         if any(v == "" for v in values):
             raise ConfigError(f"{flag} {item!r}: empty value")
         for i, v in enumerate(values):  # a repeated value would run the same points twice
-            if any(type(w) is type(v) and w == v for w in values[:i]):
-                raise ConfigError(f"{flag} {item!r}: the value {v!r} is repeated; allowed: distinct values")
+            w = next((w for w in values[:i] if same_value(key, w, v)), None)
+            if w is not None or any(type(x) is type(v) and x == v for x in values[:i]):
+                said = f"the value {v!r} is repeated" if w is None or w == v and type(w) is type(v) else \
+                    f"{w!r} and {v!r} are the same {key}"
+                raise ConfigError(f"{flag} {item!r}: {said}; allowed: distinct values")
         grid[key] = values
     return grid
+
+
+def same_value(key: str, a: Any, b: Any) -> bool:
+    """Whether two values of setting ``key`` configure the same thing, so a grid of both would run one point
+    twice: equal values (a bool only as a bool: True is not 1), one number as an int and a float (5 and
+    5.0), two spellings of one dtype (``fp8`` and ``fp8_e4m3``), two names of one catalogue model."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, str) and isinstance(b, str) and a != b:
+        from sim.cost.modelspec import dtype_format
+
+        name = key.rsplit(".", 1)[-1]
+        if name in ("dtype", "kv_cache_dtype"):
+            return dtype_format(a) == dtype_format(b)
+        if key == "model.name":
+            from sim.cost.models import get_model
+
+            try:  # catalogue names resolve to one spec object; a config.json path is its own
+                return get_model(a) is get_model(b)
+            except ServesimError:
+                return False  # the config check names the bad one
+        return False
+    return type(a) is type(b) and a == b
 
 
 def check_grid_overrides(grid: Mapping[str, Any], overrides: Sequence[str], flag: str = "--grid") -> None:

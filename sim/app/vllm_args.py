@@ -137,6 +137,7 @@ def translate(text: str, accepted_keys: Sequence[str] = ()) -> Translation:
     the preset-specific ``[engine]`` keys the run's preset models (PRESET_KEYS outside them are ignored)."""
     toks, out, i = _tokens(text), Translation(), 0
     quant: str | None = None
+    positional = False  # the model came as vllm serve's positional argument
     while i < len(toks):
         tok = toks[i]
         i += 1
@@ -149,9 +150,14 @@ def translate(text: str, accepted_keys: Sequence[str] = ()) -> Translation:
                                   f"(use {base} or --no-{base[2:]})")  # fmt: skip
             if out.model is not None:
                 raise ConfigError(f"--vllm-args: unexpected argument {tok!r} (the model is {out.model!r})")
-            out.model = tok
+            out.model, positional = tok, True
             out.overrides.append(f"model.name={json.dumps(tok)}")
             continue
+        if not tok.startswith("--") and "=" not in tok:  # argparse reads -tp2 as -tp 2 (a short flag's value attached)
+            short = next((f for f in sorted(SHORT, key=len, reverse=True) if tok.startswith(f) and tok[len(f):].isdigit()),
+                         None)
+            if short is not None:
+                tok = f"{short}={tok[len(short):]}"
         flag, eq, inline = tok.partition("=")
         flag = _canonical(flag)
         negated = flag.startswith("--no-") and _canonical("--" + flag[5:]) in FLAGS
@@ -186,6 +192,9 @@ def translate(text: str, accepted_keys: Sequence[str] = ()) -> Translation:
             out.ignored.append(f"{name} (not modelled by this preset)")
             continue
         if spec.key == "model.name":
+            if positional:  # vLLM's serve refuses --model beside its positional model
+                raise ConfigError(f"--vllm-args {name} {value}: a second model (the positional one is {out.model!r}); "
+                                  "allowed: one model, as vllm serve's positional argument or --model")
             out.model = str(value)
         if flag == "--quantization":
             quant = value

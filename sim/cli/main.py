@@ -76,6 +76,10 @@ def _run(args: argparse.Namespace) -> int:
             raise ConfigError(f"{', '.join(unused)}: not with --intervals (its table has no goodput or cost); "
                               "allowed: run without --intervals for them")
         args.overrides = [*vllm_overrides(args), *args.overrides]  # the engine the vLLM flags describe
+        if cli_cluster.is_cluster_file(args.config) or cli_cluster.sets_cluster_tables(args.overrides):
+            raise ConfigError(f"--intervals with {args.config}: it holds [cluster], [[replica]], [[stream]] or "
+                              "[variants] (or --set names one), and intervals replicate one engine; allowed: a "
+                              "single-engine config, or run without --intervals")
         return cli_intervals.run(args)
 
     if args.replications is not None:  # a flag that would do nothing is refused, not ignored

@@ -76,6 +76,8 @@ def _kwargs(args: argparse.Namespace) -> dict[str, Any]:
                           f"{', '.join(map(str, BLOCK_SIZES))} (vLLM's choices)")
     for flag, key in (("--max-num-batched-tokens", "max_num_batched_tokens"), ("--max-num-seqs", "max_num_seqs")):
         check_range("", flag, kw.get(key), None, 2**31 - 1)  # `run`'s bound on [engine] (sim/app/config.py); >= 1: the plan's
+    if kw.get("max_model_len") is not None:  # as `run` bounds [engine] max_model_len: a prompt and an output token
+        check_range("", "--max-model-len", kw["max_model_len"], 2, 2**31 - 1)
     if kw.get("num_gpu_blocks_override") is not None:  # as `run` takes engine.num_gpu_blocks_override
         check_range("", "--num-gpu-blocks-override", kw["num_gpu_blocks_override"], 1, None)
     if getattr(args, "overhead_gib", None) is not None:

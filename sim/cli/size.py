@@ -157,11 +157,12 @@ def run(args: argparse.Namespace) -> int:
     if args.goal == "knee" and args.max_num_seqs is not None and len(args.max_num_seqs) < 2:  # distinct already
         raise ConfigError(f"--goal knee with --max-num-seqs {','.join(map(str, args.max_num_seqs))}: a knee is on a "
                           "curve; allowed: two or more values (or leave --max-num-seqs out)")
-    if args.goal == "throughput":  # ranked by offline throughput: no load is judged against an SLO
+    if args.goal in ("throughput", "knee"):  # ranked by offline throughput / its curve: no SLO is judged
         given = [f for f, v in (("--slo", args.slo), ("--min-attainment", args.min_attainment is not None)) if v]
         if given:
-            raise ConfigError(f"{' and '.join(given)} with --goal throughput: it ranks by offline throughput and "
-                              "judges no SLO; allowed: --goal slo, or leave them out")
+            raise ConfigError(f"{' and '.join(given)} with --goal {args.goal}: it ranks by offline throughput "
+                              f"{'and' if args.goal == 'throughput' else 'along max_num_seqs and'} judges no SLO; "
+                              "allowed: --goal slo, or leave them out")
     if args.knee_gain is not None and args.goal != "knee":  # a flag that would do nothing is refused
         raise ConfigError(f"--knee-gain {args.knee_gain:g}: only with --goal knee")
     if args.knee_gain is None:

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from sim.core.errors import ConfigError, TraceFormatError
+from sim.core.fields import int_digits
 from workloads.gen.lengths import MAX_LEN
 
 MAX_REPORTED = 20  # skip reasons kept in LoadedTrace.errors (same cap as workloads.tracefmt.jsonl)
@@ -427,17 +428,23 @@ def get_number(obj: dict[str, Any], key: str, *, required: bool = True) -> float
     return float(v)
 
 
+ID_BOUND = 1 << 63  # token and hash ids: what an int64 holds (a tokenizer's or a hash's)
+
+
 def get_int_list(obj: dict[str, Any], key: str) -> tuple[int, ...] | None:
     v = obj.get(key)
     if v is None:
         return None
     if not isinstance(v, list):
         raise FieldError(key, f"expected a list of integers, got {type(v).__name__}")
-    if not all(type(x) is int for x in v):  # fast path; the slow one names the element
+    if not all(type(x) is int and -ID_BOUND <= x < ID_BOUND for x in v):  # fast path; the slow one names the element
         v = list(v)
         for i, x in enumerate(v):
             if isinstance(x, float) and x.is_integer():  # integral floats (12.0) are integers, as for lengths
                 v[i] = x = int(x)
             if isinstance(x, bool) or not isinstance(x, int):
                 raise FieldError(key, f"element {i}: {x!r} is not an integer")
+            if not -ID_BOUND <= x < ID_BOUND:
+                raise FieldError(key, f"element {i}: an integer of {int_digits(x)} digits; allowed: an id within "
+                                 "int64 (|id| < 2**63)")
     return tuple(v)
