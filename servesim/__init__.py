@@ -32,12 +32,12 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _dist_version
 from pathlib import Path
+from types import GeneratorType
 from typing import Any
 
 import pandas as pd
@@ -94,7 +94,7 @@ def _merge(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
 
 def _plain(v: Any) -> Any:
     """A notebook's numpy scalars as the Python numbers a TOML file gives (``np.int64(8)`` is an int), its
-    numpy arrays as lists of them, and a generator (or any one-shot iterator) as the list it yields: a TOML
+    numpy arrays as lists of them, and a generator as the list it yields: a TOML
     file's arrays are lists."""
     if isinstance(v, dict):
         return {k: _plain(x) for k, x in v.items()}
@@ -102,7 +102,7 @@ def _plain(v: Any) -> Any:
         return type(v)(_plain(x) for x in v)
     if type(v).__module__ == "numpy" and hasattr(v, "tolist"):
         return v.tolist()  # a scalar's number, an array's (nested) list of numbers
-    if isinstance(v, Iterator) and not isinstance(v, str | bytes):
+    if isinstance(v, GeneratorType):  # not any iterator: an endless one, or an open file, stays as given
         return [_plain(x) for x in v]
     return v
 
@@ -216,12 +216,16 @@ def size(config: str | Path | dict[str, Any] | RunConfig | None = None, slo: dic
     kw = _size_keywords(kw)
     goal = kw.get("goal", "slo")
     if goal in ("throughput", "knee"):  # as the CLI: these rank by throughput and judge no SLO
-        given = [k for k, v in (("slo", slo is not None), ("min_attainment", "min_attainment" in kw)) if v]
+        import inspect
+
+        default = inspect.signature(_size).parameters["min_attainment"].default  # a wrapper may pass it on
+        given = [k for k, v in (("slo", bool(slo)), ("min_attainment", kw.get("min_attainment", default) not in
+                                                     (None, default))) if v]
         if given:
             from sim.core.errors import ConfigError
 
-            raise ConfigError(f"servesim.size({', '.join(given)} with goal={goal!r}): that goal judges no SLO; "
-                              "allowed: goal='slo', or leave them out")
+            raise ConfigError(f"servesim.size({', '.join(given)} with goal={goal!r}): that goal ranks by offline "
+                              "throughput, so they would change nothing; allowed: goal='slo', or leave them out")
     cfg = _config(config, {})
     if slo is not None:
         from sim.app.results import parse_slo
@@ -236,7 +240,7 @@ def _values(name: str, v: Any, key: str = "engine.max_num_seqs") -> list[Any]:
     """A list of candidate values of setting ``key`` from a list, tuple, range, numpy array or pandas Series
     (numpy's numbers as Python's), refused when it is a string, a table, empty or names a value twice (in
     any spelling: sim.app.sweep.same_value)."""
-    from sim.app.sweep import same_value
+    from sim.app.sweep import same_value, same_words
     from sim.core.errors import ConfigError
 
     if isinstance(v, str | bytes | dict) or not hasattr(v, "__iter__"):
@@ -248,7 +252,7 @@ def _values(name: str, v: Any, key: str = "engine.max_num_seqs") -> list[Any]:
     for i, x in enumerate(out):  # a repeated candidate would be searched twice and shown as two
         w = next((w for w in out[:i] if same_value(key, w, x)), None)
         if w is not None:
-            said = f"{x!r} given twice" if type(w) is type(x) and w == x else f"{w!r} and {x!r} are the same {key}"
+            said = f"{x!r} given twice" if type(w) is type(x) and w == x else f"{w!r} and {x!r} {same_words(key)}"
             raise ConfigError(f"servesim.size({name}): {said}; allowed: distinct values")
     return out
 

@@ -87,7 +87,7 @@ CASES = [
         '{"arrival_time": 0, "output_len": 5, "token_ids": [5, 1e300]}'])], ["token_ids", "element 1", "int64"]),
     ("trace-mooncake-hash-ids-huge", lambda t: ["trace", "stats", _trace(t, "m.jsonl", [
         '{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1e300]}']), "--format", "mooncake"],
-     ["hash_ids", "int64"]),
+     ["hash_ids", "301 digits", "2**64"]),
     # vllm serve's positional model and --model: servesim simulated the second, vLLM refuses the line
     ("vllm-args-two-models", lambda t: ["run", QUICK, "--vllm-args", "vllm serve Mistral-7B --model Qwen/Qwen3-8B"],
      ["--model", "'Mistral-7B'", "one model"]),
@@ -152,7 +152,7 @@ def test_nearest_valid_inputs():
     assert parse_grid(['model.name="Mistral-7B","Llama-3.1-8B"'])["model.name"] == ["Mistral-7B", "Llama-3.1-8B"]
     with pytest.raises(ServesimError, match="5 and 5.0 are the same"):
         parse_grid(["workload.num_requests=5,5.0"])
-    with pytest.raises(ServesimError, match="'Mistral-7B' and 'mistral-7b' are the same model.name"):
+    with pytest.raises(ServesimError, match="'Mistral-7B' and 'mistral-7b' resolve to one catalogue model"):
         parse_grid(['model.name="Mistral-7B","mistral-7b"'])
     _, pct = parse_slo({"p99_ttft_ms": 1, "p99_itl_ms": 2, "p90_ttft_ms": 3})
     assert sorted(pct) == ["p90_ttft_ms", "p99_itl_ms", "p99_ttft_ms"]
@@ -161,6 +161,25 @@ def test_nearest_valid_inputs():
     assert translate("-tp2 --max-num-seqs 8").overrides == ["hardware.tensor_parallel_size=2", "engine.max_num_seqs=8"]
     assert translate("--model A --model B").model == "B"  # argparse: the last one
     assert translate("vllm serve M").model == "M"
+    # a trace's sample: an int is a count, a float a fraction (the review of the first version of this check)
+    assert parse_grid(["workload.sample=1,1.0"])["workload.sample"] == [1, 1.0]
+
+
+def test_review_valid_inputs(tmp_path, capsys):
+    """What the first version of these checks refused or consumed (the review's findings): an empty SLO
+    or the default min_attainment with the throughput goal, unsigned 64-bit hash ids, an iterator that is
+    not a generator (an endless one hung; it is now refused as before, in one line)."""
+    res = servesim.size(SMALL, {}, goal="throughput", max_num_seqs=[4, 8], replications=1, min_attainment=0.99)
+    assert res.recommended is not None
+    u64 = _trace(tmp_path, "m.jsonl", ['{"timestamp": 0, "input_length": 600, "output_length": 5, '
+                                       '"hash_ids": [18446744073709539271, 7]}'])
+    assert main(["trace", "stats", u64, "--format", "mooncake"]) == 0
+    capsys.readouterr()
+    import itertools
+
+    with pytest.raises(ServesimError) as info:
+        servesim.run(SMALL, workload={"priority": {"levels": itertools.count()}})
+    assert "\n" not in str(info.value) and "levels" in str(info.value)
 
 
 def test_nearest_valid_cli(tmp_path, capsys):

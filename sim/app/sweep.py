@@ -99,10 +99,18 @@ def parse_grid(items: Sequence[str], flag: str = "--grid") -> dict[str, list[Any
             w = next((w for w in values[:i] if same_value(key, w, v)), None)
             if w is not None or any(type(x) is type(v) and x == v for x in values[:i]):
                 said = f"the value {v!r} is repeated" if w is None or w == v and type(w) is type(v) else \
-                    f"{w!r} and {v!r} are the same {key}"
+                    f"{w!r} and {v!r} {same_words(key)}"
                 raise ConfigError(f"{flag} {item!r}: {said}; allowed: distinct values")
         grid[key] = values
     return grid
+
+
+def same_words(key: str) -> str:
+    """How a refusal says two values are one (``same_value``): a catalogue's names, or one value's spellings."""
+    return "resolve to one catalogue model" if key == "model.name" else f"are the same {key}"
+
+
+_INT_IS_NOT_FLOAT = frozenset({"workload.sample"})  # settings that read an int and a float differently
 
 
 def same_value(key: str, a: Any, b: Any) -> bool:
@@ -112,7 +120,8 @@ def same_value(key: str, a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, int | float) and isinstance(b, int | float):
-        return a == b
+        # a trace's sample is a count as an int and a fraction as a float: 1 and 1.0 differ there
+        return a == b and (type(a) is type(b) or key not in _INT_IS_NOT_FLOAT)
     if isinstance(a, str) and isinstance(b, str) and a != b:
         from sim.cost.modelspec import dtype_format
 

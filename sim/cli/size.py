@@ -160,9 +160,9 @@ def run(args: argparse.Namespace) -> int:
     if args.goal in ("throughput", "knee"):  # ranked by offline throughput / its curve: no SLO is judged
         given = [f for f, v in (("--slo", args.slo), ("--min-attainment", args.min_attainment is not None)) if v]
         if given:
-            raise ConfigError(f"{' and '.join(given)} with --goal {args.goal}: it ranks by offline throughput "
-                              f"{'and' if args.goal == 'throughput' else 'along max_num_seqs and'} judges no SLO; "
-                              "allowed: --goal slo, or leave them out")
+            raise ConfigError(f"{' and '.join(given)} with --goal {args.goal}: it ranks by offline throughput"
+                              f"{'' if args.goal == 'throughput' else ' along max_num_seqs'}, so they would change "
+                              "nothing; allowed: --goal slo, or leave them out")
     if args.knee_gain is not None and args.goal != "knee":  # a flag that would do nothing is refused
         raise ConfigError(f"--knee-gain {args.knee_gain:g}: only with --goal knee")
     if args.knee_gain is None:

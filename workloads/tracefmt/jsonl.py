@@ -45,7 +45,7 @@ from sim.core.errors import ConfigError, TraceFormatError
 from sim.core.fields import MAX_PRIORITY, int_digits
 from sim.core.request import RequestSpec
 from workloads.gen.lengths import MAX_LEN, clip_to_context
-from workloads.tracefmt.rows import ID_BOUND, READ_ERRORS, DuplicateKey, as_path, is_text, loads_row
+from workloads.tracefmt.rows import READ_ERRORS, DuplicateKey, as_path, id_range_text, is_text, loads_row
 
 FIELDS = (
     "arrival_time",
@@ -120,9 +120,9 @@ def _int_list(row: dict, key: str) -> tuple[int, ...]:
             x = int(x)
         if isinstance(x, bool) or not isinstance(x, int):
             raise _RowError(key, f"element {i}: expected an integer, got {x!r}")
-        if not -ID_BOUND <= x < ID_BOUND:
-            raise _RowError(key, f"element {i}: an integer of {int_digits(x)} digits; allowed: an id within int64 "
-                            "(|id| < 2**63)")
+        lo, hi, allowed = id_range_text(key)
+        if not lo <= x < hi:
+            raise _RowError(key, f"element {i}: an integer of {int_digits(x)} digits; allowed: {allowed}")
         out.append(x)
     return tuple(out)
 

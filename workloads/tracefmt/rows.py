@@ -428,7 +428,15 @@ def get_number(obj: dict[str, Any], key: str, *, required: bool = True) -> float
     return float(v)
 
 
-ID_BOUND = 1 << 63  # token and hash ids: what an int64 holds (a tokenizer's or a hash's)
+ID_BOUND = 1 << 63  # token ids: what an int64 holds (a tokenizer's vocabulary is far below)
+HASH_ID_BOUND = 1 << 64  # hash ids: a 64-bit hash, signed or unsigned (xxh3-64's intdigest reaches 2**64 - 1)
+
+
+def id_range_text(key: str) -> tuple[int, int, str]:
+    """The ids ``key`` may hold: [lo, hi) and how a refusal says it."""
+    if key.startswith("hash"):
+        return -ID_BOUND, HASH_ID_BOUND, "a 64-bit hash, -2**63 <= id < 2**64"
+    return -ID_BOUND, ID_BOUND, "an id within int64 (|id| < 2**63)"
 
 
 def get_int_list(obj: dict[str, Any], key: str) -> tuple[int, ...] | None:
@@ -437,14 +445,14 @@ def get_int_list(obj: dict[str, Any], key: str) -> tuple[int, ...] | None:
         return None
     if not isinstance(v, list):
         raise FieldError(key, f"expected a list of integers, got {type(v).__name__}")
-    if not all(type(x) is int and -ID_BOUND <= x < ID_BOUND for x in v):  # fast path; the slow one names the element
+    lo, hi, allowed = id_range_text(key)
+    if not all(type(x) is int and lo <= x < hi for x in v):  # fast path; the slow one names the element
         v = list(v)
         for i, x in enumerate(v):
             if isinstance(x, float) and x.is_integer():  # integral floats (12.0) are integers, as for lengths
                 v[i] = x = int(x)
             if isinstance(x, bool) or not isinstance(x, int):
                 raise FieldError(key, f"element {i}: {x!r} is not an integer")
-            if not -ID_BOUND <= x < ID_BOUND:
-                raise FieldError(key, f"element {i}: an integer of {int_digits(x)} digits; allowed: an id within "
-                                 "int64 (|id| < 2**63)")
+            if not lo <= x < hi:
+                raise FieldError(key, f"element {i}: an integer of {int_digits(x)} digits; allowed: {allowed}")
     return tuple(v)
