@@ -181,6 +181,10 @@ def _check_tables(raw: Any) -> None:
 def config_from_dict(raw: dict[str, Any]) -> RunConfig:
     _check_tables(raw)
     unknown = sorted(set(raw) - set(SECTION_NAMES))
+    cluster = [k for k in ("cluster", "replica", "stream", "variants") if k in unknown]
+    if cluster:  # a cluster config handed to a one-engine reader (the Python API, --intervals, a sweep point)
+        raise ConfigError(f"cluster table(s) {cluster} in a one-engine config; allowed: `servesim run FILE` or "
+                          "`servesim cluster FILE`, or sim.app.cluster.simulate_cluster(raw) in Python")
     if unknown:
         close = difflib.get_close_matches(unknown[0], SECTION_NAMES, n=1)
         hint = f"did you mean [{close[0]}]? " if close else ""

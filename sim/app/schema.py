@@ -96,8 +96,11 @@ def section_schema(section: str) -> dict[str, Any]:
         return WORKLOAD_SCHEMA
     if section == "slo":
         return SLO_SCHEMA
+    if section in _CLUSTER:  # what the whole schema says of it (cluster_config.py checks its keys)
+        return {"title": section, **_CLUSTER[section]}
     if section not in _MODELS:
-        raise ConfigError(f"--section {section!r}: not a config section; allowed: {', '.join(SECTION_NAMES)}")
+        raise ConfigError(f"--section {section!r}: not a config section; allowed: "
+                          f"{', '.join((*SECTION_NAMES, *_CLUSTER))}")
     schema = _strip_titles(section_model(_MODELS[section]).model_json_schema())
     schema["title"] = section
     return schema

@@ -159,7 +159,7 @@ def profiles_table() -> str:
 
 
 def run_fit(args: argparse.Namespace) -> int:
-    from sim.core.errors import ConfigError
+    from sim.core.errors import ConfigError, ServesimError
     from sim.cost.calibrate.fit import fit_profile, holdout_errors, with_metadata
     from sim.cost.calibrate.importers import load_path
     from sim.cost.calibrate.recipes import fit_recipe, get_recipe, recipe_holdout, recipe_root
@@ -236,7 +236,14 @@ def run_fit(args: argparse.Namespace) -> int:
                               " name their shapes themselves); allowed: only with LLMServingSim dense/attention/"
                               "per_sequence.csv or layers.csv tables")
         bench = merge(benches)
-        gpu = get_gpu(gpu_named or bench.gpu)
+        try:
+            gpu = get_gpu(gpu_named or bench.gpu)
+        except ServesimError as e:
+            if gpu_named:
+                raise
+            said = "do not name their GPU (no 'gpu' in meta.json)" if bench.gpu == "unknown" else \
+                f"name GPU {bench.gpu!r} (meta.json's 'gpu', or the importer's), which the catalogue lacks"
+            raise ConfigError(f"fit: the samples {said}; allowed: --gpu NAME (servesim gpus lists them)") from e
         base = prior_profile(gpu) if base is None else base
         res = fit_profile(bench, gpu, base, freeze=freeze, from_base=from_base)
         cmd = "servesim fit " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "servesim fit"

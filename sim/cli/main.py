@@ -70,11 +70,12 @@ def _run(args: argparse.Namespace) -> int:
     from sim.core.errors import ConfigError
 
     if args.intervals:  # replications + calibration residuals -> prediction intervals (sim/cli/intervals.py)
-        unused = [flag for flag in ("--goodput", "--gpu-hour", "--gpu-hour-usd", "--usd-rate", "--currency", "--price-set")
+        unused = [flag for flag in ("--goodput", "--gpu-hour", "--gpu-hour-usd", "--usd-rate", "--currency", "--price-set",
+                                    "--plotlyjs")
                   if getattr(args, flag[2:].replace("-", "_"), None)]  # fmt: skip
         if unused:  # the intervals table has latencies and throughputs only: these would be dropped
-            raise ConfigError(f"{', '.join(unused)}: not with --intervals (its table has no goodput or cost); "
-                              "allowed: run without --intervals for them")
+            raise ConfigError(f"{', '.join(unused)}: not with --intervals (it prints a table: no goodput, cost or "
+                              "page); allowed: run without --intervals for them")
         args.overrides = [*vllm_overrides(args), *args.overrides]  # the engine the vLLM flags describe
         if cli_cluster.is_cluster_file(args.config) or cli_cluster.sets_cluster_tables(args.overrides):
             raise ConfigError(f"--intervals with {args.config}: it holds [cluster], [[replica]], [[stream]] or "

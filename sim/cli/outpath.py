@@ -10,6 +10,8 @@ from pathlib import Path
 from sim.core.errors import ConfigError
 from sim.core.fields import short_path
 
+MAX_NEW_LEVELS = 256  # folders one --out may create below its nearest existing one
+
 
 def check_out_dir(path: str | Path | None, flag: str = "--out") -> None:
     """Raise a ConfigError naming ``flag`` and the path when ``path`` cannot hold the outputs: an existing
@@ -34,7 +36,11 @@ def _check_dir(p: Path, flag: str) -> None:
     if not probe.is_dir():
         raise ConfigError(f"{flag}: cannot make {p}: {probe} is a file; allowed: a writable directory")
     name_max = os.pathconf(probe, "PC_NAME_MAX")
-    for part in p.parts[len(probe.parts):]:  # the folders and name still to be made
+    new = p.parts[len(probe.parts):]
+    if len(new) > MAX_NEW_LEVELS:  # Path.mkdir(parents=True) recurses once a level: thousands overflow it
+        raise ConfigError(f"{flag}: {len(new)} folder levels to make in {short_path(p)}; allowed: at most "
+                          f"{MAX_NEW_LEVELS}")
+    for part in new:  # the folders and name still to be made
         if len(os.fsencode(part)) > name_max:
             raise ConfigError(f"{flag}: a name of {len(os.fsencode(part))} bytes in {short_path(p)}; allowed: at most "
                               f"{name_max} bytes a name on this file system")

@@ -68,6 +68,8 @@ def make_frame(rows: Iterable[dict[str, Any]] | pd.DataFrame, file: str = "") ->
         df[c] = ["" if v is None or (isinstance(v, float) and v != v) else str(v) for v in df[c]]
     if file:
         df["file"] = [f or file for f in df["file"]]
+    raw = {c: df[c].copy() for c in ("time_s", *SHAPE_COLUMNS)}  # as given, for the messages
+    where = f"{file}: " if file else ""
     for c in ("time_s", *SHAPE_COLUMNS):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype(float)
     bad_op = ~df["op"].isin(list(OPS))
@@ -78,8 +80,27 @@ def make_frame(rows: Iterable[dict[str, Any]] | pd.DataFrame, file: str = "") ->
     bad = ~(np.isfinite(t) & (t > 0))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise TraceFormatError(f"sample row {i} ({df['op'].iloc[i]}): time_s={t[i]!r} must be > 0")
+        raise TraceFormatError(f"{where}sample row {i} ({df['op'].iloc[i]}): time_s {_given(raw['time_s'], i)}; "
+                               "allowed: a number of seconds > 0")
+    for c in SHAPE_COLUMNS:  # a shape is a count: empty where the operator has none, else a number >= 0
+        v = df[c].to_numpy()
+        text = raw[c].to_numpy()
+        given = np.array([not (x is None or (isinstance(x, float) and x != x) or (isinstance(x, str) and not x.strip()))
+                          for x in text], dtype=bool)  # fmt: skip
+        bad = given & ~(np.isfinite(v) & (v >= 0))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise TraceFormatError(f"{where}sample row {i} ({df['op'].iloc[i]}): {c} {_given(raw[c], i)}; allowed: "
+                                   "a number >= 0, or empty where the operator has no such dimension")
     return df.reset_index(drop=True)
+
+
+def _given(col: pd.Series, i: int) -> str:
+    """Row ``i``'s value as the file gave it (text as text, numbers as numbers, not numpy's repr)."""
+    x = col.iloc[i]
+    if isinstance(x, np.generic):
+        x = x.item()
+    return f"{x!r}"
 
 
 @dataclass
@@ -139,6 +160,10 @@ def load_samples_csv(path: str | Path) -> Microbench:
             meta = json.loads(mp.read_text())
         except json.JSONDecodeError as e:
             raise TraceFormatError(f"{mp}: invalid JSON ({e})") from None
+        if not isinstance(meta, dict):
+            raise TraceFormatError(f"{mp}: expected a JSON object (gpu, versions, ...), got a {type(meta).__name__}")
+    if df.empty:
+        raise TraceFormatError(f"{p}: no sample rows (only a header); allowed: the samples servesim calibrate writes")
     gpu = str(meta.pop("gpu", "unknown"))
     meta.setdefault("format", "servesim-samples")
     meta["path"] = str(p)
