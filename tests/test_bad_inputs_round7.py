@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import servesim
-from sim.app.cluster_config import OUTPUT_FILE_NAMES
+from sim.app.variant_names import OUTPUT_FILE_NAMES
 from sim.cli.main import main
 from sim.core.errors import ServesimError
 from tests.test_bad_inputs import no_simulation, run_bad_case  # noqa: F401
