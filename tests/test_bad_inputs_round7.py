@@ -105,6 +105,12 @@ CASES = [
     # an HF config with more leading dense layers than layers: negative weights, exit 0
     ("hf-first-k-dense-replace", lambda t: ["plan", "--model", _hf(t, first_k_dense_replace=100), "--gpu", "H100"],
      ["first_k_dense_replace", "[0, 4]", "got 100"]),
+    ("hf-rope-scaling-text", lambda t: ["plan", "--model", _hf(t, rope_scaling="yarn"), "--gpu", "H100"],
+     ["rope_scaling", "expected a table", "'yarn'"]),
+    ("hf-rope-scaling-negative", lambda t: ["plan", "--model", _hf(t, rope_scaling={"type": "linear", "factor": -2}),
+                                            "--gpu", "H100"], ["rope_scaling.factor", "got -2"]),
+    ("hf-yarn-without-original", lambda t: ["plan", "--model", _hf(t, rope_scaling={"rope_type": "yarn", "factor": 4}),
+                                            "--gpu", "H100"], ["original_max_position_embeddings", "got None"]),
     # --intervals prints a table: --plotlyjs did nothing
     ("intervals-plotlyjs", lambda t: ["run", _base(t), "--intervals", "--replications", "2", "--plotlyjs", "cdn"],
      ["--plotlyjs", "not with --intervals"]),
@@ -141,3 +147,21 @@ def test_nearest_valid_inputs(tmp_path, capsys):
     capsys.readouterr()
     assert main(["schema", "--section", "cluster"]) == 0
     assert json.loads(capsys.readouterr().out)["title"] == "cluster"
+
+
+def test_rope_scaling_stretches_the_context_as_vllm_derives_it(tmp_path):
+    """vLLM's _get_and_verify_max_len: the factor multiplies max_position_embeddings (yarn: its original
+    length); su / longrope / llama3 carry their own. A yarn-scaled 131,072 was refused against 32,768."""
+    from sim.cost.hf_config import load_hf_config
+
+    def derived(**rope) -> int:
+        path = tmp_path / f"c{len(list(tmp_path.iterdir()))}.json"
+        path.write_text(json.dumps({**HF, "max_position_embeddings": 32768, "rope_scaling": rope or None}))
+        return load_hf_config(path).max_position_embeddings
+
+    assert derived() == 32768
+    assert derived(type="yarn", factor=4.0, original_max_position_embeddings=32768) == 131072
+    assert derived(rope_type="yarn", factor=4.0, original_max_position_embeddings=4096) == 16384
+    assert derived(rope_type="linear", factor=2.0) == 65536
+    assert derived(rope_type="llama3", factor=8.0, original_max_position_embeddings=8192) == 32768
+    assert derived(rope_type="default") == 32768

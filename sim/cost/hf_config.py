@@ -133,7 +133,7 @@ def spec_from_hf(cfg: dict[str, Any], path: Path | str, name: str | None = None)
         num_key_value_heads=nkv,
         head_dim=hd,
         vocab_size=_int(cfg, "vocab_size", path),
-        max_position_embeddings=max_pos,
+        max_position_embeddings=_derived_max_len(cfg, max_pos, path),
         tie_word_embeddings=bool(tie if tie is not None else (is_opt or gemma)),  # Gemma's default ties them
         gated_mlp=gated,
         num_experts=n_experts,
@@ -157,3 +157,28 @@ def spec_from_hf(cfg: dict[str, Any], path: Path | str, name: str | None = None)
         shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0),
         quantization=checkpoint_dtype(quant, path),
     )
+
+
+def _derived_max_len(cfg: dict[str, Any], max_pos: int, path: Any) -> int:
+    """The longest context vLLM derives from a config (``_get_and_verify_max_len``): ``rope_scaling`` stretches
+    ``max_position_embeddings`` by its ``factor``, from ``original_max_position_embeddings`` for yarn, except
+    for the types that carry their own length (su, longrope, llama3). Checked: a scaling that is not a table,
+    or whose factor or original length is not a positive number, is refused."""
+    rs = cfg.get("rope_scaling")
+    if rs is None:
+        return max_pos
+    if not isinstance(rs, dict):
+        raise ConfigError(f"{path}: rope_scaling: expected a table (rope_type, factor, ...), got {rs!r}")
+    kind = rs.get("rope_type", rs.get("type"))
+    if kind in ("su", "longrope", "llama3"):
+        return max_pos
+    factor = rs.get("factor", 1.0)
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor < 1e6:
+        raise ConfigError(f"{path}: rope_scaling.factor: expected a number > 0, got {factor!r}")
+    base = max_pos
+    if kind == "yarn":
+        base = rs.get("original_max_position_embeddings")
+        if isinstance(base, bool) or not isinstance(base, int) or base < 1:
+            raise ConfigError(f"{path}: rope_scaling.original_max_position_embeddings: expected an integer >= 1 "
+                              f"(yarn scales it), got {base!r}")
+    return int(base * factor)
