@@ -203,9 +203,12 @@ def test_model_used_by_llmservingsim_tables(tmp_path, capsys):
     """S9: --model stays allowed where the tables use it (LLMServingSim, whose meta.yaml may not say)."""
     d = tmp_path / "RTX4090" / "tp1"
     d.mkdir(parents=True)
-    (d / "dense.csv").write_text("layer,tokens,time_us\nlm_head,1,20.0\nlm_head,8,21.0\nlm_head,64,40.0\n")
+    # qkv_proj rows: GEMM samples whose shapes come from --model (lm_head belongs in per_sequence.csv: in
+    # dense.csv it made no sample, and a fit of nothing is refused since round 7)
+    (d / "dense.csv").write_text("layer,tokens,time_us\nqkv_proj,1,20.0\nqkv_proj,8,21.0\nqkv_proj,64,40.0\n")
     assert main(["fit", str(d), "--model", "Llama-3.1-8B", "--gpu", "RTX 4090"]) == 0
-    assert "fitted RTX 4090" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "fitted RTX 4090 on 3 samples" in out
 
 
 def test_recipe_with_data_and_outputs_elsewhere(mb, tmp_path, capsys):

@@ -45,7 +45,7 @@ from typing import Any
 
 from routers.base import ReplicaView, check_router, resolve_router_name
 from sim.app.config import RunConfig, apply_overrides, config_from_dict, override_key
-from sim.app.variant_names import check_variant_name, variant_label
+from sim.app.variant_names import check_variant_name, check_variant_names, variant_label
 from sim.core.errors import ConfigError, ServesimError
 from sim.core.fields import load_toml
 
@@ -170,6 +170,7 @@ def variants(raw: dict[str, Any], overrides: list[str] | None = None) -> dict[st
             raise ConfigError(f"[variants.{name}]: unknown key(s) {bad}; known: {', '.join(TOP_KEYS)}")
         merged = deep_merge(base, {k: v for k, v in over.items() if k != "description"})
         out[str(name)] = apply_overrides(merged, list(overrides or []))
+    check_variant_names(list(out))
     return out
 
 

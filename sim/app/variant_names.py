@@ -17,23 +17,22 @@ def variant_label(name: Any) -> str:
     return f"[variants.{json.dumps(name) if isinstance(name, str) else repr(name)}]"
 
 
-# The files a cluster run writes into a variant's folder, and at the top of --out beside the variants
-# (sim/app/outputs.py write_outputs, sim/app/cluster_metrics.py, sim/app/plotlyjs.py): a variant folder named
-# like one would collide with another variant's file (tests/test_bad_inputs_round7.py keeps the list whole).
-OUTPUT_FILE_NAMES = frozenset({
+# The files a cluster run with variants writes (sim/app/outputs.py write_outputs, sim/app/cluster_metrics.py,
+# sim/app/plotlyjs.py): each variant's in its folder, the comparison's and plotly.js at the top of --out
+# (tests/test_bad_inputs_round7.py checks these lists against what a run writes).
+VARIANT_FILE_NAMES = frozenset({
     "requests.parquet", "steps.parquet", "steps.jsonl", "summary.json", "timeseries.csv", "report.html",
-    "replicas.csv", "timeseries_by_replica.csv", "load_balance.html", "comparison.html", "comparison.json",
-    "plotly.min.js",
+    "replicas.csv", "timeseries_by_replica.csv", "load_balance.html",
 })  # fmt: skip
-MAX_VARIANT_DEPTH = 32  # folder levels in a variant's name (a path of thousands overflowed mkdir's recursion)
-NAME_MAX = 255  # bytes in one folder name on the usual file systems
+TOP_FILE_NAMES = frozenset({"comparison.html", "comparison.json", "plotly.min.js"})
+OUTPUT_FILE_NAMES = VARIANT_FILE_NAMES | TOP_FILE_NAMES
+MAX_VARIANT_DEPTH = 256  # folder levels in a variant's name, as --out may make (mkdir recursed past ~1,000)
 
 
 def check_variant_name(name: Any) -> None:
     """A variant's name is its output folder under ``--out`` (sim/app/cluster_metrics.write_comparison): a
-    folder inside it (``vllm/split`` nests one), never a path that leaves ``--out``, lands in its root, takes
-    the name of a file the run writes, or that the file system cannot make: checked with the config, not
-    after the first variants ran."""
+    folder inside it (``vllm/split`` nests one), never a path that leaves ``--out`` or lands in its root.
+    Names that collide with another variant's files: ``check_variant_names``."""
     parts = name.split("/") if isinstance(name, str) else []
     ok = (bool(parts) and name.strip() != "" and not any(c in name for c in "\\\0")
           and all(p.strip() and p not in (".", "..") for p in parts))
@@ -41,13 +40,22 @@ def check_variant_name(name: Any) -> None:
         raise ConfigError(f"{variant_label(name)}: name {name!r} is not usable as the variant's output folder; "
                           "allowed: a non-empty name of folder names joined by '/' (none empty, '.' or '..'; "
                           "no leading '/', no '\\' or NUL)")
-    taken = next((p for p in parts if p in OUTPUT_FILE_NAMES), None)
-    if taken is not None:
-        raise ConfigError(f"{variant_label(name)}: {taken!r} is the name of a file the run writes; allowed: a "
-                          f"folder name other than {', '.join(sorted(OUTPUT_FILE_NAMES))}")
-    long = next((p for p in parts if len(p.encode("utf-8", "surrogatepass")) > NAME_MAX), None)
-    if long is not None or len(parts) > MAX_VARIANT_DEPTH:
-        what = (f"a folder name of {len(long.encode('utf-8', 'surrogatepass'))} bytes" if long is not None
-                else f"{len(parts)} folder levels")
-        raise ConfigError(f"{variant_label(name)[:80]}: {what}; allowed: at most {NAME_MAX} bytes a name and "
-                          f"{MAX_VARIANT_DEPTH} levels")
+    if len(parts) > MAX_VARIANT_DEPTH:
+        raise ConfigError(f"{variant_label('/'.join(parts[:3]) + '/...')}: {len(parts)} folder levels; allowed: at "
+                          f"most {MAX_VARIANT_DEPTH}")
+
+
+def check_variant_names(names: list[str]) -> None:
+    """The variants' folders against the files the run writes beside them: a folder named like the
+    comparison's files at the top (``comparison.html``), or like a file in another variant's folder
+    (``a/summary.json`` beside a variant ``a``), would meet a FileExistsError after the first variants ran."""
+    taken = {f: "the comparison" for f in TOP_FILE_NAMES}
+    for v in names:
+        taken.update({f"{v}/{f}": f"variant {v!r}" for f in VARIANT_FILE_NAMES})
+    for name in names:
+        parts = name.split("/")
+        for k in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:k])
+            if prefix in taken:
+                raise ConfigError(f"{variant_label(name)}: its folder {prefix!r} is a file {taken[prefix]} writes; "
+                                  "allowed: another name")

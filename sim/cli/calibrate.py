@@ -236,13 +236,18 @@ def run_fit(args: argparse.Namespace) -> int:
                               " name their shapes themselves); allowed: only with LLMServingSim dense/attention/"
                               "per_sequence.csv or layers.csv tables")
         bench = merge(benches)
+        if bench.samples.empty:  # nothing to fit: a 'fitted' prior would be written
+            raise ConfigError(f"fit: no samples in {', '.join(map(str, args.inputs))}"
+                              f"{' for the operators asked' if any(':' in str(x) for x in args.inputs) else ''}; "
+                              "allowed: inputs holding samples (servesim calibrate's, or a format the importers read)")
         try:
             gpu = get_gpu(gpu_named or bench.gpu)
         except ServesimError as e:
             if gpu_named:
                 raise
-            said = "do not name their GPU (no 'gpu' in meta.json)" if bench.gpu == "unknown" else \
-                f"name GPU {bench.gpu!r} (meta.json's 'gpu', or the importer's), which the catalogue lacks"
+            said = ("do not name their GPU (neither a meta.json 'gpu' nor a card in the path the importer reads)"
+                    if bench.gpu == "unknown" else
+                    f"name GPU {bench.gpu!r} (meta.json's 'gpu', or the importer's from the path), which the catalogue lacks")
             raise ConfigError(f"fit: the samples {said}; allowed: --gpu NAME (servesim gpus lists them)") from e
         base = prior_profile(gpu) if base is None else base
         res = fit_profile(bench, gpu, base, freeze=freeze, from_base=from_base)

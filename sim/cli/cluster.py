@@ -102,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
     from sim.cli.prices import check_prices_used
 
     check_prices_used(args, cards)
+    if args.out and list(cfgs) != [""]:  # each variant's folder: names the file system can make, before any run
+        for name in cfgs:
+            check_out_dir(Path(args.out) / name, f"--out (variant {name[:60]!r})")
     runs = {}
     for name, cfg in cfgs.items():
         if args.out and getattr(args, "step_trace", False) and not cfg.base.simulation.record_step_trace:

@@ -105,10 +105,10 @@ def spec_from_hf(cfg: dict[str, Any], path: Path | str, name: str | None = None)
     if not n_experts and per_tok and any(k in cfg for k in ("num_local_experts", "num_experts", "n_routed_experts")):
         raise ConfigError(f"{path}: num_experts_per_tok {per_tok} with 0 routed experts; allowed: experts >= "
                           f"{per_tok}, or no expert keys for a dense model")
-    dense_first = int(cfg.get("first_k_dense_replace") or 0) if n_experts else 0
-    if not 0 <= dense_first <= L:  # DeepSeek's leading dense layers: more than the model has is no model
-        raise ConfigError(f"{path}: first_k_dense_replace: expected an integer in [0, {L}] (num_hidden_layers), "
-                          f"got {cfg.get('first_k_dense_replace')!r}")
+    dense_first = int(cfg.get("first_k_dense_replace") or 0) if n_experts else 0  # >= 0: checked with the keys
+    # vLLM and transformers pick per layer (index >= first_k_dense_replace is MoE): a value past the layers
+    # (a DeepSeek config cut to fewer layers) makes every layer dense
+    dense_first = min(dense_first, L)
     kv_lora = int(cfg.get("kv_lora_rank") or 0)
     qk_rope = int(cfg.get("qk_rope_head_dim") or 0)
     if kv_lora:

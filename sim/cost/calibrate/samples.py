@@ -85,14 +85,26 @@ def make_frame(rows: Iterable[dict[str, Any]] | pd.DataFrame, file: str = "") ->
     for c in SHAPE_COLUMNS:  # a shape is a count: empty where the operator has none, else a number >= 0
         v = df[c].to_numpy()
         text = raw[c].to_numpy()
-        given = np.array([not (x is None or (isinstance(x, float) and x != x) or (isinstance(x, str) and not x.strip()))
-                          for x in text], dtype=bool)  # fmt: skip
+        given = np.array([not _blank(x) for x in text], dtype=bool)
         bad = given & ~(np.isfinite(v) & (v >= 0))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise TraceFormatError(f"{where}sample row {i} ({df['op'].iloc[i]}): {c} {_given(raw[c], i)}; allowed: "
                                    "a number >= 0, or empty where the operator has no such dimension")
     return df.reset_index(drop=True)
+
+
+_NA_TEXT = frozenset({"", "nan", "na", "n/a", "<na>", "none", "null", "-"})  # what a table says for "no value"
+
+
+def _blank(x: Any) -> bool:
+    """No value in a shape column: missing, a NaN of any kind, or text that says so."""
+    if isinstance(x, str):
+        return x.strip().lower() in _NA_TEXT
+    try:
+        return bool(pd.isna(x))
+    except (TypeError, ValueError):
+        return False
 
 
 def _given(col: pd.Series, i: int) -> str:
@@ -162,8 +174,6 @@ def load_samples_csv(path: str | Path) -> Microbench:
             raise TraceFormatError(f"{mp}: invalid JSON ({e})") from None
         if not isinstance(meta, dict):
             raise TraceFormatError(f"{mp}: expected a JSON object (gpu, versions, ...), got a {type(meta).__name__}")
-    if df.empty:
-        raise TraceFormatError(f"{p}: no sample rows (only a header); allowed: the samples servesim calibrate writes")
     gpu = str(meta.pop("gpu", "unknown"))
     meta.setdefault("format", "servesim-samples")
     meta["path"] = str(p)
