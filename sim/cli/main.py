@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import json
 import os
@@ -271,6 +272,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not complain
         return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by a closed pipe
+    except OSError as exc:  # a full disk or a failing device under what it prints (`servesim models > /dev/full`)
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
+            raise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # what is left unwritten goes nowhere, not into a second error
+        print(f"servesim: error: cannot write the output ({exc.strerror})", file=sys.stderr)
+        return 1
 
 
 def entry() -> int:

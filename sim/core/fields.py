@@ -17,6 +17,14 @@ MAX_INT32 = 2**31 - 1  # engine and router counts: int32 is plenty, and int64 su
 MAX_PRIORITY = MAX_INT32  # |a request's priority|: vLLM takes any int; int32's range keeps the int64 columns far from overflow
 
 
+def is_finite(v: int | float) -> bool:
+    """``math.isfinite`` that says False for an integer past any float (JSON allows 10**400; isfinite raises)."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def int_digits(v: int) -> int:
     """Decimal digits of an int, for a message about one too large for a float (str() stops at 4300 digits)."""
     v = abs(int(v))

@@ -199,6 +199,8 @@ def _records(path: Path, num_stages: int) -> pd.DataFrame:
         raise TraceFormatError(f"{path}: expected a list of request records")
     if len(recs) > MAX_REQUESTS:
         raise TraceFormatError(f"{path}: {len(recs)} request records; expected at most {MAX_REQUESTS}")
+    if not recs:  # every request failed before it was recorded, or the file was cut: nothing to replay
+        raise TraceFormatError(f"{path}: no request records (an empty list); expected the run's requests")
     rows = []
     for i, r in enumerate(recs):
         where = f"{path}: record {i}"

@@ -16,7 +16,6 @@ queued − sent lag, see ``clocks``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from sim.core.errors import TraceFormatError
-from sim.core.fields import missing_file, read_utf8
+from sim.core.fields import is_finite, missing_file, read_utf8
 from sim.core.request import RequestSpec
 from workloads.tracefmt.benchresult import MAX_CLOCK_S, MAX_TOKENS, show  # noqa: F401  (the importers take them from here)
 
@@ -172,7 +171,7 @@ def read_text(path: Path) -> str:
 def number(where: str, key: str, v: Any, *, lo: float | None = None, lo_open: bool = False,
            hi: float | None = None, what: str = "") -> float:  # fmt: skip
     """A finite number (not a bool) within [lo, hi] (``lo_open``: > lo), else one line naming the field."""
-    ok = not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
+    ok = not isinstance(v, bool) and isinstance(v, int | float) and is_finite(v)
     if ok and lo is not None:
         ok = v > lo if lo_open else v >= lo
     if ok and hi is not None:

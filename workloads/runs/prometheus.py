@@ -117,12 +117,14 @@ def parse_scrape(text: str, where: str) -> Scrape:
                 _check_sample(where, s.name, s.labels, float(s.value), seen)
                 if s.name.endswith("_bucket") and "le" in s.labels:
                     le = math.inf if s.labels["le"] in ("+Inf", "Inf") else float(s.labels["le"])
+                    if le != le:  # a NaN bound bounds nothing (and a NaN key is never found again)
+                        raise ValueError(f"{s.name}: bucket le={s.labels['le']!r} is not a bound")
                     b = out.buckets.setdefault(s.name.removesuffix("_bucket"), {})
                     b[le] = b.get(le, 0.0) + float(s.value)
                 else:
                     out.values[s.name] = out.values.get(s.name, 0.0) + float(s.value)
                     out.labels.setdefault(s.name, dict(s.labels))
-    except (ValueError, TypeError, IndexError) as e:
+    except (ValueError, TypeError, IndexError, OverflowError) as e:
         raise TraceFormatError(f"{where}: not Prometheus text format ({e})") from None
     if not any(k.startswith("vllm:") for k in (*out.values, *out.buckets)):
         raise TraceFormatError(f"{where}: no vllm:* metrics in this scrape (is it vLLM's /metrics?)")

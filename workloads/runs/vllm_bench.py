@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from sim.core.errors import TraceFormatError
+from sim.core.fields import is_finite
 from sim.core.request import RequestSpec
 from workloads.runs.model import LATENCIES, RealRun, Stage, integer, show, stats_from_requests
 from workloads.tracefmt.benchresult import (
@@ -57,7 +58,7 @@ def _aggregate(res: dict[str, Any], key: str, path: Path) -> float | None:
     v = res.get(key)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or not (math.isfinite(v) and v >= 0):
+    if isinstance(v, bool) or not isinstance(v, int | float) or not (is_finite(v) and v >= 0):
         raise TraceFormatError(f"{path}: field {key!r}: expected a finite number >= 0, got {show(v)}")
     return float(v)
 
