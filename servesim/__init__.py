@@ -240,7 +240,7 @@ def _values(name: str, v: Any, key: str = "engine.max_num_seqs") -> list[Any]:
     """A list of candidate values of setting ``key`` from a list, tuple, range, numpy array or pandas Series
     (numpy's numbers as Python's), refused when it is a string, a table, empty or names a value twice (in
     any spelling: sim.app.sweep.same_value)."""
-    from sim.app.sweep import same_value, same_words
+    from sim.app.sweep import repeated
     from sim.core.errors import ConfigError
 
     if isinstance(v, str | bytes | dict) or not hasattr(v, "__iter__"):
@@ -249,11 +249,9 @@ def _values(name: str, v: Any, key: str = "engine.max_num_seqs") -> list[Any]:
     out = [_plain(x) for x in (v.tolist() if hasattr(v, "tolist") else v)]
     if not out:
         raise ConfigError(f"servesim.size({name}): empty; allowed: one value or more (None: the default grid)")
-    for i, x in enumerate(out):  # a repeated candidate would be searched twice and shown as two
-        w = next((w for w in out[:i] if same_value(key, w, x)), None)
-        if w is not None:
-            said = f"{x!r} given twice" if type(w) is type(x) and w == x else f"{w!r} and {x!r} {same_words(key)}"
-            raise ConfigError(f"servesim.size({name}): {said}; allowed: distinct values")
+    said = repeated(key, out, "{!r} given twice")  # a repeated candidate would be searched twice and shown as two
+    if said is not None:
+        raise ConfigError(f"servesim.size({name}): {said}; allowed: distinct values")
     return out
 
 

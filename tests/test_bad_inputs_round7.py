@@ -84,7 +84,7 @@ CASES = [
     ("variant-name-300-bytes", lambda t: ["cluster", _variants(t, "a", "v" * 300), "--out", str(t / "o")],
      ["300 bytes", "255 bytes"]),
     ("variant-name-300-levels", lambda t: ["cluster", _variants(t, "a", "/".join(["v"] * 300)), "--out", str(t / "o")],
-     ["300 folder levels", "at most 256"]),
+     ["--out (variant", "folder levels to make", "at most 256"]),
     ("run-out-1200-levels", lambda t: ["run", _base(t), "--out", str(t / "/".join(["d"] * 1200))],
      ["--out", "1200 folder levels to make", "at most 256"]),
     # fit: shapes and meta.json

@@ -44,13 +44,12 @@ from pathlib import Path
 from typing import Any
 
 from routers.base import ReplicaView, check_router, resolve_router_name
-from sim.app.config import RunConfig, apply_overrides, config_from_dict, override_key
+from sim.app.config import CLUSTER_TABLES, RunConfig, apply_overrides, config_from_dict, override_key
 from sim.app.variant_names import check_variant_name, check_variant_names, variant_label
 from sim.core.errors import ConfigError, ServesimError
 from sim.core.fields import load_toml
 
 RUN_SECTIONS = ("model", "hardware", "engine", "workload", "simulation", "slo", "frontend", "cost")
-CLUSTER_TABLES = ("cluster", "replica", "stream", "variants")  # any of them makes a config a cluster's
 TOP_KEYS = (*RUN_SECTIONS, *CLUSTER_TABLES)
 # Each replica is a whole engine with its own KV pool (tens of thousands of blocks, milliseconds to build):
 # a few thousand is already hours of set-up, so a larger count is refused before anything is built.

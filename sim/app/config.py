@@ -126,6 +126,7 @@ _SECTIONS: dict[str, type] = {
 
 
 SECTION_NAMES = ("model", "hardware", "engine", "workload", "simulation", "slo", "frontend", "cost")
+CLUSTER_TABLES = ("cluster", "replica", "stream", "variants")  # any of them makes a config a cluster's (sim/app/cluster_config.py)
 
 
 def _build_section(name: str, cls: type, raw: Any) -> Any:
@@ -181,7 +182,7 @@ def _check_tables(raw: Any) -> None:
 def config_from_dict(raw: dict[str, Any]) -> RunConfig:
     _check_tables(raw)
     unknown = sorted(set(raw) - set(SECTION_NAMES))
-    cluster = [k for k in ("cluster", "replica", "stream", "variants") if k in unknown]
+    cluster = [k for k in CLUSTER_TABLES if k in unknown]
     if cluster:  # a cluster config handed to a one-engine reader (the Python API, --intervals, a sweep point)
         raise ConfigError(f"cluster table(s) {cluster} in a one-engine config; allowed: `servesim run FILE` or "
                           "`servesim cluster FILE`, or sim.app.cluster.simulate_cluster(raw) in Python")

@@ -12,7 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from policies.base import options_class, policy_names
-from sim.app.config import SECTION_NAMES, EngineConfig, HardwareConfig, ModelConfig, SimulationConfig
+from sim.app.config import (
+    CLUSTER_TABLES,
+    SECTION_NAMES,
+    EngineConfig,
+    HardwareConfig,
+    ModelConfig,
+    SimulationConfig,
+)
 from sim.app.frontend import FrontendConfig
 from sim.app.prices import CostConfig
 from sim.core.errors import ConfigError
@@ -120,4 +127,4 @@ def config_schema() -> dict[str, Any]:
 
 # A cluster config (sim/app/cluster_config.py) adds these tables; that module checks their keys.
 _CLUSTER = {k: {"type": ["object", "array"], "description": f"cluster configs: [{k}] or [[{k}]] (sim/app/cluster_config.py checks it)"}
-            for k in ("cluster", "replica", "stream", "variants")}
+            for k in CLUSTER_TABLES}

@@ -95,19 +95,24 @@ def parse_grid(items: Sequence[str], flag: str = "--grid") -> dict[str, list[Any
         values = [parse_value(v, f"{flag} {key}") for v in split_values(text)]
         if any(v == "" for v in values):
             raise ConfigError(f"{flag} {item!r}: empty value")
-        for i, v in enumerate(values):  # a repeated value would run the same points twice
-            w = next((w for w in values[:i] if same_value(key, w, v)), None)
-            if w is not None or any(type(x) is type(v) and x == v for x in values[:i]):
-                said = f"the value {v!r} is repeated" if w is None or w == v and type(w) is type(v) else \
-                    f"{w!r} and {v!r} {same_words(key)}"
-                raise ConfigError(f"{flag} {item!r}: {said}; allowed: distinct values")
+        said = repeated(key, values)  # a repeated value would run the same points twice
+        if said is not None:
+            raise ConfigError(f"{flag} {item!r}: {said}; allowed: distinct values")
         grid[key] = values
     return grid
 
 
-def same_words(key: str) -> str:
-    """How a refusal says two values are one (``same_value``): a catalogue's names, or one value's spellings."""
-    return "resolve to one catalogue model" if key == "model.name" else f"are the same {key}"
+def repeated(key: str, values: Sequence[Any], identical: str = "the value {!r} is repeated") -> str | None:
+    """The first value of setting ``key`` that ``values`` give twice, in any spelling (``same_value``), said
+    for a refusal (``identical``: how a value given twice as such is said); None when they are distinct."""
+    for i, v in enumerate(values):
+        w = next((w for w in values[:i] if same_value(key, w, v)), None)
+        if w is not None:
+            if type(w) is type(v) and w == v:
+                return identical.format(v)
+            return f"{w!r} and {v!r} " + ("resolve to one catalogue model" if key == "model.name" else
+                                          f"are the same {key}")
+    return None
 
 
 _INT_IS_NOT_FLOAT = frozenset({"workload.sample"})  # settings that read an int and a float differently

@@ -26,13 +26,13 @@ VARIANT_FILE_NAMES = frozenset({
 })  # fmt: skip
 TOP_FILE_NAMES = frozenset({"comparison.html", "comparison.json", "plotly.min.js"})
 OUTPUT_FILE_NAMES = VARIANT_FILE_NAMES | TOP_FILE_NAMES
-MAX_VARIANT_DEPTH = 256  # folder levels in a variant's name, as --out may make (mkdir recursed past ~1,000)
 
 
 def check_variant_name(name: Any) -> None:
     """A variant's name is its output folder under ``--out`` (sim/app/cluster_metrics.write_comparison): a
     folder inside it (``vllm/split`` nests one), never a path that leaves ``--out`` or lands in its root.
-    Names that collide with another variant's files: ``check_variant_names``."""
+    Names that collide with another variant's files: ``check_variant_names``; names the file system cannot
+    make: sim/cli/cluster.py checks each folder as an --out (sim/cli/outpath.check_out_dir) before any run."""
     parts = name.split("/") if isinstance(name, str) else []
     ok = (bool(parts) and name.strip() != "" and not any(c in name for c in "\\\0")
           and all(p.strip() and p not in (".", "..") for p in parts))
@@ -40,9 +40,6 @@ def check_variant_name(name: Any) -> None:
         raise ConfigError(f"{variant_label(name)}: name {name!r} is not usable as the variant's output folder; "
                           "allowed: a non-empty name of folder names joined by '/' (none empty, '.' or '..'; "
                           "no leading '/', no '\\' or NUL)")
-    if len(parts) > MAX_VARIANT_DEPTH:
-        raise ConfigError(f"{variant_label('/'.join(parts[:3]) + '/...')}: {len(parts)} folder levels; allowed: at "
-                          f"most {MAX_VARIANT_DEPTH}")
 
 
 def check_variant_names(names: list[str]) -> None:

@@ -27,6 +27,12 @@ def is_cluster_file(path: str | Path) -> bool:
         return False  # let the single-engine path report the problem
 
 
+def runs_as_cluster(config: str | Path, overrides: Sequence[str] | None) -> bool:
+    """Whether ``servesim run CONFIG --set ...`` is a cluster run: the file holds a cluster table, or a --set
+    names one."""
+    return is_cluster_file(config) or sets_cluster_tables(overrides)
+
+
 def sets_cluster_tables(overrides: Sequence[str] | None) -> bool:
     """True when a ``--set`` names a cluster table (``cluster.replicas=3``): ``servesim run`` then runs the
     config as a cluster, as it does a file holding that table (a single engine has no [cluster])."""

@@ -78,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
             raise ConfigError(f"{', '.join(unused)}: not with --intervals (it prints a table: no goodput, cost or "
                               "page); allowed: run without --intervals for them")
         args.overrides = [*vllm_overrides(args), *args.overrides]  # the engine the vLLM flags describe
-        if cli_cluster.is_cluster_file(args.config) or cli_cluster.sets_cluster_tables(args.overrides):
+        if cli_cluster.runs_as_cluster(args.config, args.overrides):
             raise ConfigError(f"--intervals with {args.config}: it holds [cluster], [[replica]], [[stream]] or "
                               "[variants] (or --set names one), and intervals replicate one engine; allowed: a "
                               "single-engine config, or run without --intervals")
@@ -99,7 +99,7 @@ def _run(args: argparse.Namespace) -> int:
     # vLLM flags first, so --set and the [cost] / [slo] options win over them
     args.overrides = [*vllm_overrides(args), *args.overrides, *price_overrides(args), *goodput]
     # [cluster] / [[replica]] configs, in the file or by --set cluster.*: several engines
-    if cli_cluster.is_cluster_file(args.config) or cli_cluster.sets_cluster_tables(args.overrides):
+    if cli_cluster.runs_as_cluster(args.config, args.overrides):
         return cli_cluster.run(args)
     cfg = load_config(args.config, args.overrides)
     from sim.cli.prices import check_prices_used
