@@ -338,6 +338,25 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return raw
 
 
+def check_set_repeats(overrides: list[str]) -> None:
+    """The user's ``--set`` list names each key once, or twice with the same value: two values for one key
+    would have the later silently win (argparse's rule for a flag given twice). Layered overrides (the
+    vLLM flags, the prices, ``--goodput``) go before and after the user's, and are not checked here."""
+    from sim.app.sweep import same_value
+
+    seen: dict[str, tuple[str, Any]] = {}
+    for item in overrides:
+        if "=" not in item:
+            continue  # apply_overrides says what is wrong with it
+        key = override_key(item)
+        text = item.split("=", 1)[1].strip()
+        value = parse_value(text, f"--set {key}")
+        if key in seen and not same_value(key, seen[key][1], value):
+            raise ConfigError(f"--set {key} is given twice, {seen[key][0]!r} then {text!r}; allowed: one value "
+                              "for a key (the later would silently replace the earlier)")
+        seen.setdefault(key, (text, value))
+
+
 def override_key(item: str) -> str:
     """The dotted key a ``--set SECTION.KEY=VALUE`` sets, as the config reads it (parts stripped, TOML quotes
     resolved): what the checks comparing a --set with another option's key look at."""

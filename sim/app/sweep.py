@@ -18,6 +18,7 @@ import itertools
 import json
 import os
 import re
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
 from dataclasses import dataclass, fields
@@ -306,6 +307,25 @@ def check_ray_address(address: str) -> None:
                           "cluster's address)")
 
 
+RAY_CONNECT_TIMEOUT_S = 5.0  # how long reach_ray_address waits for a TCP connection
+
+
+def reach_ray_address(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """That something listens at ``--address`` HOST:PORT (``auto`` / ``local``: nothing to reach). Ray's own
+    connect retries for ever where nothing answers, inside ``ray.init``; a TCP connect says it in seconds."""
+    m = re.fullmatch(r"(?:ray://)?([A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]):(\d{1,5})", address.strip())
+    if m is None:
+        return  # auto, local (check_ray_address refuses anything else)
+    host, port = m.group(1).strip("[]"), int(m.group(2))
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as e:
+        why = f"no answer in {timeout_s:g} s" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise ConfigError(f"--address {address!r}: nothing answers at {host}:{port} ({why}); allowed: the address "
+                          "of a running Ray cluster (`ray start --head` prints it), or no --address for a local "
+                          "instance") from None
+
+
 def _run_ray(tasks: Sequence[Task], address: str | None, bar: Any, func) -> list[dict[str, Any]]:
     try:
         import ray
@@ -313,6 +333,8 @@ def _run_ray(tasks: Sequence[Task], address: str | None, bar: Any, func) -> list
         raise ConfigError("--backend ray needs Ray: pip install 'servesim[ray]'") from None
     started = not ray.is_initialized()
     if started:
+        if address is not None:
+            reach_ray_address(address)
         try:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         except (ValueError, ConnectionError, RuntimeError) as e:  # no cluster there, ray[client] missing, ...

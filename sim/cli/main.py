@@ -262,8 +262,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     func = getattr(args, "func", None)
     if func is None:  # subcommands registered by other modules dispatch through `run`
         raise SystemExit(parser.print_help() or 2)
+    def checked(a: argparse.Namespace) -> int | None:
+        if getattr(a, "overrides", None):  # before any subcommand reads them
+            from sim.app.config import check_set_repeats
+
+            check_set_repeats(a.overrides)
+        return func(a)
+
     try:
-        rc = run_command(func, args)
+        rc = run_command(checked, args)
         sys.stdout.flush()  # a reader that left shows here, not in the interpreter's final flush
         return rc
     except KeyboardInterrupt:  # pragma: no cover

@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     from sim.app.replicate import check_replications
 
     check_replications(args.replications)  # before anything runs
-    from sim.app.sweep import check_jobs, check_ray_address
+    from sim.app.sweep import check_jobs, check_ray_address, reach_ray_address
 
     check_jobs(args.jobs)
     if args.address is not None and args.backend != "ray":
@@ -131,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--jobs {args.jobs}: local processes only; with --backend ray the cluster's CPUs run the tasks")
     if args.address is not None:
         check_ray_address(args.address)
+        reach_ray_address(args.address)  # before any point runs: Ray itself would retry for ever
     if not str(args.out).endswith((".parquet", ".pq", ".csv")):
         raise ConfigError(f"--out {args.out}: expected a .parquet or .csv file name")
     from sim.cli.outpath import check_out_file
