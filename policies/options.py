@@ -83,6 +83,9 @@ class PolicyOptions:
     LIMIT_FIELDS: ClassVar[tuple[str, ...]] = ()
     SCHEDULING_POLICIES: ClassVar[tuple[str, ...]] = ("fcfs",)
     VLLM_BUDGET_RULE: ClassVar[bool] = False
+    # With VLLM_BUDGET_RULE, an unset budget without chunked prefill is max(max_model_len, this) (vLLM V0's
+    # SchedulerConfig: 2048); None: the preset's batch_limits applies its engine's rule itself.
+    NO_CHUNK_BUDGET: ClassVar[int | None] = 2048
     # [engine] gpu_memory_utilization when the config leaves it out: vLLM's 0.9 of the total; 1.0 (the
     # whole card) for engines with no such cap, where it is only the card's share (two engines on a card).
     GPU_MEMORY_UTILIZATION: ClassVar[float] = 0.9
@@ -144,6 +147,14 @@ class PolicyOptions:
             raise KeyError(key)
         return getattr(self, key)
 
+    @classmethod
+    def batch_limits(cls, gpu: Any, explicit: Mapping[str, Any], chunked: bool, max_model_len: int) -> tuple[int, int]:
+        """(max_num_seqs, max_num_batched_tokens) to run with: the user's, else this preset's defaults
+        (``LIMITS``; a preset whose engine picks them by card overrides this). ``gpu``: the card
+        (sim.cost.hardware.GpuSpec); ``max_model_len``: as given, else the model's."""
+        seqs = explicit["max_num_seqs"] or cls.LIMITS.get("max_num_seqs", 256)
+        return seqs, explicit["max_num_batched_tokens"] or cls.LIMITS.get("max_num_batched_tokens", 2048)
+
     def memory_rule(self, limits: Mapping[str, Any], explicit: Mapping[str, Any], max_model_len: int) -> MemoryRule:
         """How this engine sizes its KV cache at start-up (sim/app/engine_memory.py applies it). ``limits``:
         the shared limits as picked (max_num_seqs, max_num_batched_tokens, enable_chunked_prefill, ...);
@@ -156,10 +167,11 @@ class PolicyOptions:
         chunked: bool | None = None,
     ) -> int:
         """max_num_batched_tokens as the engine will use it: with VLLM_BUDGET_RULE and no chunked prefill
-        an unset budget is max(max_model_len, 2048) (engines.md §1.1)."""
+        an unset budget is max(max_model_len, NO_CHUNK_BUDGET) (engines.md §1.1)."""
         chunked = limits["enable_chunked_prefill"] if chunked is None else chunked
-        if self.VLLM_BUDGET_RULE and not chunked and explicit["max_num_batched_tokens"] is None:
-            return max(max_model_len, 2048)
+        if (self.VLLM_BUDGET_RULE and not chunked and explicit["max_num_batched_tokens"] is None
+                and self.NO_CHUNK_BUDGET is not None):
+            return max(max_model_len, self.NO_CHUNK_BUDGET)
         return int(limits["max_num_batched_tokens"])
 
     # ---- resolution -----------------------------------------------------------------------------------

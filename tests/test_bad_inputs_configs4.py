@@ -81,10 +81,10 @@ def test_config_refused_in_one_line(tmp_path, capsys, name, text, fragments):
     # each counted with its reason (a policy comparison shares one max_model_len), not refused up front
     _engine('policy = "llamacpp"\nn_ctx = 2048'),
     _engine('policy = "tgi"\nmax_batch_total_tokens = 8192'),
-    _engine(f"long_prefill_token_threshold = {2**31 - 1}"),
+    _engine("long_prefill_token_threshold = 4096"),  # up to max_model_len, as vLLM's SchedulerConfig allows
     BASE.replace("max_model_len = 4096", "max_model_len = 2").replace("prompt = 100", "prompt = 1").replace(
         "output = 10", "output = 1"),
-], ids=["sessions-think", "closed-think-0", "priorities", "llamacpp-short-slot", "tgi-total", "threshold-int32",
+], ids=["sessions-think", "closed-think-0", "priorities", "llamacpp-short-slot", "tgi-total", "threshold-max-model-len",
         "max_model_len-2"])
 def test_the_nearest_valid_config_runs(tmp_path, capsys, text):
     from sim.cli.main import main

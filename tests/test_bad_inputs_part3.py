@@ -139,7 +139,7 @@ CASES = [
     ("set-unknown-gpu-named", lambda t: q('hardware.gpu="nosuch"'), ["[hardware] gpu", "nosuch"]),
     ("set-model-empty-folder", lambda t: q(f'model.name="{t}"'), ["[model] name", "holds no config.json"]),
     ("compare-profile-names-file", lambda t: ["compare", str(ROOT / "tests" / "data" / "runs" / "vllm_bench_result.json"),
-                                              "--gpu", "H100", "--profile",
+                                              "--gpu", "RTX 4090", "--profile",
                                               str(ROOT / "tests" / "data" / "runs" / "vllm_bench_result.json")],
      ["calibration profile", "vllm_bench_result.json", "'date'"]),
 ]

@@ -83,3 +83,138 @@ def test_set_twice_with_one_value_and_layered_flags_still_run(capsys):
     assert rc == 0
     assert '"num_finished": 12' in out
     assert '"max_num_seqs": 8' in out and '"max_num_seqs": 4' not in out  # the user's --set, not the flag
+
+
+# ---- vLLM's own start-up rules (a parity audit against vLLM 0.33's EngineArgs / SchedulerConfig) -----------------
+def _limits(gpu: str = "RTX 4090", model: str = "Mistral-7B", **engine):
+    from sim.app.config import config_from_dict
+    from sim.app.setup import resolve
+
+    return resolve(config_from_dict({"model": {"name": model}, "hardware": {"gpu": gpu},
+                                     "engine": {"max_model_len": 4096, **engine}})).limits
+
+
+@pytest.mark.parametrize(("gpu", "seqs", "budget"), [
+    ("RTX 4090", 256, 2048), ("A100 80GB SXM", 256, 2048),  # under 70 GiB, or any A100
+    ("H100 SXM", 1024, 8192), ("H200 SXM", 1024, 8192), ("RTX PRO 6000 Blackwell", 1024, 8192),  # 70 GiB and up
+    ("B200", 1024, 16384), ("MI300X", 1024, 16384),  # 160 GiB and up
+])
+def test_vllm_batch_defaults_by_card(gpu, seqs, budget):
+    lim = _limits(gpu)
+    assert (lim.max_num_seqs, lim.max_num_batched_tokens) == (seqs, budget)
+
+
+def test_vllm_defaulted_limits_follow_each_other():
+    """A defaulted max_num_seqs is at most the budget (it was refused: 'must be >= max_num_seqs (256)'); a
+    defaulted budget is at least max_model_len without chunking and at most max_num_seqs x max_model_len."""
+    lim = _limits(max_num_batched_tokens=64)
+    assert (lim.max_num_seqs, lim.max_num_batched_tokens) == (64, 64)
+    assert _limits("H100 SXM", enable_chunked_prefill=False, max_model_len=16384).max_num_batched_tokens == 16384
+    assert _limits("H100 SXM", enable_chunked_prefill=False).max_num_batched_tokens == 8192
+    assert _limits(max_num_seqs=2, max_model_len=512).max_num_batched_tokens == 1024
+    assert _limits(policy="vllm-v0").max_num_batched_tokens == 4096  # V0: max(len, 2048)
+    from sim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"max_num_batched_tokens \(64\) must be >= max_num_seqs \(128\)"):
+        _limits(max_num_batched_tokens=64, max_num_seqs=128)  # both given: vLLM refuses it too
+
+
+def test_long_prefill_threshold_past_max_model_len(capsys, no_simulation):  # noqa: F811
+    run_bad_case(["run", QUICK, "--set", "engine.long_prefill_token_threshold=100000"],
+                 ["[engine] long_prefill_token_threshold", "100000", "<= max_model_len (8192)"], capsys)
+    assert _limits(long_prefill_token_threshold=4096).long_prefill_token_threshold == 4096
+
+
+def test_block_override_past_the_card(capsys, no_simulation):  # noqa: F811
+    run_bad_case(["run", QUICK, "--set", "engine.num_gpu_blocks_override=1000000"],
+                 ["[engine] num_gpu_blocks_override = 1000000", "beside the weights", "allowed: up to"], capsys)
+    assert _limits(num_gpu_blocks_override=3000).num_gpu_blocks == 3000  # within the card: as given
+
+
+def test_max_model_len_auto_fits_to_memory(capsys, no_simulation):  # noqa: F811
+    lim = _limits(model="Llama-3.1-8B", max_model_len=-1)
+    from sim.core.errors import MemoryPlanError
+
+    with pytest.raises(MemoryPlanError, match=r"allowed: a max_model_len up to (\d+)") as exc:
+        _limits(model="Llama-3.1-8B", max_model_len=None)  # vLLM's default, the model's 131072: refused
+    assert lim.max_model_len == int(str(exc.value).split("up to ")[1].split(",")[0])
+    from sim.app.vllm_args import translate
+
+    assert translate("--max-model-len auto").overrides == ["engine.max_model_len=-1"]
+    assert translate("--max-model-len -1").overrides == ["engine.max_model_len=-1"]
+    for bad in ("0", "-5"):
+        run_bad_case(["run", QUICK, "--set", f"engine.max_model_len={bad}"],
+                     ["[engine] max_model_len", f"got {bad}", "or -1 (the longest that fits"], capsys)
+
+
+@pytest.mark.parametrize(("flags", "fragments"), [
+    ("--dtype fp8", ["--dtype 'fp8'", "vLLM's choices", "bfloat16"]),
+    ("--dtype bf16", ["--dtype 'bf16'", "vLLM's choices"]),
+    ("--quantization int4", ["--quantization 'int4'", "not a vLLM quantization method", "awq"]),
+    ("--kv-cache-dtype float32", ["--kv-cache-dtype 'float32'", "vLLM's choices", "fp8_e5m2"]),
+])
+def test_vllm_args_values_vllm_refuses(flags, fragments, capsys, no_simulation):  # noqa: F811
+    run_bad_case(["run", QUICK, "--vllm-args", flags], fragments, capsys)
+
+
+def test_vllm_args_values_vllm_takes():
+    from sim.app.vllm_args import translate
+
+    assert translate("--dtype bfloat16 --kv-cache-dtype fp8").overrides == [
+        'model.dtype="bfloat16"', 'engine.kv_cache_dtype="fp8"']
+    assert translate("--dtype auto --kv-cache-dtype auto").overrides == []  # servesim's defaults
+    assert translate("--quantization awq").overrides == ['model.dtype="awq"']
+    assert translate("--watermark 0.1", ("watermark",)).overrides == ["engine.watermark=0.1"]
+    assert translate("--watermark 0.1").ignored == ["--watermark (not modelled by this preset)"]
+    t = translate("--max-num-seqs 4 --max-num-seqs 8")  # argparse keeps the last, and servesim says so
+    assert t.overrides[-1] == "engine.max_num_seqs=8"
+    assert t.ignored == ["--max-num-seqs 4 (given again later: vLLM keeps the last, 8)"]
+
+
+def test_bf16_on_a_card_without_it(capsys, no_simulation):  # noqa: F811
+    run_bad_case(["run", QUICK, "--set", 'hardware.gpu="T4"', "--set", 'model.name="Qwen3-0.6B"',
+                  "--set", "engine.max_model_len=4096", "--set", "model.dtype=bf16"],
+                 ["[model] dtype = 'bf16'", "T4 has no bfloat16", "allowed: auto"], capsys)
+    assert _limits("T4", model="Qwen3-0.6B").max_num_seqs == 256  # auto: float16 there, as vLLM falls back
+
+
+def test_tensor_parallel_message_lists_the_sizes_that_divide(capsys, no_simulation):  # noqa: F811
+    run_bad_case(["run", QUICK, "--set", "hardware.tensor_parallel_size=3"],
+                 ["tensor_parallel_size 3 does not divide num_attention_heads 32", "allowed: 1, 2, 4, 8"], capsys)
+
+
+# ---- options that did nothing, and --gpu against the card a file names ------------------------------------------
+def test_profile_under_the_constant_cost_model(capsys, no_simulation):  # noqa: F811
+    run_bad_case(["run", QUICK, "--set", 'engine.cost_model="constant"', "--set", 'hardware.profile="nope"'],
+                 ["[hardware] profile = 'nope'", "roofline cost model only"], capsys)
+
+
+def test_step_trace_setting_without_out(capsys, no_simulation):  # noqa: F811
+    run_bad_case(["run", QUICK, "--set", "simulation.record_step_trace=true"],
+                 ["[simulation] record_step_trace = true", "--out"], capsys)
+
+
+def test_level_and_replications_that_give_no_interval(tmp_path, capsys, no_simulation):  # noqa: F811
+    grid = ["sweep", QUICK, "--grid", "engine.max_num_seqs=4,8", "--out", str(tmp_path / "s.csv")]
+    run_bad_case([*grid, "--level", "0.5"], ["--level 0.5", "--replications >= 2"], capsys)
+    run_bad_case([*grid, "--replications", "2", "--level", "1.5"], ["--level", "1.5"], capsys)
+    run_bad_case(["run", QUICK, "--intervals", "--replications", "1"],
+                 ["--replications 1", "at least 2 seeds"], capsys)
+
+
+def test_summarize_takes_a_result():
+    import servesim
+    from sim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="summarize: expected a run's result.*got NoneType"):
+        servesim.summarize(None)
+
+
+def test_gpu_flag_against_the_card_the_file_names(tmp_path, capsys, no_simulation):  # noqa: F811
+    run = str(REPO / "tests" / "data" / "runs" / "vllm_bench_result.json")
+    run_bad_case(["compare", run, "--gpu", "h100"], ["--gpu h100", "says it ran on RTX 4090", "--gpu 'RTX 4090'"],
+                 capsys)
+    bench = str(REPO / "sim" / "cost" / "data" / "microbench" / "h200-sxm" / "qwen2-5-7b")
+    run_bad_case(["fit", bench, "--gpu", "RTX 4090", "--out", str(tmp_path / "p.json")],
+                 ["--gpu RTX 4090", "meta.json says the samples ran on H200 SXM", "leave --gpu out"], capsys)
+    assert main(["fit", bench, "--gpu", "h200", "--out", str(tmp_path / "p.json")]) == 0  # the same card, named

@@ -40,8 +40,11 @@ def _quickstart() -> Any:
 def _cluster(name: str, variant: str, n: int) -> Any:
     from sim.app.cluster import simulate_cluster
 
+    # the H100 examples at the batch limits they were pinned with (vLLM's H100 defaults, 8192 / 1024 since
+    # 2026-12-06, change the runs by design: tests/test_batch_defaults.py)
     return simulate_cluster(EX / name, variant=variant,
-                            overrides=[f"workload.num_requests={n}", "frontend.enabled=false"])
+                            overrides=[f"workload.num_requests={n}", "frontend.enabled=false",
+                                       "engine.max_num_seqs=256", "engine.max_num_batched_tokens=2048"])
 
 
 CASES = {
@@ -104,8 +107,10 @@ PINNED: dict[str, dict[str, str]] = {  # python tests/test_outputs_unchanged.py,
     # config sets its loop; the vllm configs that do not ran synchronously there: async became the default).
     # 'itl' is the weighted sample (itl_digest), pinned from 675aec1, whose other three digests are these.
     'async_timeout': {'requests': '3383b0c518eaabdf', 'steps': '87698ed56eb1a8de', 'itl': '78ec2834fa7faf96', 'summary': '322f6a15142ff87e'},
-    'cluster_disagg': {'requests': '72f44406a5a3c2b4', 'steps': 'c9e55b924274c4dc', 'itl': '0b889cf0eb90930d', 'summary': 'f1657d7670f9f098'},
-    'cluster_pools': {'requests': '78a6b37ea072917a', 'steps': 'b876b4d348204f56', 'itl': '795010c075766a13', 'summary': '6dc56ef35ef6bbb1'},
+    'cluster_disagg': {'requests': '72f44406a5a3c2b4', 'steps': 'c9e55b924274c4dc', 'itl': '0b889cf0eb90930d', 'summary': 'b826941af1dbcc59'},
+    # the clusters' summaries: re-pinned 2026-12-06, their config echo holds the two batch limits _cluster now
+    # sets (the rest of the summary and the three tables are the 065b59d pins)
+    'cluster_pools': {'requests': '78a6b37ea072917a', 'steps': 'b876b4d348204f56', 'itl': '795010c075766a13', 'summary': 'ff77f8ad11ab3800'},
     'llamacpp_timeout': {'requests': 'e804ee570a90a609', 'steps': 'e09b0719b02b10c1', 'itl': '244f17959d4636e9', 'summary': '11116ef44308f93a'},
     'quickstart': {'requests': 'bc14be6755ee0fbc', 'steps': 'd226775244300262', 'itl': 'e35d4b80df0e3b05', 'summary': 'c7dbf3e89eb50dac'},
     'shared_prefix': {'requests': 'aeb1d119ca31b922', 'steps': '700f4b7279a02a6e', 'itl': 'ed14b0d96573f4f1', 'summary': '9e34a074d0339977'},

@@ -36,7 +36,9 @@ def test_a_vllm_serve_line_names_the_model_and_lists_what_is_not_modelled():
     t = translate("vllm serve meta-llama/Llama-3.1-8B-Instruct --port 8000 --max_num_seqs 16 --enforce-eager "
                   "--served-model-name llama --swap-space 4 --max-num-partial-prefills 2 --max-model-len auto")
     assert t.model == "meta-llama/Llama-3.1-8B-Instruct"
-    assert t.overrides == ['model.name="meta-llama/Llama-3.1-8B-Instruct"', "engine.max_num_seqs=16"]
+    # auto: the longest that fits (vLLM's _auto_fit_max_model_len), servesim's -1
+    assert t.overrides == ['model.name="meta-llama/Llama-3.1-8B-Instruct"', "engine.max_num_seqs=16",
+                           "engine.max_model_len=-1"]
     assert t.ignored == ["--port (not modelled)", "--enforce-eager (not modelled)",
                          "--served-model-name (not modelled)", "--swap-space (not modelled by this preset)",
                          "--max-num-partial-prefills (not modelled)"]  # fmt: skip

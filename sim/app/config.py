@@ -56,9 +56,11 @@ class EngineConfig:
     over. The chosen preset's own knobs sit in the same table (``options``)."""
 
     policy: str = field(default="vllm", metadata=_doc("engine preset / batching policy (or package.module:name)"))
-    max_num_seqs: Pos | None = field(default=None, metadata=_doc("None: the preset's default (vLLM: 256 on <70 GiB GPUs)"))
+    max_num_seqs: Pos | None = field(default=None, metadata=_doc("None: the preset's default (vLLM: 256; 1024 on cards from 70 GiB, A100 aside)"))
     max_num_batched_tokens: Pos | None = None
-    max_model_len: Pos | None = field(default=None, metadata=_doc("None: the model's max_position_embeddings, capped to what fits"))
+    max_model_len: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)] | None = field(default=None, metadata=_doc(
+        "None: the model's max_position_embeddings (TGI / HF: capped to what fits); -1: the longest that fits "
+        "(vLLM's --max-model-len auto)"))
     block_size: Literal[BLOCK_SIZES] | None = field(default=None, metadata=_doc("None: the preset's (vLLM 16, TensorRT-LLM 32)"))
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = field(
         default=0.9, metadata=_doc("left out: the preset's default (vLLM 0.9; 1.0 = the whole card for engines with no cap)"))
@@ -243,9 +245,10 @@ def _resolve_plugin(raw: dict[str, Any]) -> dict[str, Any]:
 def _validate(cfg: RunConfig) -> None:
     """What the section models cannot check alone: names looked up in catalogues and registries."""
     e = cfg.engine
-    if e.max_model_len is not None and e.max_model_len < 2:  # vLLM: a prompt must leave room for an output token
+    if e.max_model_len is not None and e.max_model_len < 2 and e.max_model_len != -1:  # a prompt and an output token
         raise ConfigError(f"[engine] max_model_len: out of range, got {e.max_model_len}; allowed 2 <= value <= "
-                          f"{MAX_INT32} (a prompt token and an output token)")
+                          f"{MAX_INT32} (a prompt token and an output token), or -1 (the longest that fits, vLLM's "
+                          "auto)")
     if not cfg.model.name.strip():
         raise ConfigError(f"[model] name: got {cfg.model.name!r}; allowed: a catalogue name (servesim models), a "
                           "config.json path, or a folder holding one")

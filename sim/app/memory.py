@@ -299,7 +299,8 @@ def plan_memory(
         if max_model_len > spec.max_position_embeddings:
             raise ConfigError(
                 f"max_model_len {max_model_len} exceeds {spec.name}'s max_position_embeddings "
-                f"{spec.max_position_embeddings}"
+                f"{spec.max_position_embeddings}; allowed: 2 to {spec.max_position_embeddings} (vLLM refuses a "
+                "longer one too)"
             )
     ctxs = tuple(int(c) for c in context_lengths)
     if any(c < 1 for c in ctxs):
@@ -338,6 +339,15 @@ def plan_memory(
     elems = spec.kv_elements_per_token_layer(tp)
     per_token = spec.num_hidden_layers * elems * kvb
     block_bytes = block_size * per_token
+    if num_gpu_blocks_override is not None and num_gpu_blocks_override * block_bytes > requested - weights:
+        # vLLM allocates the override as given (0.33 kv_cache_planning): past the card it runs out of memory at
+        # start-up. Only the weights are counted against it, so a real run's override (a replay) always passes.
+        most = max(int((requested - weights) // block_bytes), 0)
+        raise ConfigError(
+            f"[engine] num_gpu_blocks_override = {num_gpu_blocks_override} needs "
+            f"{_g(num_gpu_blocks_override * block_bytes)} GiB of KV cache, more than the {_g(requested - weights)} GiB "
+            f"{card.name} x gpu_memory_utilization {gpu_memory_utilization} leaves beside the weights (vLLM would "
+            f"run out of memory at start-up); allowed: up to {most} blocks")
     blocks = available // block_bytes if num_gpu_blocks_override is None else int(num_gpu_blocks_override)
     largest = min(blocks * block_size, spec.max_position_embeddings)
     if max_model_len is None:
@@ -352,9 +362,9 @@ def plan_memory(
                 f"one block needs {block_bytes / MiB:.2f} MiB ({spec.name} on {card.name})"
             )
         raise MemoryPlanError(
-            f"max_model_len {mml} needs {_g(need_blocks * block_bytes)} GiB of KV cache for one request, more "
-            f"than the {_g(blocks * block_bytes)} GiB available; the largest max_model_len that fits is "
-            f"{blocks * block_size}. Lower max_model_len or raise gpu_memory_utilization."
+            f"[engine] max_model_len {mml} needs {need_blocks} KV blocks ({_g(need_blocks * block_bytes)} GiB) for one "
+            f"request, more than the pool's {blocks} ({_g(blocks * block_bytes)} GiB); allowed: a max_model_len up "
+            f"to {blocks * block_size}, or a higher gpu_memory_utilization."
         )
 
     if context_lengths is not DEFAULT_CONTEXT_LENGTHS and any(c > mml for c in ctxs):  # asked for: refused

@@ -305,6 +305,14 @@ def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
                               "NAME (a catalogue name or the path to its HF config.json)") from None
         model = run.model  # replaced by the --set below
     gpu_name = resolve_gpu(gpu or run.hardware.get("gpu"), str(run.source))
+    if gpu and run.hardware.get("gpu"):  # --gpu is for a run that does not say (or names a card not catalogued)
+        try:
+            said = resolve_gpu(run.hardware["gpu"], str(run.source))
+        except ConfigError:
+            said = gpu_name
+        if said != gpu_name:
+            raise ConfigError(f"--gpu {gpu}: {run.source} says it ran on {said}, and a replay is compared with the "
+                              f"real run; allowed: leave --gpu out, or --gpu {said!r}")
     prof_obj = get_profile(get_gpu(gpu_name), profile) if profile and profile != "auto" else None
     engine = {"policy": "vllm", "async_scheduling": True, **run.engine}
     raw: dict[str, Any] = {

@@ -316,6 +316,9 @@ def _peaks(fin: pd.DataFrame, result: SimResult) -> tuple[float, int]:
 def summarize(result: SimResult, slo: Mapping[str, float] | None = None,
               percentiles: Sequence[float] = (50, 90, 95, 99)) -> dict[str, Any]:  # fmt: skip
     """The run's summary: vllm bench result keys first, then servesim's own (counts, KV, queue, SLOs)."""
+    if not all(hasattr(result, a) for a in ("requests", "meta", "horizon")):  # an API caller's other object
+        raise ConfigError(f"summarize: expected a run's result (servesim.run(...).raw, or what sim.app.simulate "
+                          f"returns), got {type(result).__name__}")
     for q in percentiles:
         if not 0 <= float(q) <= 100:
             raise ConfigError(f"percentiles: {q} is outside [0, 100]")

@@ -117,6 +117,11 @@ def _explicit_limits(e: Any, aliases: dict[str, str], given: dict[str, Any]) -> 
 
 
 def resolve(cfg: RunConfig) -> Setup:
+    # max_model_len -1 (vLLM's "auto", v1/core/kv_cache_planning _auto_fit_max_model_len): the model's
+    # length, cut to the longest one request can hold; from here on it is an unset length that is fitted
+    fit_len = cfg.engine.max_model_len == -1
+    if fit_len:
+        cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, max_model_len=None))
     e = cfg.engine
     parsed = parse_engine_options(e.policy, e.options, shared_engine_keys())
     cls = type(parsed.options)
@@ -144,13 +149,19 @@ def resolve(cfg: RunConfig) -> Setup:
         gpu = get_gpu(cfg.hardware.gpu)
     except ConfigError as e:
         raise type(e)(f"[hardware] gpu: {e}") from None
-    max_num_seqs = pick("max_num_seqs", 256)
     mnbt_explicit = explicit["max_num_batched_tokens"]
-    mnbt = mnbt_explicit or cls.LIMITS.get("max_num_batched_tokens", 2048)
+    chunked = pick("enable_chunked_prefill", True)
+    if not gpu.supports_bf16:  # vLLM (platforms/cuda.py): bfloat16 needs compute capability 8.0; auto falls back
+        for where, key, v in (("[model]", "dtype", cfg.model.dtype), ("[engine]", "kv_cache_dtype", e.kv_cache_dtype)):
+            if str(v).strip().lower() in ("bf16", "bfloat16"):
+                raise ConfigError(f"{where} {key} = {v!r}: {gpu.name} has no bfloat16 (compute capability below "
+                                  "8.0; vLLM refuses it); allowed: auto (float16 there), fp16 / float16")
+    max_num_seqs, mnbt = cls.batch_limits(gpu, explicit, chunked, e.max_model_len or model.max_position_embeddings)
     picked = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": mnbt, "block_size": block_size,
-              "enable_prefix_caching": pick("enable_prefix_caching", True),
-              "enable_chunked_prefill": pick("enable_chunked_prefill", True)}
+              "enable_prefix_caching": pick("enable_prefix_caching", True), "enable_chunked_prefill": chunked}
     rule = parsed.options.memory_rule(picked, explicit, e.max_model_len or model.max_position_embeddings)
+    if fit_len:
+        rule = dataclasses.replace(rule, cap_max_model_len=True)
     plan = _plan(cfg, model, gpu, block_size, max_num_seqs, rule)
     limit_kw: dict[str, Any] = dict(
         max_num_seqs=max_num_seqs,
@@ -168,8 +179,8 @@ def resolve(cfg: RunConfig) -> Setup:
     options = parsed.options.from_memory(plan, limit_kw, {**explicit, "max_model_len": e.max_model_len})
     if cls.VLLM_BUDGET_RULE:
         chunked, max_model_len = limit_kw["enable_chunked_prefill"], limit_kw["max_model_len"]
-        if not chunked and mnbt_explicit is None:
-            limit_kw["max_num_batched_tokens"] = max(max_model_len, 2048)  # engines.md §1.1
+        if not chunked and mnbt_explicit is None and cls.NO_CHUNK_BUDGET is not None:
+            limit_kw["max_num_batched_tokens"] = max(max_model_len, cls.NO_CHUNK_BUDGET)  # engines.md §1.1
         if not chunked and limit_kw["max_num_batched_tokens"] < max_model_len:
             raise ConfigError(
                 f"[engine] max_num_batched_tokens ({limit_kw['max_num_batched_tokens']}) < max_model_len "
@@ -189,6 +200,9 @@ def resolve(cfg: RunConfig) -> Setup:
                           f"only (this run's is {e.cost_model!r}); allowed: leave it out, or set cost_model = "
                           '"constant"')
     if e.cost_model == "constant":
+        if cfg.hardware.profile != "auto":  # a profile calibrates the roofline; a constant step reads none
+            raise ConfigError(f"[hardware] profile = {cfg.hardware.profile!r} applies to the roofline cost model "
+                              "only (this run's is \"constant\"); allowed: leave it out, or a roofline cost_model")
         cost = make_cost_model("constant", step_s=e.constant_step_s)
         profile_meta = {"cost_model": "constant", "step_s": e.constant_step_s}
     else:

@@ -32,6 +32,11 @@ def _int(flag: str, text: str) -> int:
     return int(value)
 
 
+def _max_len(flag: str, text: str) -> int:
+    """--max-model-len: a length, or ``auto`` / ``-1``: the longest that fits (servesim's -1)."""
+    return -1 if text.strip().lower() in ("auto", "-1") else _int(flag, text)
+
+
 def _float(flag: str, text: str) -> float:
     try:
         return float(text)
@@ -51,6 +56,9 @@ def _quantization(flag: str, text: str) -> str | None:
     from sim.cost.quantconfig import _4BIT_METHODS, _FP8_METHODS, QUANT_METHODS
 
     method = _word(flag, text).lower()
+    if method not in QUANT_METHODS:  # servesim's dtype shorthands (int4, bf16) are the config's, not vLLM's flag
+        raise ConfigError(f"--vllm-args {flag} {text!r}: not a vLLM quantization method (one of "
+                          f"{', '.join(sorted(QUANT_METHODS))})")
     if method in _FP8_METHODS:
         return "fp8"
     if method in _4BIT_METHODS:
@@ -58,11 +66,28 @@ def _quantization(flag: str, text: str) -> str | None:
     try:
         normalize_dtype(method)
     except ConfigError:
-        if method in QUANT_METHODS:
-            return None
-        raise ConfigError(f"--vllm-args {flag} {text!r}: not a vLLM quantization method (one of "
-                          f"{', '.join(QUANT_METHODS)})") from None
+        return None
     return method  # awq, gptq, ...: model.dtype takes vLLM's method names
+
+
+# vLLM's choices for --dtype (config/model.py ModelDType; "auto" is servesim's default already) and
+# --kv-cache-dtype (config/cache.py CacheDType, vLLM 0.33)
+MODEL_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla",
+                "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "octave_k3v4",
+                "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit", "int4_per_token_head",
+                "int8_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6")
+
+
+def _choice(allowed: tuple[str, ...]) -> Callable[[str, str], str]:
+    """A flag's value, one of vLLM's ``allowed`` choices (argparse's ``choices``: exact, case and all)."""
+
+    def parse(flag: str, text: str) -> str:
+        if text not in allowed:
+            raise ConfigError(f"--vllm-args {flag} {text!r}: not one of vLLM's choices ({', '.join(allowed)})")
+        return text
+
+    return parse
 
 
 @dataclass(frozen=True)
@@ -76,15 +101,15 @@ class Flag:
 # fields; the CLI is each field in kebab case) and, for swap_space / preemption_mode, the V0 engine's flags.
 FLAGS: dict[str, Flag] = {
     "--model": Flag("model.name", _word),
-    "--dtype": Flag("model.dtype", _word),
+    "--dtype": Flag("model.dtype", _choice(MODEL_DTYPES)),
     "--quantization": Flag("model.dtype", _quantization),  # wins over --dtype: servesim's dtype is the weights'
 
-    "--max-model-len": Flag("engine.max_model_len", _int),
+    "--max-model-len": Flag("engine.max_model_len", _max_len),
     "--max-num-seqs": Flag("engine.max_num_seqs", _int),
     "--max-num-batched-tokens": Flag("engine.max_num_batched_tokens", _int),
     "--gpu-memory-utilization": Flag("engine.gpu_memory_utilization", _float),
     "--block-size": Flag("engine.block_size", _int),
-    "--kv-cache-dtype": Flag("engine.kv_cache_dtype", _word),
+    "--kv-cache-dtype": Flag("engine.kv_cache_dtype", _choice(CACHE_DTYPES)),
     "--num-gpu-blocks-override": Flag("engine.num_gpu_blocks_override", _int),
     "--enable-prefix-caching": Flag("engine.enable_prefix_caching", None),
     "--enable-chunked-prefill": Flag("engine.enable_chunked_prefill", None),
@@ -92,14 +117,15 @@ FLAGS: dict[str, Flag] = {
     "--scheduling-policy": Flag("engine.scheduling_policy", _word),
     "--tensor-parallel-size": Flag("hardware.tensor_parallel_size", _int),
     "--long-prefill-token-threshold": Flag("engine.long_prefill_token_threshold", _int),
+    "--watermark": Flag("engine.watermark", _float),  # V1's admission watermark (SchedulerConfig.watermark)
     "--preemption-mode": Flag("engine.preemption_mode", _word),
     "--swap-space": Flag("engine.swap_space", _float),
 }
 SHORT = {"-tp": "--tensor-parallel-size", "-q": "--quantization"}
 # Keys only some presets model (their options classes): elsewhere the flag is named as not modelled.
-PRESET_KEYS = {"engine.long_prefill_token_threshold", "engine.preemption_mode", "engine.swap_space"}
+PRESET_KEYS = {"engine.long_prefill_token_threshold", "engine.preemption_mode", "engine.swap_space", "engine.watermark"}
 # vLLM's "let the engine decide" values: servesim's default already is that.
-AUTO = {"--max-model-len": ("auto", "-1")}
+AUTO = {"--dtype": ("auto",), "--kv-cache-dtype": ("auto",)}
 
 
 @dataclass
@@ -138,6 +164,7 @@ def translate(text: str, accepted_keys: Sequence[str] = ()) -> Translation:
     toks, out, i = _tokens(text), Translation(), 0
     quant: str | None = None
     positional = False  # the model came as vllm serve's positional argument
+    given: dict[str, Any] = {}  # each flag's value so far
     while i < len(toks):
         tok = toks[i]
         i += 1
@@ -188,6 +215,9 @@ def translate(text: str, accepted_keys: Sequence[str] = ()) -> Translation:
                                    "or set model.dtype)")  # fmt: skip
                 continue
         name = flag if not negated else "--" + flag[5:]
+        if name in given and given[name] != value:  # vLLM's argparse keeps the last: said, not dropped unsaid
+            out.ignored.append(f"{name} {given[name]!r} (given again later: vLLM keeps the last, {value!r})")
+        given[name] = value
         if spec.key in PRESET_KEYS and spec.key.split(".")[1] not in accepted_keys:
             out.ignored.append(f"{name} (not modelled by this preset)")
             continue

@@ -39,6 +39,9 @@ def run(args: argparse.Namespace) -> int:
     from sim.app.replicate import check_replications
 
     check_replications(args.replications)
+    if args.replications < 2:  # one seed gives no spread: every interval would be empty
+        raise ConfigError(f"--replications {args.replications}: --intervals needs at least 2 seeds; allowed an "
+                          "integer >= 2 (default 5)")
     if not 0 < args.level < 1:
         raise ConfigError(f"--level must be in (0, 1), got {args.level}")
     if args.out or args.step_trace:

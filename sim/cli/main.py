@@ -102,6 +102,9 @@ def _run(args: argparse.Namespace) -> int:
     if cli_cluster.runs_as_cluster(args.config, args.overrides):
         return cli_cluster.run(args)
     cfg = load_config(args.config, args.overrides)
+    if cfg.simulation.record_step_trace and not args.out:  # as --step-trace without --out: nothing would show it
+        raise ConfigError("[simulation] record_step_trace = true: the step trace is written as steps.jsonl under "
+                          "--out; allowed: add --out DIR, or leave it false")
     from sim.cli.prices import check_prices_used
 
     check_prices_used(args, [cfg.hardware.gpu])

@@ -47,7 +47,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_vllm_option(p)
     add_slo_option(p, "SLOs for goodput and percentile checks (default: the config's [slo])")
     p.add_argument("--replications", type=int, default=1, help="seeds per point (default 1)")
-    p.add_argument("--level", type=float, default=0.95, help="confidence level of the printed intervals")
+    p.add_argument("--level", type=float, default=None,
+                   help="confidence level of the printed intervals (default 0.95; needs --replications >= 2)")
     p.add_argument(
         "--backend",
         choices=("local", "ray"),
@@ -122,6 +123,14 @@ def run(args: argparse.Namespace) -> int:
     from sim.app.replicate import check_replications
 
     check_replications(args.replications)  # before anything runs
+    if args.level is not None:
+        from sim.core.fields import check_range
+
+        check_range("", "--level", args.level, 0, 1, lo_open=True, hi_open=True)
+        if args.replications < 2:  # one seed a point: no interval to give a level to
+            raise ConfigError(f"--level {args.level:g}: intervals need --replications >= 2 (this sweep has "
+                              f"{args.replications}); allowed: add --replications N, or leave --level out")
+    args.level = 0.95 if args.level is None else args.level
     from sim.app.sweep import check_jobs, check_ray_address, reach_ray_address
 
     check_jobs(args.jobs)

@@ -434,7 +434,10 @@ def validate_tp(gpu: GpuSpec, tp: int, model: object | None = None) -> None:
         nkv = getattr(model, "num_key_value_heads", nh)
         name = getattr(model, "name", "model")
         if nh % tp:
-            raise ConfigError(f"tensor_parallel_size {tp} does not divide num_attention_heads {nh} of {name}")
+            mla = getattr(model, "is_mla", False)
+            ok = ", ".join(str(d) for d in range(1, 9) if not nh % d and (mla or not nkv % d or not d % nkv))
+            raise ConfigError(f"tensor_parallel_size {tp} does not divide num_attention_heads {nh} of {name}; "
+                              f"allowed: {ok}")
         if not getattr(model, "is_mla", False) and nkv % tp and tp % nkv:
             raise ConfigError(
                 f"tensor_parallel_size {tp} and num_key_value_heads {nkv} of {name}: neither divides the other"

@@ -72,6 +72,21 @@ def sniff(path: Path) -> str:
     return "unknown"
 
 
+def _check_named_gpu(given: str, said: str, f: Path) -> None:
+    """``--gpu`` is for samples that do not say their card: one that contradicts the card their meta.json
+    names would fit that card's timings as another's; refused (a card the catalogue lacks: --gpu says which)."""
+    from sim.core.errors import ConfigError, ServesimError
+    from sim.cost.hardware import get_gpu
+
+    try:
+        card = get_gpu(said).name
+    except ServesimError:
+        return
+    if card != get_gpu(given).name:
+        raise ConfigError(f"--gpu {given}: {f.parent / 'meta.json'} says the samples ran on {card}, and a profile "
+                          f"fitted to them describes that card; allowed: leave --gpu out, or --gpu {card!r}")
+
+
 def load_path(
     path: str | Path,
     *,
@@ -104,6 +119,7 @@ def load_path(
         elif fmt == "servesim-samples":
             mb = load_samples_csv(f)
             if gpu:
+                _check_named_gpu(gpu, mb.gpu, f)
                 mb.gpu = gpu
             out.append(mb)
         elif p.is_file():
