@@ -41,7 +41,7 @@ def _cluster(name: str, variant: str, n: int) -> Any:
     from sim.app.cluster import simulate_cluster
 
     # the H100 examples at the batch limits they were pinned with (vLLM's H100 defaults, 8192 / 1024 since
-    # 2026-12-06, change the runs by design: tests/test_batch_defaults.py)
+    # 2026-12-06, change the runs by design: tests/test_bad_inputs_round9.py)
     return simulate_cluster(EX / name, variant=variant,
                             overrides=[f"workload.num_requests={n}", "frontend.enabled=false",
                                        "engine.max_num_seqs=256", "engine.max_num_batched_tokens=2048"])
