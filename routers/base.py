@@ -105,14 +105,16 @@ def read_number(opts: dict[str, Any], key: str, router: str, lo: float = 0.0, in
     return int(v) if integer else float(v)
 
 
-def check_router(name: str, options: dict[str, Any] | None, replicas: Sequence[ReplicaView]) -> None:
+def check_router(name: str, options: dict[str, Any] | None, replicas: Sequence[ReplicaView]) -> Router | None:
     """Build a built-in router once over ``replicas`` (views made from the config, before any engine
-    exists) and drop it: its options and pools are refused when the config loads, not after replicas are
-    built or other variants have run. A plug-in router is built with the real replicas only (its factory
-    may read what a config cannot know)."""
+    exists): its options and pools are refused when the config loads, not after replicas are built or
+    other variants have run. Returns that router (the config check reads what it does, e.g.
+    ``reads_engine_metrics``; it routes nothing), or None for a plug-in router, which is built with the
+    real replicas only (its factory may read what a config cannot know)."""
     key = resolve_router_name(name)
     if not _plugin(key) and not _nested_plugin(options):
-        _REGISTRY[key](dict(options or {}), RouterContext(replicas))
+        return _REGISTRY[key](dict(options or {}), RouterContext(replicas))
+    return None
 
 
 def _nested_plugin(options: dict[str, Any] | None) -> bool:

@@ -218,3 +218,41 @@ def test_gpu_flag_against_the_card_the_file_names(tmp_path, capsys, no_simulatio
     run_bad_case(["fit", bench, "--gpu", "RTX 4090", "--out", str(tmp_path / "p.json")],
                  ["--gpu RTX 4090", "meta.json says the samples ran on H200 SXM", "leave --gpu out"], capsys)
     assert main(["fit", bench, "--gpu", "h200", "--out", str(tmp_path / "p.json")]) == 0  # the same card, named
+
+
+def test_device_overlap_without_shared_cards_in_the_card_search(capsys, no_simulation):  # noqa: F811
+    run_bad_case(["size", QUICK, "--gpus", "RTX 4090", "--target-rate", "5", "--device-overlap", "0.5"],
+                 ["--device-overlap 0.5", "only with --instances-per-gpu above 1"], capsys)
+
+
+def test_a_closed_loops_note_is_not_called_a_traces():
+    from sim.app.simulate import format_summary
+
+    class _R:  # what format_summary reads of a result beside the summary
+        meta: dict = {}
+
+    base = {"num_finished": 1, "config": {"workload": {"kind": "closed"}}, "trace_notes": ["only 12 clients send"]}
+    assert "note: workload: only 12 clients send" in format_summary(base, _R())
+    traced = {**base, "config": {"workload": {"trace": "t.jsonl"}}}
+    assert "note: trace: only 12 clients send" in format_summary(traced, _R())
+
+
+class RouteOnly:
+    """A plug-in router with route() alone (no on_routed / on_done hooks): it used to fail at the first
+    request with an AttributeError, mid-run."""
+
+    reads_engine_metrics = False
+
+    def route(self, spec, candidates, now):
+        return candidates[0]
+
+
+def _route_only(options, ctx):
+    return RouteOnly()
+
+
+def test_a_plugin_router_with_route_alone_runs(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(Path(QUICK).read_text() + '\n[cluster]\nreplicas = 2\nrouter = "tests.test_bad_inputs_round9:_route_only"\n')
+    assert main(["run", str(cfg), "--set", "workload.num_requests=20", "--json"]) == 0, capsys.readouterr().err
+    assert '"num_finished": 20' in capsys.readouterr().out

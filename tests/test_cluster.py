@@ -202,7 +202,8 @@ def test_conservation_across_replicas(tmp_path_factory, rows, router, n, cap, ma
     gw = {
         k: v
         for k, v in (("max_outstanding", cap), ("max_queue", max_queue), ("queue_timeout_s", timeout))
-        if v is not None
+        # a queue limit needs max_outstanding (without it the gateway queues nothing, and the config says so)
+        if v is not None and (cap is not None or k == "max_outstanding")
     }
     r = raw(
         engine={

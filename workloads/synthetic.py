@@ -169,6 +169,7 @@ class ClosedWorkload:
         self.num_clients, self.num_requests = num_clients, num_requests
         self.seed, self.drawer, self._think = seed, drawer, think
         self.prefix_len = drawer.prefix_len
+        self.notes: tuple[str, ...] = ()  # said with the run's notes (num_clients past num_requests)
         self._rewind()
 
     def __len__(self) -> int:
@@ -259,16 +260,18 @@ def _build_closed(cfg, seed, max_model_len, base_dir) -> ClosedWorkload:
     # each client's requests follow one another: their thinks must stay within the clock's range
     mean = read_float(cfg, "think_time", where, default=0.0, lo=0.0, hi=MAX_ARRIVAL_S / -(-n // clients))
     dist = cfg.get("think_dist", "fixed")
-    check_think_dist(cfg, where)
+    check_think_dist(cfg, where)  # the name first, then that there is a think time to shape
     if dist == "fixed":
         def think(k: int, rng: np.random.Generator) -> np.ndarray:
             return np.full(k, mean)
-    elif dist == "exponential":
+    else:
         def think(k: int, rng: np.random.Generator) -> np.ndarray:
             return rng.exponential(mean, size=k) if mean > 0 else np.zeros(k)
-    else:
-        raise ConfigError(f"{where}.think_dist: expected 'fixed' or 'exponential', got {dist!r}")
-    return ClosedWorkload(clients, n, seed, Drawer(cfg, where, max_model_len, base_dir), think)
+    w = ClosedWorkload(clients, n, seed, Drawer(cfg, where, max_model_len, base_dir), think)
+    if clients > n:  # not refused: a sizing search over num_clients may pass num_requests
+        w.notes = (f"num_clients = {clients} for num_requests = {n}: only {n} clients send a request (one each), "
+                   f"the other {clients - n} none",)
+    return w
 
 
 TOO_LONG = ("error", "reject", "clip")
@@ -304,17 +307,41 @@ def _build_trace(cfg, max_model_len, base_dir) -> OpenWorkload:
             raise ConfigError(f"{where}: limit = {cfg['limit']!r} and num_requests = {cfg['num_requests']!r} both cut "
                               "the trace; allowed: one of them")
         opts["limit"] = read_int(cfg, "num_requests", where, lo=1, hi=MAX_REQUESTS)
+    engine_cut = False  # whether the loader's max_model_len is the engine's (the run's summary names it)
     if too_long == "clip" and max_model_len is not None:
         from workloads.tracefmt.core import option_int
 
         own = opts.get("max_model_len")  # the workload's own cut is kept when it is the tighter one
-        opts["max_model_len"] = max_model_len if own is None else min(max_model_len, option_int("max_model_len", own, 2))
+        own = None if own is None else option_int("max_model_len", own, 2)
+        engine_cut = own is None or max_model_len <= own
+        opts["max_model_len"] = max_model_len if own is None else min(max_model_len, own)
     fmt = cfg.get("format", "auto")
     if not isinstance(fmt, str):
         raise ConfigError(f"{where}.format: expected a format name, got {fmt!r}")
     loaded = load_trace(path, format=fmt, **opts)
     specs = list(loaded.specs)
     notes = list(getattr(loaded, "notes", ()))
+    if "seed" in opts:  # as `trace stats --seed` refuses it: a seed that draws nothing changes nothing
+        from workloads.tracefmt.core import seed_unused
+
+        if seed_unused(notes, opts["seed"]):
+            raise ConfigError(f"{where}.seed = {opts['seed']!r}: nothing is drawn at random here (no sample, and the "
+                              "file records its arrival times); allowed: seed with sample, or a file without times")
+    cap = "num_requests" if "num_requests" in cfg else "limit" if "limit" in cfg else None
+    if cap is not None and len(specs) < opts["limit"]:  # a cap, not a count: the run is shorter, and says so
+        rows = getattr(loaded, "num_rows", len(specs))
+        left = f"only {len(specs)} rows" if len(specs) == rows else f"only {len(specs)} requests left of its {rows} rows"
+        notes.append(f"{cap} = {opts['limit']}, but the trace has {left}: {len(specs)} requests run")
+    # the requests each cap cut: the run's summary names the engine's max_model_len for num_clipped, so only
+    # those count there; a trace option's cut (or a tighter max_model_len of its own) is named in a note
+    num_clipped = 0
+    for name, value, count in getattr(loaded, "cuts", ()):
+        if name == "max_model_len" and engine_cut:
+            num_clipped = count
+        elif count:
+            what = {"max_prompt_len": "prompts", "max_output_len": "outputs"}.get(name, "requests")
+            how = " to fit (the prompt first, then the output)" if name == "max_model_len" else ""
+            notes.append(f"{count} {what} were cut by the trace option {name} = {value}{how}")
     if too_long != "clip" and max_model_len is not None:
         if too_long == "error":
             for spec in specs:
@@ -329,7 +356,7 @@ def _build_trace(cfg, max_model_len, base_dir) -> OpenWorkload:
                          f"{over[0].output_len}) pass max_model_len {max_model_len}: the engine stops their output "
                          "there, as vLLM's engine does (its server would refuse such a max_tokens with HTTP 400; "
                          "too_long = \"clip\" cuts them to fit)")
-    return OpenWorkload(specs, num_clipped=loaded.num_clipped, num_skipped=loaded.num_skipped,
+    return OpenWorkload(specs, num_clipped=num_clipped, num_skipped=loaded.num_skipped,
                         notes=tuple(notes), errors=tuple(loaded.errors))  # fmt: skip
 
 

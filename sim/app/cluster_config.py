@@ -14,8 +14,8 @@
     max_queue = 10000             # requests waiting at the gateway; beyond it they are rejected
     queue_timeout_s = 60          # a request waiting longer at the gateway is rejected
     max_outstanding = 64          # per replica; a request waits at the gateway while all are full
-    poll_interval_s = 0.5         # metrics staleness the router sees (0 = live)
-    [cluster.disagg]              # used by prefill/decode replicas (sim/app/disagg.py), else ignored
+    poll_interval_s = 0.5         # metrics staleness the router sees (0 = live; else at least 1e-4 s)
+    [cluster.disagg]              # for prefill/decode replicas (sim/app/disagg.py)
     link_bandwidth_gb_s = 50      link_latency_ms = 0.05    decode_router = "least-outstanding"
 
     [[replica]]                   # overrides on top of the template
@@ -30,8 +30,16 @@
     replica = [ ... ]             # lists replace), run one after another for a comparison
 
 Replicas with the same ``device`` share one card (e.g. two instances at ``gpu_memory_utilization``
-0.45): each step of one runs ``1 + (1 - device_overlap) x (other busy instances)`` times as long as
-alone, i.e. busy instances share the card's compute and bandwidth (0 = time slicing, nothing overlaps).
+0.45; the ``count`` copies of one ``[[replica]]`` with a ``device`` are such replicas): each step of one
+runs ``1 + (1 - device_overlap) x (other busy instances)`` times as long as alone, i.e. busy instances
+share the card's compute and bandwidth (0 = time slicing, nothing overlaps).
+
+A setting that would change nothing is refused, as a bad value is (sim/app/cluster_checks.py): the gateway's
+queue limits without ``max_outstanding`` (a built-in router holds a request at the gateway only while
+every replica is full), ``poll_interval_s`` with a router that reads no engine metrics, ``device_overlap``
+with no shared device, ``[cluster.disagg]`` without prefill/decode replicas, and the prefix-aware router
+over replicas none of which has a prefix cache. In a comparison a setting of the shared part is kept
+when some variant uses it (``[cluster.disagg]`` for the P/D variants beside a colocated one).
 """
 
 from __future__ import annotations
@@ -44,9 +52,16 @@ from pathlib import Path
 from typing import Any
 
 from routers.base import ReplicaView, check_router, resolve_router_name
+from sim.app.cluster_checks import (
+    check_devices,
+    check_kv_handoff,
+    check_prefix_aware,
+    refuse_unused,
+    unused_settings,
+)
 from sim.app.config import CLUSTER_TABLES, RunConfig, apply_overrides, config_from_dict, override_key
 from sim.app.variant_names import check_variant_name, check_variant_names, variant_label
-from sim.core.errors import ConfigError, ServesimError
+from sim.core.errors import ConfigError
 from sim.core.fields import load_toml
 
 RUN_SECTIONS = ("model", "hardware", "engine", "workload", "simulation", "slo", "frontend", "cost")
@@ -59,6 +74,10 @@ REPLICA_KEYS = ("name", "count", "pool", "role", "device", "model", "hardware", 
 GATEWAY_KEYS = ("max_queue", "queue_timeout_s", "max_outstanding", "poll_interval_s")
 DISAGG_KEYS = ("link_bandwidth_gb_s", "link_latency_ms", "decode_router")
 ROLES = ("mixed", "prefill", "decode")
+# The shortest metrics poll interval: below it the polls (one event per interval, each reading every
+# replica) outnumber the engines' own steps by orders of magnitude, and at a tiny one ``now + interval``
+# rounds to ``now``: the poll rescheduled itself at the same instant for ever (1e-20 s hung the run).
+MIN_POLL_INTERVAL_S = 1e-4
 
 
 @dataclass(frozen=True)
@@ -238,6 +257,13 @@ def _replica_run(base_raw: dict[str, Any], rep: dict[str, Any], where: str) -> R
 
 def cluster_from_dict(raw: dict[str, Any], base_dir: str | Path | None = None) -> ClusterConfig:
     """Validate a raw cluster config (one variant) into a ClusterConfig; nothing is built or written."""
+    cfg, unused = _cluster_and_unused(raw, base_dir)
+    refuse_unused({"": unused})
+    return cfg
+
+
+def _cluster_and_unused(raw: dict[str, Any], base_dir: str | Path | None) -> tuple[ClusterConfig, dict[str, Any]]:
+    """The ClusterConfig of ``raw`` (every value checked) and ``unused_settings`` of it."""
     _check(raw, TOP_KEYS, "cluster config")
     if "variants" in raw:
         raise ConfigError(
@@ -275,22 +301,21 @@ def cluster_from_dict(raw: dict[str, Any], base_dir: str | Path | None = None) -
         name = str(rep.get("name", f"r{len(replicas)}"))
         device = rep.get("device")
         run = _replica_run(raw, rep, where)
-        for k in range(count):
+        for k in range(count):  # the copies of a replica with a device share that card (module doc)
             rname = f"{name}{k}" if count > 1 else name
-            dev = f"{device}.{k}" if device is not None and count > 1 else device
-            replicas.append(ReplicaSpec(rname, str(rep.get("pool", "default")), role, dev, run))
+            replicas.append(ReplicaSpec(rname, str(rep.get("pool", "default")), role, device, run))
     names = [r.name for r in replicas]
     dup = sorted({x for x in names if names.count(x) > 1})
     if dup:
         raise ConfigError(f"[[replica]] names must be unique, repeated: {dup}")
-    _check_devices(replicas)
+    check_devices(replicas)
     gw = _table(cl.get("gateway"), "[cluster.gateway]")
     _check(gw, GATEWAY_KEYS, "[cluster.gateway]")
     gateway = GatewayConfig(
         max_queue=_opt_number(gw, "max_queue", "[cluster.gateway]", integer=True, lo=0),
         queue_timeout_s=_opt_number(gw, "queue_timeout_s", "[cluster.gateway]", integer=False, lo=0),
         max_outstanding=_opt_number(gw, "max_outstanding", "[cluster.gateway]", integer=True, lo=1),
-        poll_interval_s=_opt_number(gw, "poll_interval_s", "[cluster.gateway]", integer=False, lo=0) or 0.0,
+        poll_interval_s=_poll_interval(gw),
     )
     overlap = _opt_number(cl, "device_overlap", "[cluster]", integer=False, lo=0) or 0.0
     if overlap > 1:
@@ -309,10 +334,10 @@ def cluster_from_dict(raw: dict[str, Any], base_dir: str | Path | None = None) -
                     f"replica {r.name!r}: decode replicas receive the KV through their prefix cache; "
                     "enable_prefix_caching must stay on"
                 )
-        _check_kv_handoff(replicas)
+        check_kv_handoff(replicas)
         disagg = _disagg(cl.get("disagg"))
-    else:  # a comparison's base may set the link for its P/D variants: checked (keys and values), unused here
-        _disagg(cl.get("disagg"))
+    else:  # a comparison's base may set the link for its P/D variants: checked here (keys and values);
+        _disagg(cl.get("disagg"))  # unused by every variant, it is refused (unused_settings)
     streams = _streams(raw.get("stream"))
     if streams and raw.get("workload"):
         raise ConfigError("give a [workload] table or [[stream]] tables, not both")
@@ -320,10 +345,11 @@ def cluster_from_dict(raw: dict[str, Any], base_dir: str | Path | None = None) -
     # built once over the replicas the config names (as sim/app/cluster.py hands them), so a bad option or
     # pool is refused now: before any replica is built, and before any other variant runs
     views = [ReplicaView(index=i, name=r.name, pool=r.pool, role=r.role) for i, r in enumerate(replicas)]
-    check_router(router.name, router.options, [v for v in views if v.role in ("mixed", "prefill")])
+    built = check_router(router.name, router.options, [v for v in views if v.role in ("mixed", "prefill")])
     if disagg is not None:
         check_router(disagg.decode_router.name, disagg.decode_router.options, [v for v in views if v.role == "decode"])
-    return ClusterConfig(
+    check_prefix_aware(router, built, replicas)
+    cfg = ClusterConfig(
         base=base,
         replicas=tuple(replicas),
         router=router,
@@ -334,58 +360,23 @@ def cluster_from_dict(raw: dict[str, Any], base_dir: str | Path | None = None) -
         base_dir=None if base_dir is None else str(base_dir),
         raw=copy.deepcopy(raw),
     )
+    return cfg, unused_settings(cfg, cl, built)
 
 
-def _check_kv_handoff(replicas: list[ReplicaSpec]) -> None:
-    """A prefill replica's KV goes to a decode replica as it is: the same model, KV block size and KV dtype
-    on both sides (the decode replica reads the blocks as the prefill replica wrote them). Compared as the
-    engines resolve them: a block size left out is the preset's, ``kv_cache_dtype = "auto"`` the model's dtype."""
-    from sim.cost.models import get_model
-
-    def model(r: ReplicaSpec) -> str:
-        try:
-            return get_model(r.run.model.name).name  # an alias is the same model
-        except ServesimError:
-            return str(r.run.model.name)  # refused by name where the replica is built
-
-    first = replicas[0]
-    mine = _kv_layout(first)
-    for r in replicas[1:]:
-        diff = [] if model(r) == model(first) else [f"model {first.run.model.name!r} vs {r.run.model.name!r}"]
-        theirs = _kv_layout(r)
-        for key in ("block_size", "kv_cache_dtype"):
-            a, b = mine.get(key), theirs.get(key)
-            if a is not None and b is not None and a[0] != b[0]:  # None: refused where the replica is built
-                diff.append(f"{key} {a[1]} vs {b[1]}")
-        if diff:
-            raise ConfigError(f"replicas {first.name!r} and {r.name!r}: the KV handed from prefill to decode needs "
-                              f"the same model, block_size and kv_cache_dtype on every P/D replica; got "
-                              f"{', '.join(diff)}")
-
-
-def _kv_layout(r: ReplicaSpec) -> dict[str, tuple[Any, str]]:
-    """``{key: (resolved value, how to show it)}`` for the replica's KV block size and KV dtype; a key is left
-    out where its value does not resolve (the replica's own build reports why)."""
-    from sim.app.setup import resolve
-    from sim.cost.modelspec import dtype_format, normalize_dtype
-
-    e = r.run.engine
-    out: dict[str, tuple[Any, str]] = {}
+def _poll_interval(gw: dict[str, Any]) -> float:
+    """``[cluster.gateway] poll_interval_s``: 0 (live: the router reads the engines' metrics as of each
+    routing decision) or at least ``MIN_POLL_INTERVAL_S``."""
+    v = gw.get("poll_interval_s")
+    msg = (f"[cluster.gateway].poll_interval_s: expected 0 (live metrics, read at every routing decision) or a "
+           f"number from {MIN_POLL_INTERVAL_S:g} to {_MAX_SECONDS:g} s, got {v!r}")
     try:
-        bs = resolve(r.run).limits.block_size
-        out["block_size"] = (bs, repr(bs) if e.block_size is not None else f"{bs} (the {e.policy} preset's default)")
-    except ServesimError:
-        pass
-    kv = dtype_format(e.kv_cache_dtype)  # vLLM's spellings of one layout: "fp8" is fp8_e4m3, half is fp16
-    if kv == "auto":
-        try:  # the model's dtype; quantized weights keep 16-bit activations ("auto" = bf16)
-            d = normalize_dtype(r.run.model.dtype)
-        except ServesimError:
-            return out
-        kv = d if d in ("bf16", "fp16", "fp32") else "bf16"
-        out["kv_cache_dtype"] = (kv, f"{e.kv_cache_dtype!r} (= {kv!r})")
-    else:
-        out["kv_cache_dtype"] = (kv, repr(e.kv_cache_dtype))
+        out = _opt_number(gw, "poll_interval_s", "[cluster.gateway]", integer=False, lo=0)
+    except ConfigError:
+        raise ConfigError(msg) from None
+    if out is None:
+        return 0.0
+    if 0 < out < MIN_POLL_INTERVAL_S:
+        raise ConfigError(msg)
     return out
 
 
@@ -402,25 +393,6 @@ def _disagg(raw: Any) -> DisaggConfig:
         link_latency_ms=dflt.link_latency_ms if lat is None else lat,
         decode_router=_router_spec(d.get("decode_router"), "[cluster.disagg].decode_router", "least-outstanding"),
     )
-
-
-def _check_devices(replicas: list[ReplicaSpec]) -> None:
-    groups: dict[str, list[ReplicaSpec]] = {}
-    for r in replicas:
-        if r.device is not None:
-            groups.setdefault(r.device, []).append(r)
-    for dev, reps in groups.items():
-        kinds = {(r.run.hardware.gpu, r.run.hardware.tensor_parallel_size) for r in reps}
-        if len(kinds) > 1:
-            raise ConfigError(
-                f"device {dev!r}: replicas sharing it must have the same gpu and TP, got {sorted(kinds)}"
-            )
-        total = sum(r.run.engine.gpu_memory_utilization for r in reps)
-        if total > 1.0 + 1e-9:
-            raise ConfigError(
-                f"device {dev!r}: gpu_memory_utilization of its replicas adds up to {total:.2f} > 1 "
-                f"({', '.join(r.name for r in reps)})"
-            )
 
 
 def _streams(raw: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
@@ -453,13 +425,16 @@ def cluster_variants(raw: dict[str, Any], overrides: list[str] | None = None,
                      base_dir: str | Path | None = None) -> dict[str, ClusterConfig]:
     """Every variant of a raw cluster config, validated; a variant's error names it (``[variants.NAME]``)."""
     out: dict[str, ClusterConfig] = {}
+    found: dict[str, dict[str, Any]] = {}
     for name, v in variants(raw, overrides).items():
         try:
-            out[name] = cluster_from_dict(v, base_dir=base_dir)
+            out[name], found[name] = _cluster_and_unused(v, base_dir)
         except ConfigError as e:
             if not name:
                 raise
             raise ConfigError(f"[variants.{name}]: {e}") from None
+    table = raw.get("variants")
+    refuse_unused(found, table if isinstance(table, dict) else None)
     return out
 
 

@@ -139,7 +139,9 @@ class PDCoordinator:
             if chosen is None:
                 kept.append((spec, p, ready))
                 continue
-            self.router.on_routed(spec, chosen, now)
+            hook = getattr(self.router, "on_routed", None)  # a plug-in router may route() alone
+            if hook is not None:
+                hook(spec, chosen, now)
             self._send(spec, p, chosen.index, now)
         self.pending = kept
 

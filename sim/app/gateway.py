@@ -338,7 +338,7 @@ class Gateway:
             if self.disagg.hand_off(r, orig, rejected, now):
                 return
             if r.spec.role == "decode":
-                on_done = self.disagg.router.on_done
+                on_done = _live_hook(self.disagg.router, "on_done")
         if on_done is not None:
             on_done(orig, v, now)
         self.source.on_done(orig, now)
@@ -346,8 +346,9 @@ class Gateway:
 
 def _live_hook(router: Router, name: str) -> Any:
     """``router``'s hook ``name``, or None where it is BaseRouter's no-op (set on neither the router nor
-    a class of its own)."""
-    if name not in getattr(router, "__dict__", {}) and getattr(type(router), name, None) is getattr(BaseRouter, name):
+    a class of its own) or a plug-in router does not have it (one with route() alone routes)."""
+    own = getattr(type(router), name, None)
+    if name not in getattr(router, "__dict__", {}) and (own is None or own is getattr(BaseRouter, name)):
         return None
     return getattr(router, name)
 

@@ -24,12 +24,13 @@ from sim.app.frontend import FrontendConfig
 from sim.app.prices import CostConfig
 from sim.core.errors import ConfigError
 from sim.core.typed import section_model
+from workloads.gen.lengths import DISTS
 
 _MODELS: dict[str, type] = {"model": ModelConfig, "hardware": HardwareConfig, "simulation": SimulationConfig,
                             "frontend": FrontendConfig, "cost": CostConfig}  # fmt: skip
 
-_LENGTH = {"description": "a token count, or a length distribution table {dist = fixed|uniform|normal|lognormal|"
-                          "zipf|empirical|csv, ...} (workloads/gen/lengths.py)",
+_LENGTH = {"description": f"a token count, or a length distribution table {{dist = {'|'.join(DISTS)}, ...}}; "
+                          "empirical takes values = [...] or csv = path with column (workloads/gen/lengths.py)",
            "anyOf": [{"type": "integer", "minimum": 1}, {"type": "object"}]}  # fmt: skip
 
 # [workload] as the builders read it (workloads/synthetic.py OPEN_KEYS / CLOSED_KEYS, workloads/gen/sessions.py,

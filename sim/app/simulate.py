@@ -142,8 +142,10 @@ def format_summary(summary: dict[str, Any], result: SimResult) -> str:
                      f"{m.get('limits', {}).get('max_model_len')} (num_clipped; the prompt first, then the output)")
     if summary.get("num_skipped"):
         lines.append(f"note: {summary['num_skipped']} trace rows were skipped (skip_bad_rows; num_skipped)")
+    wl = (summary.get("config") or {}).get("workload") or {}
+    said_by = "trace" if isinstance(wl, dict) and "trace" in wl else "workload"  # a closed loop's notes too
     for note in summary.get("trace_notes", ()):
-        lines.append(f"note: trace: {note}")
+        lines.append(f"note: {said_by}: {note}")
     if summary.get("latency_basis") == "client":  # [frontend] on: the headline is what a client measures
         lines.append("latencies client-side (send to parsed chunk, [frontend]); engine-side TTFT ms: mean "
                      f"{_fmt(summary.get('mean_ttft_engine_ms'))}  p99 {_fmt(summary.get('p99_ttft_engine_ms'))}")

@@ -50,6 +50,10 @@ def run(args: argparse.Namespace, cfg: Any, slo: dict[str, float] | None) -> int
         raise ConfigError("--goal knee applies to one card (without --gpus): the knee of its max_num_seqs curve")
     if args.vary:
         raise ConfigError("--vary applies without --gpus; the card search varies --dtypes, --kv-dtypes, --tp itself")
+    if args.device_overlap is not None and args.device_overlap > 0 and max(args.instances_per_gpu or [1]) == 1:
+        # one engine a card: no two instances share one, so the overlap would change nothing
+        raise ConfigError(f"--device-overlap {args.device_overlap:g}: only with --instances-per-gpu above 1 "
+                          "(instances sharing a card); allowed: --instances-per-gpu 2,... or leave it out")
     if args.device_overlap is None:
         args.device_overlap = 0.0
     if args.seqs_per_deployment is None:

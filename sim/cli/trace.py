@@ -10,8 +10,10 @@ import argparse
 import json
 from typing import Any
 
+from sim.app.config import BLOCK_SIZES
+from sim.core.errors import ConfigError
 from workloads.tracefmt import FORMATS, LoadedTrace, load_trace, trace_stats
-from workloads.tracefmt.core import option_seed
+from workloads.tracefmt.core import MAX_RATE_SCALE, option_number, option_seed, seed_unused
 
 # CLI flag (dest) → load_trace keyword; passed only when given, so each format sees only what applies.
 _OPTION_DESTS = (
@@ -132,12 +134,23 @@ def format_table(stats: dict[str, Any], trace: LoadedTrace) -> str:
     return "\n".join(lines)
 
 
+def _check_flags(args: argparse.Namespace) -> None:
+    """What the loaders leave open but the numbers here need: the engine's block sizes for the prefix-sharing
+    numbers (as [engine] block_size), and the time_scale bound for --rate-scale (TraceOptions leaves
+    rate_scale open for the sizing search; a user's flag gets the bound its inverse has)."""
+    if args.block_size not in BLOCK_SIZES:
+        raise ConfigError(f"--block-size: block_size got {args.block_size}; allowed "
+                          f"{', '.join(map(str, BLOCK_SIZES[:-1]))} or {BLOCK_SIZES[-1]} (the engine's block sizes)")
+    if args.rate_scale is not None and option_number("rate_scale", args.rate_scale) > MAX_RATE_SCALE:
+        raise ConfigError(f"trace option rate_scale: got {args.rate_scale:g}; allowed rate_scale <= {MAX_RATE_SCALE:g} "
+                          f"(as time_scale >= {1 / MAX_RATE_SCALE:g})")
+
+
 def run(args: argparse.Namespace) -> int:
     """Load, summarise, print (a table, or JSON with ``--json``); 0 on success."""
+    _check_flags(args)
     trace = load_trace(args.file, format=args.format, **_options(args))
-    if args.seed is not None and not any(f"seed {option_seed('seed', args.seed)}" in n for n in trace.notes):
-        from sim.core.errors import ConfigError  # every draw the seed makes says so in a note
-
+    if args.seed is not None and seed_unused(trace.notes, option_seed("seed", args.seed)):
         raise ConfigError(f"--seed {args.seed}: nothing is drawn at random here (no --sample, and the file "
                           "records its arrival times); allowed: --seed with --sample, or a file without times")
     stats = trace_stats(trace, block_size=args.block_size)

@@ -10,8 +10,11 @@ a bare integer means a fixed length. Every distribution is rounded to integers a
 * ``lognormal``: either the mean and std *of the length* (``mean``, ``std``; converted with
   ``σ² = ln(1 + std²/mean²)``, ``μ = ln(mean) − σ²/2``) or the parameters of the underlying normal
   (``mu``, ``sigma``), never both.
-* ``empirical``: resample with replacement from ``values`` (a list), or from column ``column`` of the
-  CSV file ``csv`` (relative paths resolve against ``base_dir``).
+* ``empirical``: resample with replacement from ``values`` (a list of integer token counts), or from
+  column ``column`` of the CSV file ``csv`` (relative paths resolve against ``base_dir``).
+
+A setting whose every length would be clipped to the same bound (all of it outside ``[min, max]``; for
+``normal`` and ``lognormal``: 6 sigma either side) is refused: it is a fixed length in disguise.
 """
 
 from __future__ import annotations
@@ -71,10 +74,19 @@ def read_float(
     return v
 
 
+THINK_DISTS = ("fixed", "exponential")
+
+
 def check_think_dist(cfg: Mapping[str, Any], where: str) -> None:
-    """``think_dist`` shapes the think time around ``think_time``; given without it (a think time of 0),
-    it would do nothing: refused, naming both."""
-    if "think_dist" in cfg and "think_time" not in cfg:
+    """``think_dist`` names one of THINK_DISTS (checked first: a misspelt name is named as such); it shapes
+    the think time around ``think_time``, so given without it (a think time of 0) it would do nothing:
+    refused, naming both. An explicit ``think_time = 0`` with it is a choice (the low end of a sweep)."""
+    if "think_dist" not in cfg:
+        return
+    dist = cfg["think_dist"]
+    if not isinstance(dist, str) or dist not in THINK_DISTS:
+        raise ConfigError(f"{where}.think_dist: expected 'fixed' or 'exponential', got {dist!r}")
+    if "think_time" not in cfg:
         raise ConfigError(f"{where}.think_dist = {cfg['think_dist']!r} without think_time: the think time is 0, "
                           "which no distribution shapes; allowed: give think_time (mean seconds), or drop think_dist")
 
@@ -170,6 +182,8 @@ class LengthDist:
                 raise ConfigError("length normal: mean and std are required")
             if self.std < 0:
                 raise ConfigError(f"length normal: std must be >= 0, got {self.std}")
+            self._check_draws_reach(self.mean - 6 * self.std, self.mean + 6 * self.std,
+                                    f"mean={self.mean:g} std={self.std:g}", "mean - 6*std", "mean + 6*std")
         elif d == "lognormal":
             by_moments = self.mean is not None or self.std is not None
             by_params = self.mu is not None or self.sigma is not None
@@ -240,6 +254,23 @@ class LengthDist:
         if mu - 6 * sigma > math.log(MAX_LEN):
             raise ConfigError(f"length lognormal: {given} puts every draw above {MAX_LEN} tokens (median "
                               f"{math.exp(min(mu, 700)):.3g}); allowed: settings where exp(mu - 6*sigma) <= {MAX_LEN}")
+        if self.max_len is not None and mu - 6 * sigma > math.log(self.max_len + 0.5):
+            self._check_draws_reach(math.exp(mu - 6 * sigma), math.exp(min(top, 700)), given, "exp(mu - 6*sigma)",
+                                    "exp(mu + 6*sigma)")
+
+    def _check_draws_reach(self, lo: float, hi: float, given: str, lo_name: str, hi_name: str) -> None:
+        """Refuse a continuous distribution whose draws (from ``lo`` to ``hi``: 6 sigma either side) all round
+        below ``min`` or above ``max``: every length would be clipped to that bound, a fixed length in
+        disguise (as _check_reaches_range refuses for the discrete ones)."""
+        floor, top = self.min_len - 0.5, None if self.max_len is None else self.max_len + 0.5
+        if hi < floor:
+            raise ConfigError(f"length {self.dist}: {given} puts every draw below {floor:g} tokens, so every length "
+                              f"would be clipped to min ({self.min_len}); allowed: settings where {hi_name} >= "
+                              f"{floor:g}, or a lower min")
+        if top is not None and lo > top:
+            raise ConfigError(f"length {self.dist}: {given} puts every draw above {top:g} tokens, so every length "
+                              f"would be clipped to max ({self.max_len}); allowed: settings where {lo_name} <= "
+                              f"{top:g}, or a higher max")
 
     def lognormal_params(self) -> tuple[float, float]:
         """(mu, sigma) of the underlying normal."""
@@ -285,6 +316,13 @@ class LengthDist:
         if dist == "fixed":
             kw["value"] = read_int(cfg, "value", where, lo=1, hi=MAX_LEN)
         elif dist == "uniform":
+            missing = [k for k in ("low", "high") if k not in cfg]
+            if missing:  # min/max look like the range, but they only clip the drawn lengths
+                got = [f"{k} = {cfg[k]!r}" for k in ("min", "max") if k in cfg]
+                hint = f"; got {', '.join(got)}, which only clip the drawn lengths" if got else ""
+                raise ConfigError(f"{where}.{missing[0]}: required: uniform draws from low..high (both inclusive; "
+                                  f"min and max are clip bounds){hint}; allowed: {{dist = 'uniform', low = ..., "
+                                  "high = ...}")
             kw["low"] = read_int(cfg, "low", where, lo=1, hi=MAX_LEN)
             kw["high"] = read_int(cfg, "high", where, lo=kw["low"], hi=MAX_LEN)
         elif dist == "normal":
@@ -332,6 +370,8 @@ def _empirical_values(
             # huge negative int has no rint
             if v < 0 or np.rint(v) < 1:
                 raise ConfigError(f"{where}.values[{i}]: expected a length >= 1 token, got {v!r}")
+            if not float(v).is_integer():  # a token count (as fixed's value): not rounded without a word
+                raise ConfigError(f"{where}.values[{i}]: expected an integer (a token count), got {v!r}")
         return np.asarray(vals, dtype=float), "values"
     if "column" not in cfg:
         raise ConfigError(f"{where}.column: required with 'csv'")
@@ -392,6 +432,11 @@ def load_csv_column(path: str | Path, column: str, where: str = "length") -> np.
         row = int(out[0])
         raise ConfigError(f"{where}: {path} row {row + 2} column {column!r}: got {vals[row]:g}; allowed "
                           f"0 <= value <= {MAX_LEN} tokens")
+    frac = np.flatnonzero(vals != np.rint(vals))
+    if len(frac):  # token counts: a 1.5 is not rounded without a word
+        row = int(frac[0])
+        raise ConfigError(f"{where}: {path} row {row + 2} column {column!r}: got {vals[row]:g}; allowed integer "
+                          "token counts")
     return vals
 
 

@@ -53,6 +53,8 @@ class LoadedTrace(_JsonlTrace):
 
     ``num_rows``: data rows in the file; ``num_skipped``: malformed rows dropped (``skip_bad_rows``);
     ``num_failed``: BurstGPT failures (0 response tokens) seen; ``num_clipped``: see module doc.
+    ``cuts``: ``(option, value, requests it changed)`` for each of ``max_prompt_len``, ``max_output_len``,
+    ``max_model_len`` given, so a caller can name what cut them (a run names the engine's max_model_len).
     """
 
     source: Path | None = None
@@ -60,6 +62,7 @@ class LoadedTrace(_JsonlTrace):
     num_rows: int = 0
     num_failed: int = 0
     notes: tuple[str, ...] = ()
+    cuts: tuple[tuple[str, int, int], ...] = ()
 
 
 def show(v: Any) -> str:
@@ -102,6 +105,18 @@ def option_seed(name: str, v: Any) -> int:
     return int(v)
 
 
+# A million times faster at most (time_scale >= 1 / MAX_RATE_SCALE): past that a recorded gap falls below the
+# clock's resolution. TraceOptions bounds time_scale by it; rate_scale only where a user gives it (the trace
+# stats flag): the sizing search replays a trace at rate_scale 1e12, its offline point (sim/app/sizing.py).
+MAX_RATE_SCALE = 1e6
+
+
+def seed_unused(notes: tuple[str, ...] | list[str], seed: int) -> bool:
+    """True when nothing in a loaded trace was drawn from ``seed``: every draw it makes (``sample``, drawn or
+    redrawn arrivals) says so in a note ending "seed N)"."""
+    return not any(f"seed {seed})" in n for n in notes)
+
+
 @dataclass(frozen=True)
 class TraceOptions:
     """The options every loader accepts (see the module doc for what each does and in which order)."""
@@ -137,8 +152,9 @@ class TraceOptions:
         # time_scale: a million times faster at most, past that a recorded gap falls below the clock's resolution
         # (1e-300 made every gap 0, and the trace's CV 0); slower is bounded by the last arrival (finish).
         # rate_scale is not bounded here: a sizing search raises it far (sim/app/sizing.py)
-        if self.time_scale is not None and self.time_scale < 1e-6:
-            raise ConfigError(f"trace option time_scale: got {self.time_scale:g}; allowed time_scale >= 1e-06")
+        if self.time_scale is not None and self.time_scale < 1 / MAX_RATE_SCALE:
+            raise ConfigError(f"trace option time_scale: got {self.time_scale:g}; allowed time_scale >= "
+                              f"{1 / MAX_RATE_SCALE:g}")
         if self.rate_scale is not None and math.isinf(self.scale):  # 1 / rate_scale overflows
             raise ConfigError(f"trace option rate_scale: got {self.rate_scale!r}; allowed a rate_scale whose inverse "
                               "(the time scale) is a finite number")
@@ -310,13 +326,17 @@ def finish(cols: Columns, opts: TraceOptions) -> LoadedTrace:
 
     prompt, output = cols.prompt[order], cols.output[order]
     p, o = prompt.copy(), output.copy()
+    cuts: list[tuple[str, int, int]] = []  # what each cap changed, for a caller to name it (LoadedTrace.cuts)
     # every length is <= MAX_LEN, so a cap past it changes nothing (and would not fit numpy's int64)
     if opts.max_prompt_len is not None:
         p = np.minimum(p, min(opts.max_prompt_len, MAX_LEN))
+        cuts.append(("max_prompt_len", opts.max_prompt_len, int((p != prompt).sum())))
     if opts.max_output_len is not None:
         o = np.minimum(o, min(opts.max_output_len, MAX_LEN))
+        cuts.append(("max_output_len", opts.max_output_len, int((o != output).sum())))
     if opts.max_model_len is not None:
-        p, o, _ = clip_to_context(p, o, min(opts.max_model_len, 2 * MAX_LEN + 1))
+        p, o, fit = clip_to_context(p, o, min(opts.max_model_len, 2 * MAX_LEN + 1))
+        cuts.append(("max_model_len", opts.max_model_len, int(fit.sum())))
     changed = (p != prompt) | (o != output)
     if cols.fixed is not None:
         changed |= cols.fixed[order]
@@ -339,6 +359,7 @@ def finish(cols: Columns, opts: TraceOptions) -> LoadedTrace:
         num_rows=cols.num_rows,
         num_failed=cols.num_failed,
         notes=tuple(notes),
+        cuts=tuple(cuts),
     )
 
 
