@@ -137,7 +137,7 @@ def test_max_model_len_auto_fits_to_memory(capsys, no_simulation):  # noqa: F811
 
     with pytest.raises(MemoryPlanError, match=r"allowed: a max_model_len up to (\d+)") as exc:
         _limits(model="Llama-3.1-8B", max_model_len=None)  # vLLM's default, the model's 131072: refused
-    assert lim.max_model_len == int(str(exc.value).split("up to ")[1].split(",")[0])
+    assert lim.max_model_len == int(str(exc.value).split("up to ")[1].split()[0])
     from sim.app.vllm_args import translate
 
     assert translate("--max-model-len auto").overrides == ["engine.max_model_len=-1"]
@@ -256,3 +256,75 @@ def test_a_plugin_router_with_route_alone_runs(tmp_path, capsys):
     cfg.write_text(Path(QUICK).read_text() + '\n[cluster]\nreplicas = 2\nrouter = "tests.test_bad_inputs_round9:_route_only"\n')
     assert main(["run", str(cfg), "--set", "workload.num_requests=20", "--json"]) == 0, capsys.readouterr().err
     assert '"num_finished": 20' in capsys.readouterr().out
+
+
+# ---- the review of this round's first version (helper-33) ----------------------------------------------------------
+def test_gpu_flag_is_refused_only_against_a_card_the_run_names_exactly():
+    """'NVIDIA A100-SXM4-40GB' resolves to the A100 80GB by its first word only: --gpu says which it is."""
+    from sim.app.replay import _exact_gpu
+
+    assert _exact_gpu("NVIDIA A100-SXM4-40GB") is None and _exact_gpu("NVIDIA H100 NVL") is None
+    assert _exact_gpu("NVIDIA GeForce RTX 4090") == "RTX 4090" and _exact_gpu("H200") == "H200 SXM"
+
+
+def _plan_json(argv, capsys) -> dict:
+    import json
+
+    assert main(["plan", *argv, "--json"]) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+def test_plan_takes_the_batch_defaults_run_takes(capsys):
+    args = ["--model", "llama-3.1-8b", "--gpu", "h100", "--max-model-len", "8192"]
+    assert (_plan_json(args, capsys)["num_gpu_blocks"] == _plan_json([*args, "--preset", "vllm"], capsys)["num_gpu_blocks"]
+            == _limits("H100 SXM", model="Llama-3.1-8B", max_model_len=8192).num_gpu_blocks)
+    fit = ["--model", "llama-3.1-8b", "--gpu", "4090", "--max-model-len", "-1"]
+    assert _plan_json(fit, capsys)["max_model_len"] == _plan_json([*fit, "--preset", "vllm"], capsys)["max_model_len"] > 8192
+
+
+def test_minus_one_is_refused_where_a_slot_knob_sizes_the_context(capsys, no_simulation):  # noqa: F811
+    run_bad_case(["run", QUICK, "--set", 'engine.policy="llamacpp"', "--set", "engine.max_model_len=-1"],
+                 ["max_model_len = -1", "'llamacpp' sizes its context by n_ctx"], capsys)
+    assert _limits(policy="tgi", max_model_len=-1).max_model_len > 4096  # TGI: the longest that fits
+
+
+def test_fp8_on_a_t4_offers_no_bf16(capsys, no_simulation):  # noqa: F811
+    run_bad_case(["run", QUICK, "--set", 'hardware.gpu="T4"', "--set", 'model.name="Qwen3-0.6B"',
+                  "--set", "engine.max_model_len=4096", "--set", "model.dtype=fp8"],
+                 ["allowed there: fp16, int8, awq, gptq"], capsys)
+
+
+@pytest.mark.parametrize("argv", [
+    ["sweep", QUICK, "--grid", "engine.max_num_seqs=4,8", "--out", "OUT/s.csv"],
+    ["size", QUICK, "--max-num-seqs", "4,8"],
+    ["run", QUICK, "--intervals"],
+    ["run", str(REPO / "examples" / "cluster_pools.toml")],
+])
+def test_step_trace_setting_nothing_writes(argv, tmp_path, capsys, no_simulation):  # noqa: F811
+    argv = [a.replace("OUT", str(tmp_path)) for a in argv]
+    run_bad_case([*argv, "--set", "simulation.record_step_trace=true"], ["[simulation] record_step_trace = true"],
+                 capsys)
+
+
+def test_size_level_with_one_replication(capsys, no_simulation):  # noqa: F811
+    run_bad_case(["size", QUICK, "--replications", "1", "--level", "0.9"],
+                 ["--level 0.9", "--replications >= 2"], capsys)
+
+
+def test_a_shared_profile_in_a_sweep_over_cost_models_runs(tmp_path, capsys):
+    """The profile is used by the roofline points: shared, it stands (it is refused for one constant run)."""
+    out = tmp_path / "s.csv"
+    assert main(["sweep", QUICK, "--set", 'hardware.profile="prior"', "--set", "workload.num_requests=10",
+                 "--grid", "engine.cost_model=roofline,constant", "--out", str(out)]) == 0, capsys.readouterr().err
+    assert out.exists()
+
+
+def test_vllm_kv_dtypes_servesim_does_not_model(capsys, no_simulation):  # noqa: F811
+    run_bad_case(["run", QUICK, "--vllm-args", "--kv-cache-dtype nvfp4"],
+                 ["--kv-cache-dtype 'nvfp4'", "servesim does not model", "fp8_e5m2"], capsys)
+
+
+def test_set_of_one_card_by_two_names():
+    from sim.app.config import check_set_repeats
+
+    check_set_repeats(["hardware.gpu=4090", 'hardware.gpu="RTX 4090"'])

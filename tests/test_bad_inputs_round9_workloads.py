@@ -113,9 +113,9 @@ message = 20
 output = 5
 think_dist = "bogus"
 """)], ["workload (sessions).think_dist", "'bogus'", "expected 'fixed' or 'exponential'"]),
-    # 9: the prefix numbers' block size is one the engine takes (as [engine] block_size)
-    ("trace-stats-block-size-7", lambda t: ["trace", "stats", str(SAMPLE), "--block-size", "7"],
-     ["--block-size", "block_size", "7", "allowed 1, 8, 16, 32, 64 or 128"]),
+    # 9: the prefix numbers' block size is a positive number of tokens (a Mooncake hash block is 512)
+    ("trace-stats-block-size-0", lambda t: ["trace", "stats", str(SAMPLE), "--block-size", "0"],
+     ["--block-size", "got 0", "allowed 1 to 65536 tokens"]),
 ]
 
 
@@ -222,7 +222,7 @@ def test_think_dist_with_an_explicit_think_time_runs(tmp_path, capsys):
             assert s["num_finished"] == 12
 
 
-@pytest.mark.parametrize("size", ["1", "8", "32", "128"])
+@pytest.mark.parametrize("size", ["1", "8", "32", "128", "7", "512"])
 def test_trace_stats_block_sizes_the_engine_takes(size, capsys):
     out, _ = _run(["trace", "stats", str(SAMPLE), "--block-size", size], capsys)
     assert f"(block {size})" in out

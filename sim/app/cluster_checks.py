@@ -1,67 +1,16 @@
 """The checks of a cluster config across its replicas and settings, made when it loads (sim/app/cluster_config.py
 calls them): replicas sharing a device, the P/D KV hand-off, and settings that would change nothing (gateway
 queue limits no request ever meets, a metrics poll no router reads, a device overlap with no shared device, a
-P/D table without P/D replicas, a prefix-aware router over replicas with no prefix cache; in a comparison a
-shared setting stands while some variant uses it)."""
+P/D table without P/D replicas; in a comparison a shared setting stands while some variant uses it)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from routers.base import resolve_router_name
 from sim.core.errors import ConfigError, ServesimError
 
 if TYPE_CHECKING:  # the config types live in cluster_config, which imports this module
-    from sim.app.cluster_config import ClusterConfig, ReplicaSpec, RouterSpec
-    from sim.app.config import RunConfig
-
-
-def _router_names(router: RouterSpec) -> list[str]:
-    """The router and the inner routers it builds (``within``, ``fallback``), as registered names."""
-    names = [router.name]
-    for k in ("within", "fallback"):
-        v = router.options.get(k)
-        if isinstance(v, str):
-            try:
-                names.append(resolve_router_name(v))
-            except ConfigError:  # (refused by the router's own check)
-                pass
-    return names
-
-
-def check_prefix_aware(router: RouterSpec, built: Any, replicas: list[ReplicaSpec]) -> None:
-    """The prefix-aware router (or a pool / affinity router built on it) sends a request where the
-    replica's prefix cache likely holds its prompt: over replicas none of which has a prefix cache it
-    spreads load by an estimate of caches that do not exist, so it is refused."""
-    if built is None or "prefix-aware" not in _router_names(router):
-        return
-    front = [r for r in replicas if r.role in ("mixed", "prefill")]
-    runs: list[RunConfig] = []  # each distinct replica config resolved once (configs hold dicts: no hashing)
-    for r in front:
-        if r.run not in runs:
-            runs.append(r.run)
-    if any(_prefix_caching(run) is not False for run in runs):  # on, or unknown (its build reports why)
-        return
-    where = "router 'prefix-aware'" if router.name == "prefix-aware" else (
-        f"router {router.name!r} with prefix-aware inside")
-    raise ConfigError(
-        f"[cluster].router: {where} routes by the replicas' prefix caches, but enable_prefix_caching is "
-        f"false on every replica ({', '.join(r.name for r in front[:4])}{', ...' if len(front) > 4 else ''}; as "
-        "set, or the preset's default where left out); "
-        "allowed: enable_prefix_caching = true (a preset with a prefix cache), or another router "
-        "(e.g. least-outstanding)"
-    )
-
-
-def _prefix_caching(run: RunConfig) -> bool | None:
-    """Whether a replica of ``run`` has a prefix cache, as its engine resolves it (the preset's default
-    where the config leaves it out); None where it does not resolve (its build names the problem)."""
-    from sim.app.setup import resolve
-
-    try:
-        return bool(resolve(run).limits.enable_prefix_caching)
-    except ServesimError:
-        return None
+    from sim.app.cluster_config import ClusterConfig, ReplicaSpec
 
 
 def unused_settings(cfg: ClusterConfig, cl: dict[str, Any], router: Any) -> dict[str, Any]:
@@ -152,7 +101,9 @@ def check_devices(replicas: list[ReplicaSpec]) -> None:
         if total > 1.0 + 1e-9:
             raise ConfigError(
                 f"device {dev!r}: gpu_memory_utilization of its replicas adds up to {total:.2f} > 1 "
-                f"({', '.join(r.name for r in reps)})"
+                f"({', '.join(r.name for r in reps)}: replicas with this device share the card, a [[replica]]'s "
+                f"count copies too); allowed: utilizations summing to at most 1 (e.g. {1 / len(reps):.2f} each), "
+                "or a device each"
             )
 
 

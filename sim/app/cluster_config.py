@@ -8,14 +8,14 @@
 
     [cluster]
     replicas = 4                  # N copies of the template, or a [[replica]] list (not both)
-    router = "least-outstanding"  # or a table: [cluster.router] name = "length-pools", threshold = 8192
+    router = "least-kv"           # or a table: [cluster.router] name = "length-pools", threshold = 8192
     device_overlap = 0.0          # replicas sharing a card: how much two busy instances overlap (below)
     [cluster.gateway]
     max_queue = 10000             # requests waiting at the gateway; beyond it they are rejected
     queue_timeout_s = 60          # a request waiting longer at the gateway is rejected
     max_outstanding = 64          # per replica; a request waits at the gateway while all are full
-    poll_interval_s = 0.5         # metrics staleness the router sees (0 = live; else at least 1e-4 s)
-    [cluster.disagg]              # for prefill/decode replicas (sim/app/disagg.py)
+    poll_interval_s = 0.5         # metrics staleness a router that reads them sees (0 = live; else >= 1e-4 s)
+    [cluster.disagg]              # only with role = "prefill" / "decode" replicas (sim/app/disagg.py)
     link_bandwidth_gb_s = 50      link_latency_ms = 0.05    decode_router = "least-outstanding"
 
     [[replica]]                   # overrides on top of the template
@@ -37,8 +37,7 @@ share the card's compute and bandwidth (0 = time slicing, nothing overlaps).
 A setting that would change nothing is refused, as a bad value is (sim/app/cluster_checks.py): the gateway's
 queue limits without ``max_outstanding`` (a built-in router holds a request at the gateway only while
 every replica is full), ``poll_interval_s`` with a router that reads no engine metrics, ``device_overlap``
-with no shared device, ``[cluster.disagg]`` without prefill/decode replicas, and the prefix-aware router
-over replicas none of which has a prefix cache. In a comparison a setting of the shared part is kept
+with no shared device, and ``[cluster.disagg]`` without prefill/decode replicas. In a comparison a setting of the shared part is kept
 when some variant uses it (``[cluster.disagg]`` for the P/D variants beside a colocated one).
 """
 
@@ -55,7 +54,6 @@ from routers.base import ReplicaView, check_router, resolve_router_name
 from sim.app.cluster_checks import (
     check_devices,
     check_kv_handoff,
-    check_prefix_aware,
     refuse_unused,
     unused_settings,
 )
@@ -348,7 +346,6 @@ def _cluster_and_unused(raw: dict[str, Any], base_dir: str | Path | None) -> tup
     built = check_router(router.name, router.options, [v for v in views if v.role in ("mixed", "prefill")])
     if disagg is not None:
         check_router(disagg.decode_router.name, disagg.decode_router.options, [v for v in views if v.role == "decode"])
-    check_prefix_aware(router, built, replicas)
     cfg = ClusterConfig(
         base=base,
         replicas=tuple(replicas),

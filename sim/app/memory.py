@@ -361,10 +361,11 @@ def plan_memory(
                 f"no room for a single KV block: {_g(available)} GiB left after weights and overheads, "
                 f"one block needs {block_bytes / MiB:.2f} MiB ({spec.name} on {card.name})"
             )
+        unset = "" if max_model_len is not None else " (the model's, as it was left unset)"
         raise MemoryPlanError(
-            f"[engine] max_model_len {mml} needs {need_blocks} KV blocks ({_g(need_blocks * block_bytes)} GiB) for one "
-            f"request, more than the pool's {blocks} ({_g(blocks * block_bytes)} GiB); allowed: a max_model_len up "
-            f"to {blocks * block_size}, or a higher gpu_memory_utilization."
+            f"[engine] max_model_len {mml}{unset} needs {need_blocks} KV blocks ({_g(need_blocks * block_bytes)} GiB) "
+            f"for one request, more than the pool's {blocks} ({_g(blocks * block_bytes)} GiB); allowed: a max_model_len up "
+            f"to {blocks * block_size} (-1 picks it), or a higher gpu_memory_utilization."
         )
 
     if context_lengths is not DEFAULT_CONTEXT_LENGTHS and any(c > mml for c in ctxs):  # asked for: refused

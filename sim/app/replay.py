@@ -110,6 +110,18 @@ class Replay:
     settings: dict[str, Any]
 
 
+def _exact_gpu(name: str) -> str | None:
+    """The catalogue card ``name`` is, every word of it counted (a vendor's words aside); None where only a
+    shorter name matches ('NVIDIA A100-SXM4-40GB' is not plainly the A100 80GB that 'A100' means)."""
+    words = [w for w in name.replace("-", " ").split() if w.lower() not in _GPU_WORDS]
+    for candidate in (name, " ".join(words)):
+        try:
+            return get_gpu(candidate).name
+        except ServesimError:
+            continue
+    return None
+
+
 def resolve_gpu(name: str | None, where: str) -> str:
     """A catalogue GPU name from a user's or a device's name ('NVIDIA GeForce RTX 4090' -> 'RTX 4090')."""
     if not name:
@@ -306,10 +318,7 @@ def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
         model = run.model  # replaced by the --set below
     gpu_name = resolve_gpu(gpu or run.hardware.get("gpu"), str(run.source))
     if gpu and run.hardware.get("gpu"):  # --gpu is for a run that does not say (or names a card not catalogued)
-        try:
-            said = resolve_gpu(run.hardware["gpu"], str(run.source))
-        except ConfigError:
-            said = gpu_name
+        said = _exact_gpu(str(run.hardware["gpu"])) or gpu_name  # a partial match ('A100 ...' -> A100 80GB) may be wrong
         if said != gpu_name:
             raise ConfigError(f"--gpu {gpu}: {run.source} says it ran on {said}, and a replay is compared with the "
                               f"real run; allowed: leave --gpu out, or --gpu {said!r}")

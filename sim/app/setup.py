@@ -161,6 +161,10 @@ def resolve(cfg: RunConfig) -> Setup:
               "enable_prefix_caching": pick("enable_prefix_caching", True), "enable_chunked_prefill": chunked}
     rule = parsed.options.memory_rule(picked, explicit, e.max_model_len or model.max_position_embeddings)
     if fit_len:
+        if rule.context_knob:  # a slot engine's context is its knob's, not sized from memory
+            raise ConfigError(f"[engine] max_model_len = -1 (the longest that fits, vLLM's auto): preset "
+                              f"{e.policy!r} sizes its context by {rule.context_knob}, not from memory; allowed: a "
+                              f"max_model_len, or leave it out ({rule.context_knob} decides)")
         rule = dataclasses.replace(rule, cap_max_model_len=True)
     plan = _plan(cfg, model, gpu, block_size, max_num_seqs, rule)
     limit_kw: dict[str, Any] = dict(
@@ -200,9 +204,6 @@ def resolve(cfg: RunConfig) -> Setup:
                           f"only (this run's is {e.cost_model!r}); allowed: leave it out, or set cost_model = "
                           '"constant"')
     if e.cost_model == "constant":
-        if cfg.hardware.profile != "auto":  # a profile calibrates the roofline; a constant step reads none
-            raise ConfigError(f"[hardware] profile = {cfg.hardware.profile!r} applies to the roofline cost model "
-                              "only (this run's is \"constant\"); allowed: leave it out, or a roofline cost_model")
         cost = make_cost_model("constant", step_s=e.constant_step_s)
         profile_meta = {"cost_model": "constant", "step_s": e.constant_step_s}
     else:

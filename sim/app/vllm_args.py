@@ -90,6 +90,26 @@ def _choice(allowed: tuple[str, ...]) -> Callable[[str, str], str]:
     return parse
 
 
+def _kv_dtype(flag: str, text: str) -> str:
+    """--kv-cache-dtype: one of vLLM's, and one servesim models (its bytes per element)."""
+    value = _choice(CACHE_DTYPES)(flag, text)
+    if not _modelled_kv(value):
+        modelled = [d for d in CACHE_DTYPES if _modelled_kv(d)]
+        raise ConfigError(f"--vllm-args {flag} {text!r}: a vLLM KV cache dtype servesim does not model; allowed: "
+                          f"{', '.join(modelled)}")
+    return value
+
+
+def _modelled_kv(name: str) -> bool:
+    from sim.cost.modelspec import kv_dtype_bytes
+
+    try:
+        kv_dtype_bytes(name)
+    except ConfigError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class Flag:
     key: str  # the config key it sets ("section.key")
@@ -109,7 +129,7 @@ FLAGS: dict[str, Flag] = {
     "--max-num-batched-tokens": Flag("engine.max_num_batched_tokens", _int),
     "--gpu-memory-utilization": Flag("engine.gpu_memory_utilization", _float),
     "--block-size": Flag("engine.block_size", _int),
-    "--kv-cache-dtype": Flag("engine.kv_cache_dtype", _choice(CACHE_DTYPES)),
+    "--kv-cache-dtype": Flag("engine.kv_cache_dtype", _kv_dtype),
     "--num-gpu-blocks-override": Flag("engine.num_gpu_blocks_override", _int),
     "--enable-prefix-caching": Flag("engine.enable_prefix_caching", None),
     "--enable-chunked-prefill": Flag("engine.enable_chunked_prefill", None),

@@ -88,6 +88,10 @@ def run(args: argparse.Namespace) -> int:
     check_steps_jsonl_flags(args)
     check_out_dir(getattr(args, "out", None))
     cfgs = load_cluster(args.config, [*(getattr(args, "overrides", []) or []), *price_overrides(args)])
+    from sim.cli.outpath import check_step_trace_setting
+
+    for c in cfgs.values():
+        check_step_trace_setting(c.base.simulation.record_step_trace, args)
     wanted = list(getattr(args, "variant", []) or [])
     twice = sorted({v for v in wanted if wanted.count(v) > 1})
     if twice:  # it would run (and be reported) twice

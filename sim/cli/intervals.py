@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
     if args.out or args.step_trace:
         raise ConfigError("--intervals prints a table (or --json); it writes no --out files")
     cfg = load_config(args.config, args.overrides)
+    from sim.cli.outpath import check_step_trace_setting
+
+    check_step_trace_setting(cfg.simulation.record_step_trace, args, "run --intervals")
     prof = None
     if cfg.engine.cost_model != "constant":
         prof = get_profile(get_gpu(cfg.hardware.gpu), None if cfg.hardware.profile == "auto" else cfg.hardware.profile)

@@ -110,6 +110,19 @@ def check_steps_jsonl_flags(args: argparse.Namespace) -> None:
     check_plotlyjs(args, "report.html")
 
 
+def check_step_trace_setting(record: bool, args: argparse.Namespace, what: str = "") -> None:
+    """``[simulation] record_step_trace = true`` where nothing would write the trace (``run`` / ``cluster``
+    without ``--out``; ``what`` names a command that never writes one): refused, as ``--step-trace`` is."""
+    if not record:
+        return
+    if what:
+        raise ConfigError(f"[simulation] record_step_trace = true: {what} writes no step trace (one row a run); "
+                          "allowed: leave it false, or servesim run with --out")
+    if not getattr(args, "out", None):
+        raise ConfigError("[simulation] record_step_trace = true: the step trace is written as steps.jsonl under "
+                          "--out; allowed: add --out DIR, or leave it false")
+
+
 def check_plotlyjs(args: argparse.Namespace, page: str) -> None:
     """``--plotlyjs`` without ``--out`` would do nothing (no page is written): refused."""
     if getattr(args, "plotlyjs", None) is not None and not getattr(args, "out", None):

@@ -45,11 +45,14 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--kv-cache-dtype", help="auto (= model dtype), fp8, fp8_e4m3, fp8_e5m2")
     p.add_argument("--gpu-memory-utilization", type=float, help="fraction of total GPU memory (default 0.9)")
     p.add_argument("--block-size", type=int, help="tokens per KV block (default 16)")
-    p.add_argument("--max-model-len", type=int, help="default: the model's max_position_embeddings")
+    p.add_argument("--max-model-len", type=int,
+                   help="default: the model's max_position_embeddings; -1: the longest that fits (vLLM's auto)")
     p.add_argument(
-        "--max-num-batched-tokens", type=int, help="token budget of the profile run (default 2048)"
+        "--max-num-batched-tokens", type=int,
+        help="token budget of the profile run (default: vLLM's for the card, 2048; 8192 from 70 GiB, A100 aside)"
     )
-    p.add_argument("--max-num-seqs", type=int, help="sequence budget of the profile run (default 256)")
+    p.add_argument("--max-num-seqs", type=int,
+                   help="sequence budget of the profile run (default: vLLM's for the card, 256; 1024 from 70 GiB)")
     p.add_argument("--tensor-parallel-size", "-tp", type=int, help="GPUs per replica (default 1)")
     p.add_argument("--num-gpu-blocks-override", type=int, help="use this many KV blocks instead")
     p.add_argument(
@@ -76,7 +79,10 @@ def _kwargs(args: argparse.Namespace) -> dict[str, Any]:
                           f"{', '.join(map(str, BLOCK_SIZES))} (vLLM's choices)")
     for flag, key in (("--max-num-batched-tokens", "max_num_batched_tokens"), ("--max-num-seqs", "max_num_seqs")):
         check_range("", flag, kw.get(key), None, 2**31 - 1)  # `run`'s bound on [engine] (sim/app/config.py); >= 1: the plan's
-    if kw.get("max_model_len") is not None:  # as `run` bounds [engine] max_model_len: a prompt and an output token
+    if kw.get("max_model_len") == -1:  # vLLM's auto: the longest one request can hold
+        del kw["max_model_len"]
+        kw["fit_max_model_len"] = True
+    elif kw.get("max_model_len") is not None:  # as `run` bounds [engine] max_model_len: a prompt and an output token
         check_range("", "--max-model-len", kw["max_model_len"], 2, 2**31 - 1)
     if kw.get("num_gpu_blocks_override") is not None:  # as `run` takes engine.num_gpu_blocks_override
         check_range("", "--num-gpu-blocks-override", kw["num_gpu_blocks_override"], 1, None)
@@ -105,6 +111,8 @@ def _preset_plan(preset: str, args: argparse.Namespace, kw: dict[str, Any]) -> A
             raise ConfigError(f"plan: {flag} does not combine with --preset (it plans the catalogue card)")
     engine: dict[str, Any] = {"policy": preset}
     engine.update({k: kw[k] for k in _PASSTHROUGH if k in kw and k not in ("dtype", "tensor_parallel_size")})
+    if kw.get("fit_max_model_len"):  # --max-model-len -1
+        engine["max_model_len"] = -1
     if getattr(args, "overhead_gib", None) is not None:
         engine["overhead_gib"] = float(args.overhead_gib)
     raw = {"model": {"name": kw["model"], **({"dtype": kw["dtype"]} if "dtype" in kw else {})},
@@ -117,6 +125,21 @@ def _preset_plan(preset: str, args: argparse.Namespace, kw: dict[str, Any]) -> A
         if msg.startswith("[engine] policy: "):
             raise ConfigError(f"--preset {preset!r}: {msg.removeprefix('[engine] policy: ')}") from None
         raise
+
+
+def _batch_defaults(kw: dict[str, Any]) -> None:
+    """Fill in vLLM's max_num_seqs / max_num_batched_tokens for the card where the flags leave them out."""
+    from policies.vllm_options import VllmOptions
+    from sim.cost.hardware import get_gpu
+    from sim.cost.models import get_model
+
+    keys = ("max_num_seqs", "max_num_batched_tokens")
+    explicit = {k: kw.get(k) for k in keys}
+    max_len = kw.get("max_model_len") or get_model(kw["model"]).max_position_embeddings
+    picked = VllmOptions.batch_limits(get_gpu(kw["gpu"]), explicit, True, max_len)
+    for k, v in zip(keys, picked, strict=True):
+        if kw.get(k) is None:  # a given value stays, to be checked by the plan (0 is refused there)
+            kw[k] = v
 
 
 def run(args: argparse.Namespace) -> int:
@@ -153,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
     if preset is not None:
         plan = _preset_plan(preset, args, kw)
     else:
+        if not seeds:  # the batch limits `run` gives the vllm preset on this card (VllmOptions.batch_limits)
+            _batch_defaults(kw)
         plan = plan_memory(kw.pop("model"), kw.pop("gpu"), **kw)
     if getattr(args, "json", False):
         print(json.dumps(plan.to_dict(), indent=2))

@@ -98,7 +98,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="--goal knee: throughput gain per doubling of max_num_seqs below which the curve is flat "
                         "(default 0.1)")
     p.add_argument("--replications", type=int, default=3, help="seeds per load level (default 3)")
-    p.add_argument("--level", type=float, default=0.95, help="confidence level of the t-intervals")
+    p.add_argument("--level", type=float, default=None,
+                   help="confidence level of the t-intervals (default 0.95; needs --replications >= 2)")
     p.add_argument("--tol", type=float, default=0.05,
                    help="relative width at which bisection stops (1e-6 <= TOL < 1; default 0.05)")  # fmt: skip
     p.add_argument(
@@ -147,7 +148,12 @@ def run(args: argparse.Namespace) -> int:
 
     check_jobs(args.jobs)
     check_range("", "--min-attainment", args.min_attainment, 0, 1, lo_open=True)
-    check_range("", "--level", args.level, 0, 1, lo_open=True, hi_open=True)
+    if args.level is not None:
+        check_range("", "--level", args.level, 0, 1, lo_open=True, hi_open=True)
+        if isinstance(args.replications, int) and args.replications < 2:  # one seed: no interval to give a level to
+            raise ConfigError(f"--level {args.level:g}: intervals need --replications >= 2 (this search has "
+                              f"{args.replications}); allowed: add --replications N, or leave --level out")
+    args.level = 0.95 if args.level is None else args.level
     from sim.app.sizing import MIN_TOL
 
     check_range("", "--tol", args.tol, MIN_TOL, 1, hi_open=True)  # narrower: the bisection never ends
@@ -187,6 +193,9 @@ def run(args: argparse.Namespace) -> int:
 
         _check_grid_vllm(vary, vllm, "--vary")
     cfg = load_config(args.config, [*vllm, *args.overrides, *price_overrides(args)])
+    from sim.cli.outpath import check_step_trace_setting
+
+    check_step_trace_setting(cfg.simulation.record_step_trace, args, "servesim size")
     _check_min_attainment(args, slo, cfg)
     from sim.cli.prices import check_prices_used
 

@@ -152,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
     vllm = vllm_overrides(args)
     _check_grid_vllm(grid, vllm)
     cfg = load_config(args.config, [*vllm, *args.overrides])
+    from sim.cli.outpath import check_step_trace_setting
+
+    check_step_trace_setting(cfg.simulation.record_step_trace, args, "servesim sweep")
     wl = cfg.workload
     if args.replications > 1 and wl.get("kind", "trace" if "trace" in wl else "open") == "trace":
         print("servesim: note: a replayed trace does not depend on the seed, so its replications repeat one "

@@ -134,13 +134,17 @@ def format_table(stats: dict[str, Any], trace: LoadedTrace) -> str:
     return "\n".join(lines)
 
 
+MAX_BLOCK = 1 << 16  # tokens in a block for trace stats' prefix numbers
+
+
 def _check_flags(args: argparse.Namespace) -> None:
-    """What the loaders leave open but the numbers here need: the engine's block sizes for the prefix-sharing
-    numbers (as [engine] block_size), and the time_scale bound for --rate-scale (TraceOptions leaves
-    rate_scale open for the sizing search; a user's flag gets the bound its inverse has)."""
-    if args.block_size not in BLOCK_SIZES:
-        raise ConfigError(f"--block-size: block_size got {args.block_size}; allowed "
-                          f"{', '.join(map(str, BLOCK_SIZES[:-1]))} or {BLOCK_SIZES[-1]} (the engine's block sizes)")
+    """What the loaders leave open but the numbers here need: a block size for the prefix-sharing numbers (any
+    positive size: a Mooncake trace's hash blocks are 512 tokens, vLLM's backends take multiples of 16 up to
+    1024), and the time_scale bound for --rate-scale (TraceOptions leaves rate_scale open for the sizing
+    search; a user's flag gets the bound its inverse has)."""
+    if not 1 <= args.block_size <= MAX_BLOCK:
+        raise ConfigError(f"--block-size: block_size got {args.block_size}; allowed 1 to {MAX_BLOCK} tokens (the engine's "
+                          f"are {', '.join(map(str, BLOCK_SIZES))})")
     if args.rate_scale is not None and option_number("rate_scale", args.rate_scale) > MAX_RATE_SCALE:
         raise ConfigError(f"trace option rate_scale: got {args.rate_scale:g}; allowed rate_scale <= {MAX_RATE_SCALE:g} "
                           f"(as time_scale >= {1 / MAX_RATE_SCALE:g})")

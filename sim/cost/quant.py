@@ -91,7 +91,7 @@ def select_kernel(dtype: str, gpu: GpuSpec, half_peak: float) -> QuantKernel:
             return QuantKernel("fp8-marlin-w8a16", 1.0, half_peak / (1 + MARLIN_DEQUANT_OVERHEAD), weight_only=True)
         raise ConfigError(f"dtype {dtype!r} on {gpu.name}: vLLM runs FP8 weights on compute capability >= 8.0 "
                           f"(FP8 tensor cores from 8.9, weight-only Marlin on 8.0-8.6); {gpu.name} has neither; "
-                          "allowed there: fp16, bf16, int8, awq, gptq")  # fmt: skip
+                          f"allowed there: fp16, {'bf16, ' if gpu.supports_bf16 else ''}int8, awq, gptq")  # fmt: skip
     if canon == "int8":
         if not gpu.int8_ops:
             raise ConfigError(f"dtype {dtype!r} on {gpu.name}: no INT8 tensor-core rate in the catalogue")
