@@ -34,11 +34,12 @@ Replicas with the same ``device`` share one card (e.g. two instances at ``gpu_me
 runs ``1 + (1 - device_overlap) x (other busy instances)`` times as long as alone, i.e. busy instances
 share the card's compute and bandwidth (0 = time slicing, nothing overlaps).
 
-A setting that would change nothing is refused, as a bad value is (sim/app/cluster_checks.py): the gateway's
-queue limits without ``max_outstanding`` (a built-in router holds a request at the gateway only while
-every replica is full), ``poll_interval_s`` with a router that reads no engine metrics, ``device_overlap``
-with no shared device, and ``[cluster.disagg]`` without prefill/decode replicas. In a comparison a setting of the shared part is kept
-when some variant uses it (``[cluster.disagg]`` for the P/D variants beside a colocated one).
+A setting that would change nothing is refused, as a bad value is (sim/app/cluster_checks.py): the
+gateway's queue limits without ``max_outstanding`` (a built-in router holds a request at the gateway only
+while every replica is full), ``poll_interval_s`` with a router that reads no engine metrics,
+``device_overlap`` with no shared device, and ``[cluster.disagg]`` without prefill/decode replicas. In a
+comparison a setting of the shared part is kept when some variant uses it (``[cluster.disagg]`` for the P/D
+variants beside a colocated one).
 """
 
 from __future__ import annotations
