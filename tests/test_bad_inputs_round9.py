@@ -259,12 +259,42 @@ def test_a_plugin_router_with_route_alone_runs(tmp_path, capsys):
 
 
 # ---- the review of this round's first version (helper-33) ----------------------------------------------------------
-def test_gpu_flag_is_refused_only_against_a_card_the_run_names_exactly():
-    """'NVIDIA A100-SXM4-40GB' resolves to the A100 80GB by its first word only: --gpu says which it is."""
-    from sim.app.replay import _exact_gpu
+@pytest.mark.parametrize(("device", "card"), [
+    ("NVIDIA A100-SXM4-40GB", "A100 40GB SXM"),  # it resolved to the A100 80GB by its first word
+    ("NVIDIA A100-PCIE-40GB", "A100 40GB PCIe"), ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"),
+    ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA GeForce RTX 4090", "RTX 4090"), ("H200", "H200 SXM"),
+])
+def test_device_names_as_vllm_records_them(device, card):
+    """torch's device names (what vLLM records): the chip, its memory and form together, then shorter."""
+    from sim.app.replay import _exact_gpu, resolve_gpu
 
-    assert _exact_gpu("NVIDIA A100-SXM4-40GB") is None and _exact_gpu("NVIDIA H100 NVL") is None
-    assert _exact_gpu("NVIDIA GeForce RTX 4090") == "RTX 4090" and _exact_gpu("H200") == "H200 SXM"
+    assert _exact_gpu(device) == resolve_gpu(device, "run") == card
+
+
+def test_a_device_name_whose_memory_no_card_has_asks_for_gpu():
+    from sim.app.replay import _exact_gpu, resolve_gpu
+    from sim.core.errors import ConfigError
+
+    assert _exact_gpu("NVIDIA A100 24GB") is None  # an A100, but not one of the catalogue's
+    with pytest.raises(ConfigError, match="its memory is not A100 80GB SXM's; give --gpu NAME"):
+        resolve_gpu("NVIDIA A100 24GB", "run.json")
+
+
+def test_gpu_flag_against_a_vllm_device_name(tmp_path, capsys, no_simulation):  # noqa: F811
+    import json
+    import shutil
+
+    src = REPO.parent / "shared" / "data" / "e2e" / "rtx4090-llama-3.1-8b-vllm-0.19"
+    if not src.is_dir():
+        pytest.skip("../shared is not here")
+    run = tmp_path / "run"
+    shutil.copytree(src, run)
+    meta = json.loads((run / "meta.json").read_text())
+    text = json.dumps(meta).replace("NVIDIA GeForce RTX 4090", "NVIDIA H100 80GB HBM3")
+    if text == json.dumps(meta):
+        pytest.skip("the run's meta.json names its card otherwise")
+    (run / "meta.json").write_text(text)
+    run_bad_case(["compare", str(run), "--gpu", "RTX 4090"], ["says it ran on H100 SXM"], capsys)
 
 
 def _plan_json(argv, capsys) -> dict:
@@ -328,3 +358,39 @@ def test_set_of_one_card_by_two_names():
     from sim.app.config import check_set_repeats
 
     check_set_repeats(["hardware.gpu=4090", 'hardware.gpu="RTX 4090"'])
+
+
+def test_plan_seeds_example_takes_minus_one_and_checks_the_budget(capsys, no_simulation):  # noqa: F811
+    got = _plan_json(["--model", "llama-3.1-8b", "--gpu", "h100", "--seeds-example", "--max-model-len", "-1"], capsys)
+    assert got["max_model_len"] > 4096  # the example's 4096 gave way to the longest that fits
+    run_bad_case(["plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--max-num-seqs", "5000",
+                  "--max-num-batched-tokens", "100"], ["--max-num-batched-tokens 100 must be >= --max-num-seqs 5000"],
+                 capsys)
+
+
+def test_a_slot_engines_kv_message_does_not_offer_minus_one(capsys, no_simulation):  # noqa: F811
+    run_bad_case(["run", QUICK, "--set", 'engine.policy="llamacpp"', "--set", 'model.name="Llama-3.1-8B"',
+                  "--set", "engine.max_model_len=131072"], ["[engine] n_ctx", "allowed: a max_model_len up to"], capsys)
+    assert "-1 picks it" not in capsys.readouterr().err
+
+
+def test_the_shared_device_hint_sums_within_the_card(tmp_path):
+    import tomllib
+
+    from sim.app.cluster_config import cluster_from_dict
+    from sim.core.errors import ConfigError
+
+    raw = tomllib.loads(Path(QUICK).read_text() + '[[replica]]\nname = "a"\ncount = 6\ndevice = "g0"\n')
+    with pytest.raises(ConfigError, match=r"e\.g\. 0\.16 each") as exc:
+        cluster_from_dict(raw)
+    assert "0.17" not in str(exc.value)
+    raw["replica"][0]["engine"] = {"gpu_memory_utilization": 0.16}
+    cluster_from_dict(raw)  # the hint's value is accepted
+
+
+def test_profile_under_constant_through_the_api():
+    import servesim
+    from sim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="applies to the roofline cost model only"):
+        servesim.run(QUICK, engine={"cost_model": "constant"}, hardware={"profile": "prior"})

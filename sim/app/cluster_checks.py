@@ -5,6 +5,7 @@ P/D table without P/D replicas; in a comparison a shared setting stands while so
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from sim.core.errors import ConfigError, ServesimError
@@ -102,8 +103,8 @@ def check_devices(replicas: list[ReplicaSpec]) -> None:
             raise ConfigError(
                 f"device {dev!r}: gpu_memory_utilization of its replicas adds up to {total:.2f} > 1 "
                 f"({', '.join(r.name for r in reps)}: replicas with this device share the card, a [[replica]]'s "
-                f"count copies too); allowed: utilizations summing to at most 1 (e.g. {1 / len(reps):.2f} each), "
-                "or a device each"
+                f"count copies too); allowed: utilizations summing to at most 1 (e.g. "
+                f"{math.floor(100 / len(reps)) / 100:.2f} each), or a device each"
             )
 
 

@@ -110,16 +110,36 @@ class Replay:
     settings: dict[str, Any]
 
 
-def _exact_gpu(name: str) -> str | None:
-    """The catalogue card ``name`` is, every word of it counted (a vendor's words aside); None where only a
-    shorter name matches ('NVIDIA A100-SXM4-40GB' is not plainly the A100 80GB that 'A100' means)."""
+_FORMS = {"sxm": "SXM", "sxm4": "SXM", "sxm5": "SXM", "pcie": "PCIe"}  # a device name's form factor words
+
+
+def _match_gpu(name: str) -> tuple[str | None, bool]:
+    """The catalogue card a device name is (vLLM records torch's: 'NVIDIA A100-SXM4-40GB', 'NVIDIA H100 80GB
+    HBM3'), and whether the whole name agrees with it: its memory word (40GB) within 15 % of the card's. The
+    chip, memory and form are tried together ('A100 40GB SXM'), then the name cut word by word from the end."""
     words = [w for w in name.replace("-", " ").split() if w.lower() not in _GPU_WORDS]
-    for candidate in (name, " ".join(words)):
+    mems = [int(m.group(1)) for w in words if (m := re.fullmatch(r"(\d+)GB", w, re.IGNORECASE))]
+    form = next((_FORMS[w.lower()] for w in words if w.lower() in _FORMS), None)
+    tries = [name, " ".join(words)]
+    if words and mems:
+        tries += [f"{words[0]} {mems[0]}GB {form}"] if form else []
+        tries.append(f"{words[0]} {mems[0]}GB")
+    tries += [" ".join(words[:k]) for k in range(len(words) - 1, 0, -1)]
+    for i, candidate in enumerate(tries):
         try:
-            return get_gpu(candidate).name
+            card = get_gpu(candidate)
         except ServesimError:
             continue
-    return None
+        agrees = i < 2 or all(abs(card.memory_gib - g) <= 0.15 * g for g in mems)
+        return card.name, agrees
+    return None, False
+
+
+def _exact_gpu(name: str) -> str | None:
+    """The catalogue card ``name`` plainly is; None where only a part of it matches a card whose memory
+    differs ('A100 ... 40GB' is not the A100 80GB that 'A100' alone means) or nothing matches."""
+    card, agrees = _match_gpu(name)
+    return card if agrees else None
 
 
 def resolve_gpu(name: str | None, where: str) -> str:
@@ -127,17 +147,11 @@ def resolve_gpu(name: str | None, where: str) -> str:
     if not name:
         raise ConfigError(f"{where} does not say which GPU it ran on: give --gpu NAME (one of "
                           f"{', '.join(list_gpus())})")
-    try:
-        return get_gpu(name).name
-    except ServesimError:
-        words = [w for w in str(name).replace("-", " ").split() if w.lower() not in _GPU_WORDS]
-        for k in range(len(words), 0, -1):
-            try:
-                return get_gpu(" ".join(words[:k])).name
-            except ServesimError:
-                continue
-    raise ConfigError(f"{where}: GPU {name!r} is not in the catalogue; give --gpu NAME (one of "
-                      f"{', '.join(list_gpus())})")
+    card, agrees = _match_gpu(str(name))
+    if card is not None and agrees:
+        return card
+    why = f"its memory is not {card}'s" if card is not None else "not in the catalogue"
+    raise ConfigError(f"{where}: GPU {name!r} is {why}; give --gpu NAME (one of {', '.join(list_gpus())})")
 
 
 def warmup_counts(run: RealRun) -> list[int]:

@@ -88,7 +88,9 @@ def _plan(cfg: RunConfig, model: Any, gpu: Any, block_size: int, max_num_seqs: i
     except MemoryPlanError as exc:
         if not rule.context_knob:
             raise
-        raise MemoryPlanError(f"[engine] {rule.context_knob} = {rule.context_tokens} tokens: {exc}") from None
+        # -1 (the longest that fits) is not for a slot engine: the plan's hint is left out
+        raise MemoryPlanError(f"[engine] {rule.context_knob} = {rule.context_tokens} tokens: "
+                              f"{str(exc).replace(' (-1 picks it)', '')}") from None
     if rule.context_knob and rule.context_tokens:  # a slot engine: its KV is a fixed pool, not the budget
         pool = rule.context_tokens * plan.kv_bytes_per_token
         note = (f"the engine allocates {rule.context_knob} = {rule.context_tokens:,} tokens of KV "
@@ -204,6 +206,10 @@ def resolve(cfg: RunConfig) -> Setup:
                           f"only (this run's is {e.cost_model!r}); allowed: leave it out, or set cost_model = "
                           '"constant"')
     if e.cost_model == "constant":
+        if cfg.hardware.profile != "auto":  # a profile calibrates the roofline; a constant step reads none
+            raise ConfigError(f"[hardware] profile = {cfg.hardware.profile!r} applies to the roofline cost model "
+                              "only (this run's is \"constant\"); allowed: leave it out, or a roofline cost_model "
+                              "(a sweep over engine.cost_model keeps a shared profile for its roofline points)")
         cost = make_cost_model("constant", step_s=e.constant_step_s)
         profile_meta = {"cost_model": "constant", "step_s": e.constant_step_s}
     else:

@@ -174,6 +174,10 @@ def with_params(cfg: RunConfig, params: Mapping[str, Any]) -> RunConfig:
                 raise ConfigError(f"parameter {key}: {p} is not a table")
             node = nxt
         node[parts[-1]] = value
+    hw, eng = raw.get("hardware"), raw.get("engine")
+    if "engine.cost_model" in params and isinstance(hw, dict) and isinstance(eng, dict) \
+            and eng.get("cost_model") == "constant":
+        hw["profile"] = "auto"  # a shared profile is the grid's roofline points'; a constant point reads none
     try:
         return config_from_dict(raw)
     except ConfigError as e:

@@ -105,10 +105,6 @@ def _run(args: argparse.Namespace) -> int:
     from sim.cli.outpath import check_step_trace_setting
 
     check_step_trace_setting(cfg.simulation.record_step_trace, args)  # as --step-trace without --out
-    if cfg.engine.cost_model == "constant" and cfg.hardware.profile != "auto":
-        # a profile calibrates the roofline; a constant step reads none (a sweep over cost_model keeps it shared)
-        raise ConfigError(f"[hardware] profile = {cfg.hardware.profile!r} applies to the roofline cost model only "
-                          "(this run's is \"constant\"); allowed: leave it out, or a roofline cost_model")
     from sim.cli.prices import check_prices_used
 
     check_prices_used(args, [cfg.hardware.gpu])

@@ -140,6 +140,9 @@ def _batch_defaults(kw: dict[str, Any]) -> None:
     for k, v in zip(keys, picked, strict=True):
         if kw.get(k) is None:  # a given value stays, to be checked by the plan (0 is refused there)
             kw[k] = v
+    if kw["max_num_seqs"] >= 1 and kw["max_num_batched_tokens"] >= 1 and kw["max_num_batched_tokens"] < kw["max_num_seqs"]:
+        raise ConfigError(f"plan: --max-num-batched-tokens {kw['max_num_batched_tokens']} must be >= --max-num-seqs "
+                          f"{kw['max_num_seqs']}, as vLLM requires (a step must fit a token per running sequence)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -154,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
     overrides = _kwargs(args)
     if seeds:
         kw = {**SEEDS_EXAMPLE, **overrides}
+        if overrides.get("fit_max_model_len"):  # --max-model-len -1 replaces the example's length
+            kw.pop("max_model_len", None)
         if model is not None:
             kw["model"] = model
         if gpu is not None:  # that card's memory, not the example's 22.5 GiB (unless --usable-gib says)

@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     check_range("", "--min-attainment", args.min_attainment, 0, 1, lo_open=True)
     if args.level is not None:
         check_range("", "--level", args.level, 0, 1, lo_open=True, hi_open=True)
-        if isinstance(args.replications, int) and args.replications < 2:  # one seed: no interval to give a level to
+        if isinstance(args.replications, int) and args.replications == 1:  # one seed: no interval to give a level to
             raise ConfigError(f"--level {args.level:g}: intervals need --replications >= 2 (this search has "
                               f"{args.replications}); allowed: add --replications N, or leave --level out")
     args.level = 0.95 if args.level is None else args.level
