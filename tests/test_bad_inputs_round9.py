@@ -266,16 +266,18 @@ def test_a_plugin_router_with_route_alone_runs(tmp_path, capsys):
 ])
 def test_device_names_as_vllm_records_them(device, card):
     """torch's device names (what vLLM records): the chip, its memory and form together, then shorter."""
-    from sim.app.replay import _exact_gpu, resolve_gpu
+    from sim.app.replay import resolve_gpu
+    from sim.cost.hardware import device_gpu
 
-    assert _exact_gpu(device) == resolve_gpu(device, "run") == card
+    assert device_gpu(device) == resolve_gpu(device, "run") == card
 
 
 def test_a_device_name_whose_memory_no_card_has_asks_for_gpu():
-    from sim.app.replay import _exact_gpu, resolve_gpu
+    from sim.app.replay import resolve_gpu
     from sim.core.errors import ConfigError
+    from sim.cost.hardware import device_gpu
 
-    assert _exact_gpu("NVIDIA A100 24GB") is None  # an A100, but not one of the catalogue's
+    assert device_gpu("NVIDIA A100 24GB") is None  # an A100, but not one of the catalogue's
     with pytest.raises(ConfigError, match="its memory is not A100 80GB SXM's; give --gpu NAME"):
         resolve_gpu("NVIDIA A100 24GB", "run.json")
 

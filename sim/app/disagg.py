@@ -86,6 +86,9 @@ class PDCoordinator:
             cfg.decode_router.options,
             RouterContext([r.view for r in self.decoders], rng),
         )
+        # its hooks, looked up once (a plug-in router may have route() alone)
+        self.on_routed = getattr(self.router, "on_routed", None)
+        self.on_done = getattr(self.router, "on_done", None)
         self.bandwidth = cfg.link_bandwidth_gb_s * 1e9
         self.latency = cfg.link_latency_ms / 1000.0
         self.link_free_at: dict[int, float] = {}
@@ -139,9 +142,8 @@ class PDCoordinator:
             if chosen is None:
                 kept.append((spec, p, ready))
                 continue
-            hook = getattr(self.router, "on_routed", None)  # a plug-in router may route() alone
-            if hook is not None:
-                hook(spec, chosen, now)
+            if self.on_routed is not None:
+                self.on_routed(spec, chosen, now)
             self._send(spec, p, chosen.index, now)
         self.pending = kept
 

@@ -338,7 +338,7 @@ class Gateway:
             if self.disagg.hand_off(r, orig, rejected, now):
                 return
             if r.spec.role == "decode":
-                on_done = _live_hook(self.disagg.router, "on_done")
+                on_done = self.disagg.on_done
         if on_done is not None:
             on_done(orig, v, now)
         self.source.on_done(orig, now)

@@ -39,7 +39,7 @@ from sim.app.simulate import Setup, collect, resolve
 from sim.core.errors import ConfigError, ServesimError
 from sim.core.request import RequestSpec
 from sim.core.spec import MAX_ARRIVAL_S
-from sim.cost.hardware import get_gpu, list_gpus
+from sim.cost.hardware import device_gpu, get_gpu, list_gpus, match_device
 from sim.cost.models import get_model
 from sim.cost.profiles import CalibrationProfile, get_profile
 from sim.engine.loop import Engine
@@ -50,7 +50,6 @@ from workloads.runs import RealRun
 
 WARMUP_E2E = 3.0  # warm-up length in mean E2E times: the batch takes a few of them to settle
 WORKLOAD_KEYS = ("rate", "arrival", "burstiness", "max_concurrency", "client_timeout_s")
-_GPU_WORDS = ("nvidia", "geforce", "tesla")
 
 
 class ConcurrencyLimitedSource:
@@ -110,44 +109,12 @@ class Replay:
     settings: dict[str, Any]
 
 
-_FORMS = {"sxm": "SXM", "sxm4": "SXM", "sxm5": "SXM", "pcie": "PCIe"}  # a device name's form factor words
-
-
-def _match_gpu(name: str) -> tuple[str | None, bool]:
-    """The catalogue card a device name is (vLLM records torch's: 'NVIDIA A100-SXM4-40GB', 'NVIDIA H100 80GB
-    HBM3'), and whether the whole name agrees with it: its memory word (40GB) within 15 % of the card's. The
-    chip, memory and form are tried together ('A100 40GB SXM'), then the name cut word by word from the end."""
-    words = [w for w in name.replace("-", " ").split() if w.lower() not in _GPU_WORDS]
-    mems = [int(m.group(1)) for w in words if (m := re.fullmatch(r"(\d+)GB", w, re.IGNORECASE))]
-    form = next((_FORMS[w.lower()] for w in words if w.lower() in _FORMS), None)
-    tries = [name, " ".join(words)]
-    if words and mems:
-        tries += [f"{words[0]} {mems[0]}GB {form}"] if form else []
-        tries.append(f"{words[0]} {mems[0]}GB")
-    tries += [" ".join(words[:k]) for k in range(len(words) - 1, 0, -1)]
-    for i, candidate in enumerate(tries):
-        try:
-            card = get_gpu(candidate)
-        except ServesimError:
-            continue
-        agrees = i < 2 or all(abs(card.memory_gib - g) <= 0.15 * g for g in mems)
-        return card.name, agrees
-    return None, False
-
-
-def _exact_gpu(name: str) -> str | None:
-    """The catalogue card ``name`` plainly is; None where only a part of it matches a card whose memory
-    differs ('A100 ... 40GB' is not the A100 80GB that 'A100' alone means) or nothing matches."""
-    card, agrees = _match_gpu(name)
-    return card if agrees else None
-
-
 def resolve_gpu(name: str | None, where: str) -> str:
     """A catalogue GPU name from a user's or a device's name ('NVIDIA GeForce RTX 4090' -> 'RTX 4090')."""
     if not name:
         raise ConfigError(f"{where} does not say which GPU it ran on: give --gpu NAME (one of "
                           f"{', '.join(list_gpus())})")
-    card, agrees = _match_gpu(str(name))
+    card, agrees = match_device(str(name))
     if card is not None and agrees:
         return card
     why = f"its memory is not {card}'s" if card is not None else "not in the catalogue"
@@ -332,7 +299,7 @@ def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
         model = run.model  # replaced by the --set below
     gpu_name = resolve_gpu(gpu or run.hardware.get("gpu"), str(run.source))
     if gpu and run.hardware.get("gpu"):  # --gpu is for a run that does not say (or names a card not catalogued)
-        said = _exact_gpu(str(run.hardware["gpu"])) or gpu_name  # a partial match ('A100 ...' -> A100 80GB) may be wrong
+        said = device_gpu(str(run.hardware["gpu"])) or gpu_name  # a partial match ('A100 ...' -> A100 80GB) may be wrong
         if said != gpu_name:
             raise ConfigError(f"--gpu {gpu}: {run.source} says it ran on {said}, and a replay is compared with the "
                               f"real run; allowed: leave --gpu out, or --gpu {said!r}")

@@ -310,10 +310,13 @@ def _run_pool(tasks: Sequence[Task], pool: Executor, bar: Any, func) -> list[dic
     return results  # type: ignore[return-value]
 
 
+_RAY_ADDRESS = re.compile(r"(?:ray://)?([A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]):(\d{1,5})")  # HOST:PORT, an IPv6 host bracketed
+
+
 def check_ray_address(address: str) -> None:
     """``--address``: ``auto``, ``local``, ``HOST:PORT`` or ``ray://HOST:PORT`` (what ``ray.init`` takes), port
     1-65535; an IPv6 host in brackets."""
-    m = re.fullmatch(r"(?:ray://)?([A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]):(\d{1,5})", address.strip())
+    m = _RAY_ADDRESS.fullmatch(address.strip())
     if address.strip() not in ("auto", "local") and (m is None or not 1 <= int(m.group(2)) <= 65535):
         raise ConfigError(f"--address {address!r}: expected auto, local, HOST:PORT or ray://HOST:PORT (a Ray "
                           "cluster's address)")
@@ -325,7 +328,7 @@ RAY_CONNECT_TIMEOUT_S = 5.0  # how long reach_ray_address waits for a TCP connec
 def reach_ray_address(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
     """That something listens at ``--address`` HOST:PORT (``auto`` / ``local``: nothing to reach). Ray's own
     connect retries for ever where nothing answers, inside ``ray.init``; a TCP connect says it in seconds."""
-    m = re.fullmatch(r"(?:ray://)?([A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]):(\d{1,5})", address.strip())
+    m = _RAY_ADDRESS.fullmatch(address.strip())
     if m is None:
         return  # auto, local (check_ray_address refuses anything else)
     host, port = m.group(1).strip("[]"), int(m.group(2))

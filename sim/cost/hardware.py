@@ -419,6 +419,39 @@ def get_gpu(name: str | GpuSpec) -> GpuSpec:
     raise UnknownNameError(f"unknown GPU {name!r}{hint} Known: {', '.join(list_gpus())}")
 
 
+_VENDOR_WORDS = ("nvidia", "geforce", "tesla")  # words of a device name that no catalogue name has
+_FORMS = {"sxm": "SXM", "sxm4": "SXM", "sxm5": "SXM", "pcie": "PCIe"}  # a device name's form factor words
+
+
+def match_device(name: str) -> tuple[str | None, bool]:
+    """The catalogue card a device name is (vLLM records torch's: 'NVIDIA A100-SXM4-40GB', 'NVIDIA H100 80GB
+    HBM3'), and whether the whole name agrees with it: its memory word (40GB) within 15 % of the card's. The
+    chip, memory and form are tried together ('A100 40GB SXM'), then the name cut word by word from the end."""
+    words = [w for w in name.replace("-", " ").split() if w.lower() not in _VENDOR_WORDS]
+    mems = [int(m.group(1)) for w in words if (m := re.fullmatch(r"(\d+)GB", w, re.IGNORECASE))]
+    form = next((_FORMS[w.lower()] for w in words if w.lower() in _FORMS), None)
+    tries = [name, " ".join(words)]
+    if words and mems:
+        tries += [f"{words[0]} {mems[0]}GB {form}"] if form else []
+        tries.append(f"{words[0]} {mems[0]}GB")
+    tries += [" ".join(words[:k]) for k in range(len(words) - 1, 0, -1)]
+    for i, candidate in enumerate(tries):
+        try:
+            card = get_gpu(candidate)
+        except UnknownNameError:
+            continue
+        agrees = i < 2 or all(abs(card.memory_gib - g) <= 0.15 * g for g in mems)
+        return card.name, agrees
+    return None, False
+
+
+def device_gpu(name: str) -> str | None:
+    """The catalogue card a device name plainly is; None where only a part of it matches a card whose memory
+    differs ('A100 ... 40GB' is not the A100 80GB that 'A100' alone means) or nothing matches."""
+    card, agrees = match_device(name)
+    return card if agrees else None
+
+
 def validate_tp(gpu: GpuSpec, tp: int, model: object | None = None) -> None:
     """Raise ConfigError for a tensor-parallel degree vLLM would refuse (or a single node cannot hold).
 

@@ -75,14 +75,11 @@ def sniff(path: Path) -> str:
 def _check_named_gpu(given: str, said: str, f: Path) -> None:
     """``--gpu`` is for samples that do not say their card: one that contradicts the card their meta.json
     names would fit that card's timings as another's; refused (a card the catalogue lacks: --gpu says which)."""
-    from sim.core.errors import ConfigError, ServesimError
-    from sim.cost.hardware import get_gpu
+    from sim.core.errors import ConfigError
+    from sim.cost.hardware import device_gpu, get_gpu
 
-    try:
-        card = get_gpu(said).name
-    except ServesimError:
-        return
-    if card != get_gpu(given).name:
+    card = device_gpu(said)
+    if card is not None and card != get_gpu(given).name:
         raise ConfigError(f"--gpu {given}: {f.parent / 'meta.json'} says the samples ran on {card}, and a profile "
                           f"fitted to them describes that card; allowed: leave --gpu out, or --gpu {card!r}")
 
