@@ -59,6 +59,42 @@ def test_kv_usage_is_stored_from_the_first_step_it_is_not_derived():
     assert s.columns()["kv_usage"].tolist() == [1.0 - 1 / 3, 2 / 3, 0.25, 0.5]
 
 
+@pytest.mark.parametrize("last", ["step", "run"])
+def test_kv_usage_first_stored_at_the_last_step_is_kept(last: str):
+    """The first value that is not the derived one comes with the store's last step (or run): it and
+    every value before it are in the column, as long as the other columns (it was left in the buffer,
+    and the frame refused columns of unequal lengths: ollama, one request, at its finishing step)."""
+    s = StepStore(3)
+    s.append(0.0, 1.0, _row(num_free_blocks=1), 1.0 - 1 / 3)
+    if last == "step":
+        s.append(1.0, 1.0, _row(num_free_blocks=1), 2 / 3)
+        want = [1.0 - 1 / 3, 2 / 3]
+    else:
+        run = [0] * N
+        run[FREE_I] = np.array([3, 2])
+        s.extend(np.array([1.0, 2.0]), np.array([1.0, 1.0]), run, usable_blocks=4)
+        want = [1.0 - 1 / 3, 0.25, 0.5]
+    cols = s.columns()
+    assert {len(v) for v in cols.values()} == {len(want)}
+    assert cols["kv_usage"].tolist() == want
+
+
+def test_a_slot_engine_run_whose_last_step_rounds_kv_usage_otherwise_has_its_steps_table():
+    """End to end (found by a randomised fast-forward check): ollama's kv_usage (used / capacity) differs
+    from 1 - free / usable in the last bit first at the finishing step."""
+    from sim.app.config import config_from_dict
+    from sim.app.simulate import simulate
+
+    raw = {"engine": {"preset": "ollama", "max_model_len": 512, "cost_model": "constant", "num_parallel": 3,
+                      "num_ctx": 1024},
+           "workload": {"num_requests": 1, "rate": 1.0, "prompt": {"dist": "uniform", "low": 1, "high": 13},
+                        "output": {"dist": "uniform", "low": 1, "high": 2}},
+           "simulation": {"seed": 0}}  # fmt: skip
+    res = simulate(config_from_dict(raw))
+    steps = res.steps
+    assert len(steps) == 2 and steps["kv_usage"].notna().all()
+
+
 def test_decode_runs_extend_from_arrays_and_constants():
     s = StepStore(10)
     counts: list = [0] * N

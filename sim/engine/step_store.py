@@ -91,6 +91,10 @@ class StepStore:
     def append(self, start: float, duration: float, counts: Sequence[int], kv_usage: float) -> None:
         """One step: ``counts`` in COUNT_COLUMNS order (kept as given until the buffer is flushed)."""
         n = self.stored + len(self._dur)
+        # Before this step joins the buffer: the steps before it get their derived values, and its own
+        # kv_usage is buffered with it (after it, a flush would leave the value behind, unflushed).
+        if self.kv_usage is None and kv_usage != 1.0 - counts[FREE] / self.usable_blocks:  # type: ignore[operator]
+            self._store_kv_usage(n)
         if self.start is not None:
             self._st.append(start)
         elif start != self.end or not n & CHECKPOINT_MASK:
@@ -99,9 +103,6 @@ class StepStore:
         self._dur.append(duration)
         self._pending.append(counts)
         if self.kv_usage is not None:
-            self._kv.append(kv_usage)
-        elif kv_usage != 1.0 - counts[FREE] / self.usable_blocks:  # type: ignore[operator]
-            self._store_kv_usage(n)
             self._kv.append(kv_usage)
         if len(self._dur) >= FLUSH:
             self.flush()
@@ -132,8 +133,10 @@ class StepStore:
             self.counts[i] = array(code, wide.tobytes())
 
     def _store_kv_usage(self, n: int) -> None:
-        """From step ``n`` on, kv_usage is not the derived value: store the derived one for steps < n."""
+        """From step ``n`` on, kv_usage is not the derived value: store the derived one for steps < n
+        (called before step n is buffered, so the flush leaves nothing behind)."""
         self.flush()
+        assert self.stored == n
         col = self.counts[FREE]
         assert col is not None and self.usable_blocks
         free = np.frombuffer(col, dtype=_DTYPE[col.typecode])[:n]
@@ -152,11 +155,11 @@ class StepStore:
         if not k:
             return
         n = self.stored + len(self._dur)
+        if self.kv_usage is None and usable_blocks != self.usable_blocks:
+            self._store_kv_usage(n)  # before the run is buffered (append's comment)
         self._extend_starts(n, st, du)
         self._dur.extend(du)
         self._pending.append((k, counts))
-        if self.kv_usage is None and usable_blocks != self.usable_blocks:
-            self._store_kv_usage(n)
         if self.kv_usage is not None:
             free = counts[FREE]
             if isinstance(free, np.ndarray):
