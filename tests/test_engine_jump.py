@@ -152,3 +152,25 @@ def test_a_negative_or_numpy_step_time_is_taken_as_before():
             with pytest.raises(ValueError, match="Negative delay"):
                 env.run()
             assert eng.num_schedules == 1
+
+
+def test_the_end_time_is_not_before_the_last_finish_when_a_run_cannot_land_on_its_end():
+    """A decode run from 0.684051... to 1.688265...7474: no delay d gives now + d == that end (every sum
+    rounds to an even neighbour), so the clock stops an ulp short (delay_to); the run's steps and the
+    finish keep the run's times, and the reported end_time is the last step's end, not before the finish.
+    Found by a randomised soak of tests/test_invariants.py (orca, two requests)."""
+    from sim.engine.fastforward import delay_to
+
+    now, t = 0.6840510095032509, 1.6882659448587474
+    assert now + delay_to(now, t) != t  # the limitation itself
+    raw = {"engine": {"preset": "orca", "max_model_len": 512, "enable_prefix_caching": False,
+                      "cost_model": "roofline", "num_gpu_blocks_override": 32, "max_num_seqs": 1},
+           "workload": {"num_requests": 2, "rate": 3.0, "prompt": {"dist": "uniform", "low": 1, "high": 22},
+                        "output": {"dist": "uniform", "low": 1, "high": 100},
+                        "shared_prefix": {"num_groups": 1, "prefix_len": 32}},
+           "simulation": {"seed": 328}}  # fmt: skip
+    res = simulate(config_from_dict(raw))
+    steps = res.steps
+    last_end = float(steps["start"].iloc[-1] + steps["duration"].iloc[-1])
+    assert float(res.requests["finish_time"].max()) == last_end == t
+    assert res.meta["end_time"] == t

@@ -111,7 +111,8 @@ def collect(
         num_preemptions=counters["num_preemptions"],
         swap=kv.swap_stats() if hasattr(kv, "swap_stats") else None,
         policy_options=setup.options.to_dict() if setup.options is not None else {},
-        end_time=engine.env.now,
+        # the clock, or the last step's end where a decode run's clock landed an ulp before it (delay_to)
+        end_time=max(engine.env.now, recorder.steps.end_time() or 0.0),
         num_unlisted=unlisted,  # requests that never came and are not rows (more than MAX_LISTED)
     )
     return assemble(rows, [recorder], config=cfg.to_dict(), horizon=cfg.simulation.horizon, meta=meta)

@@ -206,8 +206,11 @@ def apply_run(policy: Any, run: DecodeRun, end_times: list[float]) -> list[Reque
 
 
 def delay_to(now: float, t: float) -> float:
-    """A delay ``d`` with ``now + d == t`` exactly (SimPy schedules a timeout at ``now + delay``; ``t - now``
-    alone can round), so the clock after a run is the last step's end, as after stepping."""
+    """A delay ``d`` with ``now + d == t`` where one exists (SimPy schedules a timeout at ``now + delay``;
+    ``t - now`` alone can round), so the clock after a run is the last step's end, as after stepping. Not
+    every ``t`` is ``now + d`` for some ``d``: when ``now`` has a finer last bit than ``t``'s binade allows,
+    every such sum rounds to an even neighbour of ``t``, and the clock is one ulp off (below 1e-15 s a
+    second simulated: within the fast-forward checks' 1e-9 tolerance; the run's steps keep their times)."""
     d = t - now
     for _ in range(4):
         got = now + d
