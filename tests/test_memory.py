@@ -180,6 +180,19 @@ def test_max_model_len_does_not_fit_names_largest() -> None:
     assert fitted.max_model_len == largest
 
 
+def test_max_model_len_past_an_overridden_pool_asks_for_more_blocks() -> None:
+    """With num_gpu_blocks_override the pool is the override: the way out is more blocks, not a higher
+    gpu_memory_utilization (which does not change it)."""
+    with pytest.raises(MemoryPlanError) as exc:
+        plan_memory("Llama-3.1-8B", "h100", max_model_len=8192, num_gpu_blocks_override=200)
+    msg = str(exc.value)
+    assert "max_model_len up to 3200" in msg and "num_gpu_blocks_override of at least 512" in msg
+    assert "gpu_memory_utilization" not in msg
+    assert plan_memory("Llama-3.1-8B", "h100", max_model_len=8192, num_gpu_blocks_override=512).max_model_len == 8192
+    with pytest.raises(MemoryPlanError, match="a higher gpu_memory_utilization"):
+        plan_memory("Llama-3.1-8B", "4090")
+
+
 @pytest.mark.parametrize("util", [0, -0.1, 1.01, 2])
 def test_bad_utilization(util: float) -> None:
     with pytest.raises(ConfigError, match="gpu_memory_utilization"):

@@ -365,7 +365,9 @@ def plan_memory(
         raise MemoryPlanError(
             f"[engine] max_model_len {mml}{unset} needs {need_blocks} KV blocks ({_g(need_blocks * block_bytes)} GiB) "
             f"for one request, more than the pool's {blocks} ({_g(blocks * block_bytes)} GiB); allowed: a max_model_len up "
-            f"to {blocks * block_size} (-1 picks it), or a higher gpu_memory_utilization."
+            f"to {blocks * block_size} (-1 picks it), or "
+            + (f"a num_gpu_blocks_override of at least {need_blocks}." if num_gpu_blocks_override is not None
+               else "a higher gpu_memory_utilization.")
         )
 
     if context_lengths is not DEFAULT_CONTEXT_LENGTHS and any(c > mml for c in ctxs):  # asked for: refused
