@@ -89,3 +89,21 @@ def test_speed_main_without_probes(capsys, monkeypatch):
     mod.main()
     out = capsys.readouterr().out
     assert "runs: " in out and "machine probe" not in out and "wall " in out
+
+
+def test_soak_runs_and_reports_a_disagreement(capsys, monkeypatch):
+    """bench/soak.py (fast-forward on vs off over random configs) keeps running: a few tiny configs agree;
+    a check that fails is reported with its index and config, and the exit status says so."""
+    spec = importlib.util.spec_from_file_location("bench_soak", SPEED.parent / "soak.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--seed", "5", "--configs", "4", "--requests", "5,20"]) == 0
+    assert "4 agreed, 0 failed" in capsys.readouterr().out
+
+    def disagree(raw):
+        raise AssertionError("steps differ")
+
+    monkeypatch.setattr(mod, "check", disagree)
+    assert mod.main(["--seed", "5", "--only", "2", "--requests", "5,20"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL config 2 (--seed 5 --only 2)" in out and '"workload"' in out and "0 agreed, 1 failed" in out
