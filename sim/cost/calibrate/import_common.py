@@ -4,6 +4,7 @@ shapes of a model's layers.
 
 from __future__ import annotations
 
+import io
 import math
 import re
 from collections.abc import Iterable
@@ -12,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from sim.core.errors import ServesimError, TraceFormatError
+from sim.cost.calibrate.samples import read_text
 from sim.cost.hardware import get_gpu
 from sim.cost.models import ModelSpec, get_model
 
@@ -61,10 +63,11 @@ def _gpu_from_path(path: Path) -> str | None:
 
 
 def _read_csv(path: Path, required: Iterable[str]) -> pd.DataFrame:
+    text = read_text(path)  # not UTF-8: refused naming the file (sniff reads only the header)
     try:
-        df = pd.read_csv(path)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
-        raise TraceFormatError(f"{path}: cannot read CSV ({e})") from None
+        df = pd.read_csv(io.StringIO(text))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise TraceFormatError(f"{path}: cannot read CSV ({str(e).strip()})") from None
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise TraceFormatError(f"{path}: missing column(s) {missing}; has {list(df.columns)}")
@@ -76,7 +79,7 @@ def _simple_yaml(path: Path) -> dict[str, str]:
     out: dict[str, str] = {}
     if not path.is_file():
         return out
-    for line in path.read_text().splitlines():
+    for line in read_text(path, "YAML").splitlines():
         m = re.match(r"^([A-Za-z_][\w]*):\s*(.*?)\s*$", line)
         if m and m.group(2):
             out[m.group(1)] = m.group(2).strip("'\"")

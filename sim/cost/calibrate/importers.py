@@ -21,6 +21,7 @@ detects a file's format and dispatches (``sniff``, ``load_path``). Every public 
 
 from __future__ import annotations
 
+import codecs
 import re
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from sim.cost.calibrate.import_blis import implied_peak, load_blis_attention, mf
 from sim.cost.calibrate.import_common import gpu_name
 from sim.cost.calibrate.import_llmservingsim import load_layers_csv, load_llmservingsim
 from sim.cost.calibrate.import_vidur import load_vidur_attention, load_vidur_mlp
-from sim.cost.calibrate.samples import Microbench, load_samples_csv
+from sim.cost.calibrate.samples import Microbench, load_samples_csv, not_utf8
 from sim.cost.models import ModelSpec
 
 __all__ = [
@@ -48,13 +49,24 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------- detection
 
 
+_HEADER_BYTES = 1 << 16  # a header line longer than this is no format's
+
+
 def sniff(path: Path) -> str:
-    """The format of one file, from its name and header."""
+    """The format of one file, from its name and header. A header that is not UTF-8 text (random bytes, a
+    UTF-16 export) is refused naming the file, here as in a folder: one such file stops the fit, as a file
+    that cannot be read does, rather than being skipped without a word."""
     try:
-        with path.open() as fh:
-            header = fh.readline().strip()
+        with path.open("rb") as fh:
+            head = fh.readline(_HEADER_BYTES)
     except OSError as e:
-        raise TraceFormatError(f"{path}: cannot read ({e})") from None
+        raise TraceFormatError(f"{path}: cannot read ({e.strerror or e})") from None
+    skip = len(codecs.BOM_UTF8) if head.startswith(codecs.BOM_UTF8) else 0
+    try:  # not final when the line was cut at the limit: a character split there is no error
+        final = len(head) < _HEADER_BYTES or head.endswith(b"\n")
+        header = codecs.getincrementaldecoder("utf-8")().decode(head[skip:], final=final).strip()
+    except UnicodeDecodeError as e:
+        raise not_utf8(path, head, skip + e.start) from None
     cols = set(header.split(","))
     if {"op", "time_s"} <= cols:
         return "servesim-samples"
