@@ -6,7 +6,7 @@ Each config is drawn from its own seed (``--seed`` x 100000 + its index, so a fa
 index alone): a catalogue model on a card, one of the presets with its limits (tight pools, chunking,
 prefix caching, async scheduling, queue timeouts), an open loop (Poisson or gamma, shared prefixes), a
 closed loop or multi-turn sessions, client timeouts, a horizon, and a third of the time a cluster of 2-5
-replicas behind one of the routers (and a gateway cap). The run with the fast-forward must give the
+replicas behind one of the routers (and a gateway cap), or prefill and decode replicas (P/D). The run with the fast-forward must give the
 same requests, steps and ITL values as stepping one by one (tests/invariants.py
 ``check_fast_forward_exact``; clusters: tests/test_cluster.py ``_same_run``). A config the setup refuses
 (ConfigError, MemoryPlanError) is skipped and counted. A failure prints its index and its config as JSON
@@ -98,7 +98,13 @@ def draw(r: random.Random, requests: tuple[int, int]) -> dict[str, Any]:
                            "simulation": {"seed": r.randint(0, 10**6)}}  # fmt: skip
     if r.random() < 0.2:
         raw["simulation"]["horizon"] = r.choice([5.0, 30.0, 120.0])
-    if cluster:
+    if cluster and preset == "vllm" and r.random() < 0.5:  # prefill / decode disaggregation
+        eng["enable_prefix_caching"] = True  # the decode replicas take the KV through their prefix cache
+        raw["cluster"] = {"router": r.choice(["least-outstanding", "round-robin", "random"]),
+                          "disagg": {"link_bandwidth_gb_s": r.choice([1.0, 25.0]), "link_latency_ms": 0.5}}
+        raw["replica"] = [{"name": "p", "count": r.randint(1, 2), "role": "prefill"},
+                          {"name": "d", "count": r.randint(1, 3), "role": "decode"}]  # fmt: skip
+    elif cluster:
         raw["cluster"] = {"replicas": r.randint(2, 5), "router": r.choice(ROUTERS)}
         if r.random() < 0.3:
             raw["cluster"]["gateway"] = {"max_outstanding": r.choice([2, 8, 32])}
