@@ -13,7 +13,6 @@ manager (prefix hits here use the V1 lookup when enable_prefix_caching is set; o
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,8 +22,14 @@ from policies.base import PolicyLimits, Quiet, StepPlan, register
 from policies.common import QueuedPolicy
 from policies.options import GIB, MemoryRule, PolicyOptions, derived, invalid
 from policies.preemption import preempt_recompute, preempt_swap, swap_in
+from sim.core.fields import MAX_INT32
 from sim.core.request import Request, RequestSpec, Status
 from sim.kv import KVCacheManager
+
+# vLLM V0 refuses a swap space above 70 % of the host's CPU memory (CacheConfig.verify_with_parallel_config,
+# "Too large swap space"); servesim does not know the host, so it bounds it by a host far larger than any:
+# 1 PiB per GPU. A larger value (1e300) overflowed the byte count (an OverflowError traceback).
+MAX_SWAP_GIB = 2**20
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,7 @@ class VllmV0Options(PolicyOptions):
     VLLM_BUDGET_RULE = True
 
     preemption_mode: str | None = None  # "recompute" | "swap"; None = V0's auto (recompute for n = 1)
-    swap_space: float = 4.0  # GiB of CPU swap space per GPU
+    swap_space: float = 4.0  # GiB of CPU swap space per GPU (at most MAX_SWAP_GIB)
     watermark: float = 0.01  # fraction of GPU blocks kept free at admission (V0-2)
     scheduler_delay_factor: float = 0.0  # V0-9
     num_cpu_blocks: int = derived(0)  # from swap_space and the memory plan (V0-1)
@@ -49,8 +54,8 @@ class VllmV0Options(PolicyOptions):
     def validate(self) -> None:
         if self.preemption_mode not in (None, "recompute", "swap"):
             raise invalid("preemption_mode", self.preemption_mode, "'recompute' or 'swap'")
-        if not (self.swap_space >= 0 and math.isfinite(self.swap_space)):
-            raise invalid("swap_space", self.swap_space, ">= 0 GiB")
+        if not 0 <= self.swap_space <= MAX_SWAP_GIB:  # NaN and inf fail too
+            raise invalid("swap_space", self.swap_space, f"from 0 to {MAX_SWAP_GIB} GiB (host memory per GPU)")
         if not 0 <= self.watermark < 1:
             raise invalid("watermark", self.watermark, "in [0, 1)")
         if not self.scheduler_delay_factor >= 0:
@@ -74,7 +79,13 @@ class VllmV0Options(PolicyOptions):
     def from_memory(self, plan: Any, limits: dict[str, Any], explicit: Any) -> VllmV0Options:
         limits["enable_chunked_prefill"] = self.chunked_prefill(limits, explicit, limits["max_model_len"])
         # engines.md V0-1: num_cpu_blocks = floor(swap_space_bytes / cache_block_size).
-        return dataclasses.replace(self, num_cpu_blocks=int(self.swap_space * GIB) // plan.block_bytes)
+        blocks = int(self.swap_space * GIB) // plan.block_bytes
+        if blocks > MAX_INT32:  # small blocks: said as the swap_space the user gave, not the derived count
+            most = MAX_INT32 * plan.block_bytes / GIB
+            raise invalid("swap_space", self.swap_space, f"at most {most:.4g} GiB with this model's "
+                                                          f"{plan.block_bytes:,}-byte KV blocks (num_cpu_blocks "
+                                                          "within int32)")
+        return dataclasses.replace(self, num_cpu_blocks=blocks)
 
 
 OK, LATER, NEVER = "ok", "later", "never"

@@ -121,7 +121,7 @@ CASES = [
     ("static-max_new_tokens-0", lambda t: ["run", _small(t), "--set", 'engine.policy="static"',
                                            "--set", "engine.max_new_tokens=0"], ["max_new_tokens", "0"]),
     ("block_size-7", lambda t: ["run", QUICK, "--set", "engine.block_size=7"], ["block_size", "7", "16"]),
-    ("block_size-256", lambda t: ["run", QUICK, "--set", "engine.block_size=256"], ["block_size", "256"]),
+    ("block_size-512", lambda t: ["run", QUICK, "--set", "engine.block_size=512"], ["block_size", "512", "256"]),
     ("size-min-attainment-2", lambda t: ["size", SIZING, "--min-attainment", "2"], ["--min-attainment", "2"]),
     ("size-min-attainment-nan", lambda t: ["size", SIZING, "--min-attainment", "nan"],
      ["--min-attainment", "nan"]),

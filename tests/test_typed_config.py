@@ -30,10 +30,10 @@ jsonschema = pytest.importorskip("jsonschema")
     ({"engine": {"gpu_memory_utilization": 1.5}},
      "[engine] gpu_memory_utilization: out of range, got 1.5; allowed 0 < value <= 1"),
     ({"engine": {"max_num_seqs": True}}, "[engine] max_num_seqs: expected int or null"),
-    ({"engine": {"block_size": 7}}, "[engine] block_size: got 7; allowed 1, 8, 16, 32, 64 or 128"),
+    ({"engine": {"block_size": 7}}, "[engine] block_size: got 7; allowed 1, 8, 16, 32, 64, 128 or 256"),
     # equal is not enough: pydantic's literal check let 16.0 through as 16 and true as 1 (1-token blocks)
-    ({"engine": {"block_size": 16.0}}, "[engine] block_size: got 16.0; allowed 1, 8, 16, 32, 64 or 128"),
-    ({"engine": {"block_size": True}}, "[engine] block_size: got True; allowed 1, 8, 16, 32, 64 or 128"),
+    ({"engine": {"block_size": 16.0}}, "[engine] block_size: got 16.0; allowed 1, 8, 16, 32, 64, 128 or 256"),
+    ({"engine": {"block_size": True}}, "[engine] block_size: got True; allowed 1, 8, 16, 32, 64, 128 or 256"),
     ({"engine": {"scheduling_policy": "lifo"}}, "[engine] scheduling_policy: got 'lifo'; allowed 'fcfs' or 'priority'"),
     ({"simulation": {"horizon": float("nan")}},
      "[simulation] horizon: must be a finite number, got nan; allowed 0 < value <= 1e+09 seconds"),

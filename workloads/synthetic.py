@@ -52,7 +52,10 @@ from workloads.plugins import build_named, register_workload
 
 STREAMS = ("arrivals", "prompt", "output", "prefix_group", "priority", "think")
 
-_COMMON_KEYS = ("kind", "num_requests", "prompt", "output", "shared_prefix", "priority")
+# client_timeout_s: the client's, read by the run (sim/app/simulate.py), not by the workload; listed among the
+# keys a workload table takes (and passed over here) so an unknown key's message names it too
+RUN_KEYS = ("client_timeout_s",)
+_COMMON_KEYS = ("kind", "num_requests", "prompt", "output", "shared_prefix", "priority", *RUN_KEYS)
 OPEN_KEYS = (*_COMMON_KEYS, "arrival", "rate", "burstiness", "rescale")
 CLOSED_KEYS = (*_COMMON_KEYS, "num_clients", "think_time", "think_dist")
 
@@ -292,7 +295,7 @@ def _build_trace(cfg, max_model_len, base_dir) -> OpenWorkload:
     from workloads.tracefmt import load_trace
 
     where = "workload"
-    opts = {k: v for k, v in cfg.items() if k not in ("kind", "trace", "format", "num_requests", "too_long")}
+    opts = {k: v for k, v in cfg.items() if k not in ("kind", "trace", "format", "num_requests", "too_long", *RUN_KEYS)}
     raw = cfg["trace"]
     if not isinstance(raw, str | Path) or not str(raw).strip():
         raise ConfigError(f"{where}.trace: {raw!r}; expected the path of a trace file")

@@ -172,4 +172,7 @@ def simulate_variants(
         if missing:
             raise ConfigError(f"no variant(s) {missing}; the config has {list(cfgs)}")
         cfgs = {n: cfgs[n] for n in names}
+    from sim.app.streams import check_variant_workloads
+
+    check_variant_workloads(cfgs)  # before the first variant runs
     return {name: run_once(c) for name, c in cfgs.items()}

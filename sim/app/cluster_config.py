@@ -58,7 +58,14 @@ from sim.app.cluster_checks import (
     refuse_unused,
     unused_settings,
 )
-from sim.app.config import CLUSTER_TABLES, RunConfig, apply_overrides, config_from_dict, override_key
+from sim.app.config import (
+    CLUSTER_TABLES,
+    RunConfig,
+    apply_overrides,
+    check_rate_scales,
+    config_from_dict,
+    override_key,
+)
 from sim.app.variant_names import check_variant_name, check_variant_names, variant_label
 from sim.core.errors import ConfigError
 from sim.core.fields import load_toml
@@ -182,6 +189,9 @@ def variants(raw: dict[str, Any], overrides: list[str] | None = None) -> dict[st
         check_variant_name(name)
         if not isinstance(over.get("description", ""), str):
             raise ConfigError(f"{variant_label(name)} description: expected a string, got {over['description']!r}")
+        if "variants" in over:  # the merge would carry it into a run: said as what it is
+            raise ConfigError(f"[variants.{name}]: holds a [variants] table of its own; variants cannot be nested; "
+                              "allowed: [variants.NAME] tables at the top level only")
         bad = sorted(set(over) - set(TOP_KEYS) - {"description"})
         if bad:
             raise ConfigError(f"[variants.{name}]: unknown key(s) {bad}; known: {', '.join(TOP_KEYS)}")
@@ -316,9 +326,7 @@ def _cluster_and_unused(raw: dict[str, Any], base_dir: str | Path | None) -> tup
         max_outstanding=_opt_number(gw, "max_outstanding", "[cluster.gateway]", integer=True, lo=1),
         poll_interval_s=_poll_interval(gw),
     )
-    overlap = _opt_number(cl, "device_overlap", "[cluster]", integer=False, lo=0) or 0.0
-    if overlap > 1:
-        raise ConfigError(f"[cluster] device_overlap must be in [0, 1], got {overlap}")
+    overlap = _opt_number(cl, "device_overlap", "[cluster]", integer=False, lo=0, hi=1) or 0.0
     roles = {r.role for r in replicas}
     disagg = None
     if roles & {"prefill", "decode"}:
@@ -416,7 +424,10 @@ def _streams(raw: Any) -> tuple[tuple[str, dict[str, Any]], ...]:
 def load_cluster(path: str | Path, overrides: list[str] | None = None) -> dict[str, ClusterConfig]:
     """Every variant of a cluster config file (``{"": cfg}`` without variants), validated."""
     p = Path(path)
-    return cluster_variants(read_toml(p), overrides, p.parent)
+    raw = read_toml(p)
+    check_rate_scales(raw)  # the file's and the --set's (a user's bound; sim/app/config.py)
+    check_rate_scales(apply_overrides({}, list(overrides or [])))
+    return cluster_variants(raw, overrides, p.parent)
 
 
 def cluster_variants(raw: dict[str, Any], overrides: list[str] | None = None,

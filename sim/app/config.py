@@ -22,7 +22,7 @@ from sim.core.errors import ConfigError
 from sim.core.fields import MAX_GENERATED, MAX_INT32, int_digits, load_toml
 from sim.core.typed import build, validate_table
 
-BLOCK_SIZES = (1, 8, 16, 32, 64, 128)  # vLLM's --block-size choices
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)  # vLLM's --block-size choices (config/cache.py BlockSize)
 
 Pos = Annotated[int, Field(ge=1, le=2**31 - 1)]  # counts of GPUs, sequences, tokens, blocks: int32 is plenty
 Seconds = Annotated[float, Field(gt=0, le=1e9)]  # le: the latest arrival a run takes (sim/core/spec.py MAX_ARRIVAL_S)
@@ -278,7 +278,44 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
     raw = load_toml(p)
     _resolve_paths(raw, p.parent)
     apply_overrides(raw, overrides or [])
+    check_rate_scales(raw)
     return config_from_dict(raw)
+
+
+def check_rate_scales(raw: dict[str, Any]) -> None:
+    """A user's ``rate_scale`` (in [workload], a [[stream]] or a [variants.NAME] of them) gets the bound its
+    inverse, ``time_scale``, has: a million times faster at most (sim.cli.trace's --rate-scale too). Checked
+    where a config file and its --set are read, not in the trace loader, which leaves it open: the sizing
+    search replays a trace far faster, at its offline point (sim/app/sizing.py OFFLINE_SCALE)."""
+    for where, table in _workload_tables(raw, ""):
+        check_rate_scale(table.get("rate_scale"), f"{where}.rate_scale")
+
+
+def _workload_tables(raw: Any, at: str) -> list[tuple[str, dict[str, Any]]]:
+    """(where, table) of every workload table of a raw config, its variants' included."""
+    if not isinstance(raw, dict):
+        return []
+    out = [(f"{at}workload", raw["workload"])] if isinstance(raw.get("workload"), dict) else []
+    streams = raw.get("stream")
+    if isinstance(streams, list):
+        out += [(f"{at}[[stream]] #{j + 1}", s) for j, s in enumerate(streams) if isinstance(s, dict)]
+    variants = raw.get("variants")
+    if isinstance(variants, dict):
+        for name, v in variants.items():
+            out += _workload_tables(v, f"[variants.{name}] ")
+    return out
+
+
+def check_rate_scale(value: Any, where: str) -> None:
+    """``value`` as a user's rate_scale: a number above MAX_RATE_SCALE is refused (any other value is the
+    trace loader's to check)."""
+    from workloads.tracefmt.core import MAX_RATE_SCALE
+
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > MAX_RATE_SCALE:
+        return
+    shown = f"an integer of {int_digits(value)} digits" if isinstance(value, int) and value > 1e300 else repr(value)
+    raise ConfigError(f"{where}: got {shown}; allowed rate_scale <= {MAX_RATE_SCALE:g} (as time_scale >= "
+                      f"{1 / MAX_RATE_SCALE:g}: a million times faster at most)")
 
 
 def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
@@ -357,7 +394,26 @@ def check_set_repeats(overrides: list[str]) -> None:
         if key in seen and not same_value(key, seen[key][1], value):
             raise ConfigError(f"--set {key} is given twice, {seen[key][0]!r} then {text!r}; allowed: one value "
                               "for a key (the later would silently replace the earlier)")
+        for other, (other_text, other_value) in seen.items():  # a table, and a key inside it
+            if other.startswith(key + ".") or key.startswith(other + "."):
+                table, inner = (key, other) if len(key) < len(other) else (other, key)
+                tvalue, ivalue = (value, other_value) if table == key else (other_value, value)
+                if not _holds(tvalue, inner[len(table) + 1:].split("."), ivalue, inner):
+                    raise ConfigError(f"--set {other}={other_text} then --set {key}={text}: the table {table} and "
+                                      f"its key {inner} (the later would replace part of the earlier, or all of it); "
+                                      f"allowed: the whole table in one --set, or its keys one by one")
         seen.setdefault(key, (text, value))
+
+
+def _holds(table: Any, path: list[str], value: Any, key: str) -> bool:
+    """Whether the ``--set`` value ``table`` already gives ``value`` at ``path`` (no contradiction)."""
+    from sim.app.sweep import same_value
+
+    for k in path:
+        if not isinstance(table, dict) or k not in table:
+            return False
+        table = table[k]
+    return same_value(key, table, value)
 
 
 def override_key(item: str) -> str:

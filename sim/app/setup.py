@@ -236,3 +236,25 @@ def resolve(cfg: RunConfig) -> Setup:
         max_waiting=e.max_waiting,
         queue_timeout_s=e.queue_timeout_s,
     )
+
+
+def profile_notes(cfgs: typing.Iterable[RunConfig]) -> list[str]:
+    """One line for each [hardware] profile that was measured on another card than the run's: allowed (a
+    stand-in for a card with no fit of its own), but said, as its efficiencies and fixed costs are that
+    card's. ``cfgs``: the runs' configs (a cluster's replicas), each pair of profile and card said once."""
+    from sim.cost.hardware import device_gpu
+
+    out: list[str] = []
+    for cfg in cfgs:
+        hw = cfg.hardware
+        if hw.profile in ("auto", "prior") or cfg.engine.cost_model == "constant":
+            continue  # the card's own profile, or none read
+        gpu = get_gpu(hw.gpu)
+        measured = get_profile(gpu, hw.profile).gpu
+        if measured in (gpu.name, "generic") or device_gpu(measured) == gpu.name:
+            continue
+        note = (f"[hardware] profile = {hw.profile!r} was measured on the {measured}, not on this run's {gpu.name}: "
+                f"its efficiencies and fixed costs stand in for the {gpu.name}'s")
+        if note not in out:
+            out.append(note)
+    return out

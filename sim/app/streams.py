@@ -4,6 +4,8 @@ a cluster's gateway (the [workload] table, or the [[stream]]s merged by time).""
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -69,7 +71,7 @@ def _renamed(e: ServesimError, message: str) -> ServesimError:
         return ConfigError(message)
 
 
-def cluster_source(cfg: ClusterConfig, max_model_len: int) -> tuple[Any, Any]:
+def cluster_source(cfg: ClusterConfig, max_model_len: int | None) -> tuple[Any, Any]:
     """(workload, source) for a cluster: the [workload] table, or the [[stream]]s merged by time."""
     seed = cfg.base.simulation.seed
     n_override = cfg.base.simulation.num_requests
@@ -101,3 +103,20 @@ def cluster_source(cfg: ClusterConfig, max_model_len: int) -> tuple[Any, Any]:
         table["num_requests"] = n_override
     wl = build_workload(table, seed=seed, max_model_len=max_model_len, base_dir=cfg.base_dir)
     return wl, source_for(wl)
+
+
+def check_variant_workloads(cfgs: Mapping[str, ClusterConfig]) -> None:
+    """Every variant's workload built before any variant runs (its keys and values; the engines'
+    max_model_len applies when it runs), so a bad one is refused before the first variant's run and named
+    by its variant, as a bad [slo] there is. A workload shared by several variants is built once."""
+    seen: set[str] = set()
+    for name, cfg in cfgs.items():
+        sim = cfg.base.simulation
+        key = json.dumps([cfg.base.workload, cfg.streams, sim.num_requests, sim.seed], sort_keys=True, default=str)
+        if not name or key in seen:
+            continue
+        seen.add(key)
+        try:
+            cluster_source(cfg, None)
+        except ServesimError as e:
+            raise _renamed(e, f"[variants.{name}]: {e}") from None

@@ -27,7 +27,15 @@ from typing import Any, TextIO
 
 import pandas as pd
 
-from sim.app.config import _SECTIONS, RunConfig, config_from_dict, engine_keys, override_key, parse_value
+from sim.app.config import (
+    _SECTIONS,
+    RunConfig,
+    check_rate_scale,
+    config_from_dict,
+    engine_keys,
+    override_key,
+    parse_value,
+)
 from sim.app.progress import bar as progress_bar
 from sim.app.replicate import DEFAULT_LEVEL, interval_table, run_one, seed_list
 from sim.core.errors import ConfigError, ServesimError
@@ -99,6 +107,9 @@ def parse_grid(items: Sequence[str], flag: str = "--grid") -> dict[str, list[Any
         said = repeated(key, values)  # a repeated value would run the same points twice
         if said is not None:
             raise ConfigError(f"{flag} {item!r}: {said}; allowed: distinct values")
+        if key == "workload.rate_scale":  # a user's, bounded as in a config (the sizing search's are not)
+            for v in values:
+                check_rate_scale(v, f"{flag} {key}")
         grid[key] = values
     return grid
 

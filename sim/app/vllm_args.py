@@ -19,22 +19,33 @@ from typing import Any
 from sim.core.errors import ConfigError
 
 
-def _int(flag: str, text: str) -> int:
-    """vLLM's human-readable integers (``--max-model-len 32k``): k/m/g = 1e3.., K/M/G = 2^10.."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgKMG]?)\s*", text)
+def human_int(text: str, where: str) -> int:
+    """vLLM's human-readable integers (``--max-model-len 32k``): k/m/g = 1e3.., K/M/G = 2^10..; a sign as
+    int() reads it (``-5``: vLLM parses it, and the config then says what the setting allows). ``where``:
+    the flag, for the message."""
+    m = re.fullmatch(r"\s*([-+]?\d+(?:\.\d+)?)\s*([kmgKMG]?)\s*", text)
     if not m:
-        raise ConfigError(f"--vllm-args {flag} {text!r}: expected an integer (e.g. 64, 32k, 1K)")
+        raise ConfigError(f"{where} {text!r}: expected an integer (e.g. 64, 32k, 1K)")
     num, unit = float(m.group(1)), m.group(2)
     scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}[unit]
     value = num * scale
     if not value.is_integer():
-        raise ConfigError(f"--vllm-args {flag} {text!r}: not a whole number")
+        raise ConfigError(f"{where} {text!r}: not a whole number")
     return int(value)
 
 
+def max_model_len(text: str, where: str) -> int:
+    """--max-model-len as vLLM reads it: a length (``32k``, ``1K``), or ``auto`` / ``-1``: the longest that
+    fits (servesim's -1). ``plan --max-model-len`` takes the same."""
+    return -1 if text.strip().lower() in ("auto", "-1") else human_int(text, where)
+
+
+def _int(flag: str, text: str) -> int:
+    return human_int(text, f"--vllm-args {flag}")
+
+
 def _max_len(flag: str, text: str) -> int:
-    """--max-model-len: a length, or ``auto`` / ``-1``: the longest that fits (servesim's -1)."""
-    return -1 if text.strip().lower() in ("auto", "-1") else _int(flag, text)
+    return max_model_len(text, f"--vllm-args {flag}")
 
 
 def _float(flag: str, text: str) -> float:

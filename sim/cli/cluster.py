@@ -92,6 +92,10 @@ def run(args: argparse.Namespace) -> int:
 
     for c in cfgs.values():
         check_step_trace_setting(c.base.simulation.record_step_trace, args)
+    from sim.app.setup import profile_notes
+
+    for note in profile_notes(r.run for c in cfgs.values() for r in c.replicas):  # another card's profile
+        print(f"servesim: note: {note}", file=sys.stderr)
     wanted = list(getattr(args, "variant", []) or [])
     twice = sorted({v for v in wanted if wanted.count(v) > 1})
     if twice:  # it would run (and be reported) twice
@@ -112,6 +116,9 @@ def run(args: argparse.Namespace) -> int:
     from sim.cli.prices import check_prices_used
 
     check_prices_used(args, cards)
+    from sim.app.streams import check_variant_workloads
+
+    check_variant_workloads(cfgs)  # a bad workload in one variant, before any variant runs
     if args.out and list(cfgs) != [""]:  # each variant's folder: names the file system can make, before any run
         for name in cfgs:
             check_out_dir(Path(args.out) / name, f"--out (variant {name[:60]!r})")
@@ -123,7 +130,14 @@ def run(args: argparse.Namespace) -> int:
             cfg = replace_base(cfg, simulation=replace(cfg.base.simulation, record_step_trace=True))
         from sim.cli.progress import show_progress
 
-        result = run_once(cfg, progress=show_progress(args))
+        try:
+            result = run_once(cfg, progress=show_progress(args))
+        except ServesimError as e:  # what only the run finds (a prompt past max_model_len): named by its variant
+            if not name:
+                raise
+            from sim.app.streams import _renamed
+
+            raise _renamed(e, f"[variants.{name}]: {e}") from None
         runs[name] = (result, summarize_cluster(result, slo=cfg.base.slo or None))
     title = f"servesim cluster: {Path(args.config).name}"
     if args.out:

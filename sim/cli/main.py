@@ -105,6 +105,10 @@ def _run(args: argparse.Namespace) -> int:
     from sim.cli.outpath import check_step_trace_setting
 
     check_step_trace_setting(cfg.simulation.record_step_trace, args)  # as --step-trace without --out
+    from sim.app.setup import profile_notes
+
+    for note in profile_notes([cfg]):  # another card's profile: run as asked, and said
+        print(f"servesim: note: {note}", file=sys.stderr)
     from sim.cli.prices import check_prices_used
 
     check_prices_used(args, [cfg.hardware.gpu])

@@ -45,8 +45,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--kv-cache-dtype", help="auto (= model dtype), fp8, fp8_e4m3, fp8_e5m2")
     p.add_argument("--gpu-memory-utilization", type=float, help="fraction of total GPU memory (default 0.9)")
     p.add_argument("--block-size", type=int, help="tokens per KV block (default 16)")
-    p.add_argument("--max-model-len", type=int,
-                   help="default: the model's max_position_embeddings; -1: the longest that fits (vLLM's auto)")
+    p.add_argument("--max-model-len",
+                   help="default: the model's max_position_embeddings; as vLLM reads it: 4096, 32k, 1K, or -1 / "
+                        "auto: the longest that fits")
     p.add_argument(
         "--max-num-batched-tokens", type=int,
         help="token budget of the profile run (default: vLLM's for the card, 2048; 8192 from 70 GiB, A100 aside)"
@@ -74,6 +75,10 @@ def add_parser(subparsers: Any) -> None:
 
 def _kwargs(args: argparse.Namespace) -> dict[str, Any]:
     kw: dict[str, Any] = {k: getattr(args, k) for k in _PASSTHROUGH if getattr(args, k, None) is not None}
+    if isinstance(kw.get("max_model_len"), str):  # vLLM's spellings, as --vllm-args reads them
+        from sim.app.vllm_args import max_model_len
+
+        kw["max_model_len"] = max_model_len(kw["max_model_len"], "--max-model-len")
     if kw.get("block_size") is not None and kw["block_size"] not in BLOCK_SIZES:
         raise ConfigError(f"--block-size: not a supported block size, got {kw['block_size']}; allowed "
                           f"{', '.join(map(str, BLOCK_SIZES))} (vLLM's choices)")

@@ -70,6 +70,7 @@ _STREAM_OFFSET = 64  # children 0..63 are reserved for workloads.synthetic.STREA
 SESSION_KEYS = (
     "kind", "num_sessions", "turns", "message", "first_message", "output", "system_prompt", "think_time",
     "think_dist", "num_clients", "rate", "arrival", "burstiness", "num_requests",
+    "client_timeout_s",  # read by the run (sim/app/simulate.py); listed so an unknown key's message names it
 )  # fmt: skip
 
 
@@ -151,6 +152,7 @@ class SessionWorkload:
     num_truncated: int = 0  # turns dropped because the conversation outgrew max_model_len
     num_skipped: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # said with the run's notes (clients or a num_requests cap past what is drawn)
 
     @property
     def num_requests(self) -> int:
@@ -203,7 +205,7 @@ def build_session_workload(
     check_keys(cfg, SESSION_KEYS, where)
     if cfg.get("kind", "sessions") != "sessions":
         raise ConfigError(f"workload.kind: expected 'sessions', got {cfg.get('kind')!r}")
-    n = read_int(cfg, "num_sessions", where, lo=1, hi=MAX_REQUESTS)
+    n = num_sessions = read_int(cfg, "num_sessions", where, lo=1, hi=MAX_REQUESTS)
     has_clients, has_rate = "num_clients" in cfg, "rate" in cfg
     if has_clients == has_rate:
         raise ConfigError(
@@ -308,7 +310,25 @@ def build_session_workload(
                 start=float(starts[j]),
             )
         )
-    return SessionWorkload(convs, num_clients=clients, num_clipped=clipped, num_truncated=truncated)
+    w = SessionWorkload(convs, num_clients=clients, num_clipped=clipped, num_truncated=truncated)
+    w.notes = _notes(cfg, num_sessions, w)
+    return w
+
+
+def _notes(cfg: Mapping[str, Any], num_sessions: int, w: SessionWorkload) -> tuple[str, ...]:
+    """What the closed loop and a trace say too: clients with no conversation to run, and a num_requests cap
+    above the turns drawn (not refused: a sizing search over num_clients may pass the conversations)."""
+    notes = []
+    n, clients = len(w.conversations), w.num_clients
+    if clients is not None and clients > n:
+        cut = "" if n == num_sessions else f", cut from num_sessions = {num_sessions} by num_requests"
+        notes.append(f"num_clients = {clients} for {n} conversations{cut}: only {n} clients run a conversation "
+                     f"(one each), the other {clients - n} none")
+    cap = cfg.get("num_requests")
+    if cap is not None and cap > w.num_requests + w.num_truncated:
+        notes.append(f"num_requests = {cap}, but the {n} conversations drawn have only "
+                     f"{w.num_requests + w.num_truncated} turns: {w.num_requests} requests run")
+    return tuple(notes)
 
 
 def expected_cached_tokens(conv: Conversation, k: int, block_size: int) -> int:
