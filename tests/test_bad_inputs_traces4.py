@@ -87,7 +87,7 @@ CASES = [
     ("trace-time_scale-400-digits", lambda t: _run(t, _jsonl(t, ROW), f"time_scale = {HUGE}"),
      ["trace option time_scale", "401 digits"]),
     ("trace-rate_scale-400-digits", lambda t: _run(t, _jsonl(t, ROW), f"rate_scale = {HUGE}"),
-     ["trace option rate_scale", "401 digits"]),
+     ["workload.rate_scale", "401 digits", "allowed rate_scale <= 1e+06"]),  # a user's bound, checked as the config loads
     ("token-counts-rate-400-digits", lambda t: _run(t, _write(t, "tc.csv", TC), f"rate = {HUGE}"),
      ["trace option rate", "401 digits", "> 0"]),
     ("token-counts-burstiness-400-digits", lambda t: _run(t, _write(t, "tc.csv", TC),

@@ -175,17 +175,41 @@ def _workload_overrides(overrides: list[str]) -> tuple[list[str], dict[str, Any]
     return rest, wl
 
 
-def _check_replay_sets(rest: list[str], gpu: str | None, profile: str | None) -> None:
+MAX_SEED = 2**64 - 1  # [simulation] seed's range
+
+
+def replay_seed(overrides: list[str] | None) -> int | None:
+    """``--set simulation.seed=N``, checked (None: not given): the seed of what a replay draws (a Prometheus
+    scrape's lengths, arrivals rebuilt or redrawn by the run's loader or from --set workload.rate), so the
+    command can read the run with it before ``prepare``."""
+    seed = None
+    for item in overrides or []:
+        if override_key(item) != "simulation.seed":
+            continue
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected section.key=value")
+        v = parse_value(item.split("=", 1)[1].strip(), "--set simulation.seed")
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_SEED:
+            raise ConfigError(f"--set {item!r}: simulation.seed must be an integer from 0 to {MAX_SEED}, got {v!r}")
+        seed = v
+    return seed
+
+
+def _check_replay_sets(rest: list[str], gpu: str | None, profile: str | None, draws: bool = False) -> None:
     """A --set the replay would not use is refused, not dropped: the run's requests are replayed to their
-    end from their own seeds ([simulation]), the comparison judges no SLO and prices nothing ([slo], [cost]).
-    The card and the profile are --gpu / --profile: the front end's latencies are read from them before the
-    --set is applied, so ``hardware.gpu`` / ``hardware.profile`` by --set would split the two."""
+    end from their own seeds ([simulation]; only ``simulation.seed`` where the replay ``draws`` something),
+    the comparison judges no SLO and prices nothing ([slo], [cost]). The card and the profile are --gpu /
+    --profile: the front end's latencies are read from them before the --set is applied, so
+    ``hardware.gpu`` / ``hardware.profile`` by --set would split the two."""
     for item in rest:
         key = override_key(item)
         section = key.split(".", 1)[0]
+        if key == "simulation.seed" and draws:
+            continue
         if section in ("simulation", "slo", "cost"):
             why = {"simulation": "the replay runs each request of the run to its end, arrivals from the run or "
-                                 "from --set workload.rate",
+                                 "from --set workload.rate" + ("; nothing in this one is drawn, so a seed changes "
+                                                               "nothing" if key == "simulation.seed" else ""),
                    "slo": "the comparison judges no SLO", "cost": "the comparison prices nothing"}[section]
             raise ConfigError(f"--set {item!r}: not used by a replay ({why}); allowed: [model], [hardware], "
                               f"[engine], [frontend] keys and workload.{{{', '.join(WORKLOAD_KEYS)}}}")
@@ -244,7 +268,9 @@ def _fit_max_model_len(run: RealRun, specs: list[RequestSpec], max_len: int) -> 
     """A request the run served has prompt + output <= its max_model_len; one longer than the replay's is cut
     to fit (prompt first, then output) and counted in a note, so it is served as it was, not rejected without
     a word. Recorded lengths: the replay's max_model_len is smaller than the run's (the note says how to give
-    it); drawn lengths (a Prometheus scrape) may simply come out longer."""
+    it), or, where it is at least the run's recorded one (whose prompts the loader checked), the recorded
+    output counts run over that (one from re-tokenized text can); drawn lengths (a Prometheus scrape) may
+    simply come out longer."""
     p = np.fromiter((s.prompt_len for s in specs), np.int64, len(specs))
     o = np.fromiter((s.output_len for s in specs), np.int64, len(specs))
     over = p + o > max_len
@@ -261,9 +287,16 @@ def _fit_max_model_len(run: RealRun, specs: list[RequestSpec], max_len: int) -> 
         note = f"{int(over.sum())} drawn requests cut to fit max_model_len {max_len} (prompt first, then output)"
     else:
         i = int(np.flatnonzero(over)[0])
-        note = (f"{int(over.sum())} served requests longer than the replay's max_model_len {max_len} (the first: "
-                f"{specs[i].request_id}, {p[i]} + {o[i]} tokens) cut to fit; the run's own max_model_len was "
-                "larger: give it with --set engine.max_model_len=N")
+        head = f"{int(over.sum())} served requests longer than the replay's max_model_len {max_len} (the first: " \
+               f"{specs[i].request_id}, {p[i]} + {o[i]} tokens) cut to fit; "
+        own = run.engine.get("max_model_len")
+        if isinstance(own, bool) or not isinstance(own, int) or own < 1:  # none, or vLLM's -1 (auto)
+            note = head + "the run's own max_model_len was larger: give it with --set engine.max_model_len=N"
+        elif own > max_len:
+            note = head + f"the run's own max_model_len was {own}: give it with --set engine.max_model_len={own}"
+        else:
+            note = head + (f"the run recorded max_model_len {own}, where vLLM stops a request: the recorded output "
+                           "counts run over it (a count from re-tokenized text can)")
     if note not in run.notes:
         run.notes.append(note)
     return out
@@ -283,7 +316,13 @@ def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
     if max_per_stage is not None and (isinstance(max_per_stage, bool) or max_per_stage < 1):
         raise ConfigError(f"--max-per-stage: max_per_stage must be >= 1, got {max_per_stage}")
     rest, wl = _workload_overrides(list(overrides or []))
-    _check_replay_sets(rest, gpu, profile)
+    _check_replay_sets(rest, gpu, profile, draws=run.seed is not None or "rate" in wl)
+    if (given := replay_seed(rest)) is not None:  # the --set wins over the argument
+        rest, seed = [o for o in rest if override_key(o) != "simulation.seed"], given
+        if run.seed is not None and run.seed != seed:  # the loader drew with another: read it again with this one
+            from workloads.runs import load_run
+
+            run = load_run(run.source, run.format, seed)
     mc = wl.get("max_concurrency", run.max_concurrency)
     timeout = wl.get("client_timeout_s", run.client_timeout_s)
     _check_client(mc, timeout)
@@ -349,6 +388,8 @@ def prepare(run: RealRun, gpu: str | None = None, profile: str | None = None, ov
                 "max_num_seqs": setup.limits.max_num_seqs, "max_num_batched_tokens": setup.limits.max_num_batched_tokens,
                 "max_concurrency": mc, "client_timeout_s": timeout, "num_requests": len(specs),
                 "max_per_stage": max_per_stage, "warmup_requests": len(warmup), "num_gpu_blocks": setup.limits.num_gpu_blocks}  # fmt: skip
+    if "rate" in wl:  # the seed of the arrivals drawn here (a loader's draw names its seed in its notes)
+        settings["seed"] = seed
     return Replay(run, cfg, setup, specs, {s.request_id: int(k) for s, k in zip(specs, stage_of, strict=True)}, warmup,
                   int(mc) if mc else None, float(timeout) if timeout else None, settings)
 

@@ -20,7 +20,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--profile", help="calibration profile: a JSON (e.g. from servesim fit --from-run), a shipped "
                                      "name, or 'prior' (default: the GPU's shipped profile)")
     add_override_option(p, "override a replay setting (repeatable), e.g. --set engine.async_scheduling=false; "
-                           "workload.rate=R gives the load of a run without arrival times")
+                           "workload.rate=R gives the load of a run without arrival times; simulation.seed=N "
+                           "the seed of what a replay draws (default 0)")
     p.add_argument("--max-per-stage", type=int, help="replay only the first N requests of each stage (faster)")
     p.add_argument("--json", action="store_true", help='print {"stages": [...], "overall": {...}} as JSON')
     p.add_argument("--out", help="directory for report.html (distributions and time series) and comparison.json")
@@ -32,7 +33,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from sim.app.compare import compare, format_comparison
-    from sim.app.replay import prepare
+    from sim.app.replay import prepare, replay_seed
     from sim.app.results import to_jsonable
     from sim.cli.flags import check_not_empty
     from sim.cli.outpath import check_out_dir
@@ -41,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     check_not_empty(args, {"gpu": "a catalogue GPU name (e.g. H100)",
                            "profile": "a profile JSON, a shipped profile name or 'prior'"})  # fmt: skip
     check_out_dir(args.out)
-    real = load_run(args.run, args.format)
+    seed = replay_seed(args.overrides)  # what the run's loader draws (lengths, arrivals) is drawn from it too
+    real = load_run(args.run, args.format, 0 if seed is None else seed)
     rep = prepare(real, args.gpu, args.profile, args.overrides, args.max_per_stage)  # bad input fails here
     from sim.cli.progress import show_progress
 

@@ -37,6 +37,16 @@ def _is_bench_json(path: Path) -> bool:
     return head.lstrip().startswith("{") and '"duration"' in head and '"completed"' in head
 
 
+def _is_blank(f: Path) -> bool:
+    """A file with nothing but white space (read up to its first other byte), so the error can say it is
+    empty rather than of no known format."""
+    try:
+        with open(f, "rb") as fh:
+            return f.is_file() and not any(ln.strip() for ln in fh)
+    except OSError:
+        return False
+
+
 def sniff_run(path: str | Path) -> str:
     """The run format of a file or directory (see the module doc); a clear error says what was looked for."""
     path = Path(path)
@@ -49,6 +59,10 @@ def sniff_run(path: str | Path) -> str:
             return "engine-jsonl"
         if is_scrape(path):
             return "prometheus"
+        if _is_blank(path / "requests.jsonl"):
+            raise TraceFormatError(f"{path / 'requests.jsonl'}: empty (no requests); expected one JSON object per "
+                                   "request with input_toks, output_toks, arrival_time and the engine's queued_ts, "
+                                   "scheduled_ts, first_token_ts, last_token_ts")
         raise TraceFormatError(f"{path}: not a run directory servesim knows: expected an inference-perf results "
                                "directory (config.yaml + stage_<k>_lifecycle_metrics.json), requests.jsonl with "
                                "engine timestamps, or Prometheus scrapes (*.prom)")
@@ -58,13 +72,18 @@ def sniff_run(path: str | Path) -> str:
         return "engine-jsonl"
     if is_scrape(path):
         return "prometheus"
+    if _is_blank(path):
+        raise TraceFormatError(f"{path}: empty (nothing but white space); expected a vllm bench serve result JSON "
+                               "(--save-result --save-detailed), per-request JSONL with queued_ts/first_token_ts/"
+                               "last_token_ts, or a Prometheus scrape of vLLM's /metrics")
     raise TraceFormatError(f"{path}: not a run file servesim knows: expected a vllm bench serve result JSON "
                            "(--save-result --save-detailed), per-request JSONL with queued_ts/first_token_ts/"
                            "last_token_ts, or a Prometheus scrape of vLLM's /metrics")
 
 
-def load_run(path: str | Path, format: str = "auto") -> RealRun:
+def load_run(path: str | Path, format: str = "auto", seed: int = 0) -> RealRun:
+    """``seed``: for what the format leaves to be drawn (RealRun.seed says whether anything was)."""
     fmt = sniff_run(path) if format == "auto" else format
     if fmt not in RUN_FORMATS:
         raise UnknownNameError(f"unknown run format {format!r}; known: auto, {', '.join(RUN_FORMATS)}")
-    return RUN_FORMATS[fmt](path)
+    return RUN_FORMATS[fmt](path, seed)

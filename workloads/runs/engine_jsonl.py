@@ -36,6 +36,7 @@ from workloads.runs.model import (
     MAX_CLOCK_S,
     RealRun,
     Stage,
+    check_served_prompts,
     integer,
     number,
     read_text,
@@ -167,6 +168,47 @@ def _meta(path: Path) -> dict[str, Any]:
     return meta
 
 
+# The server settings servesim models, by vLLM's engine-arg names (the same as vllm_bench.ENGINE_KEYS), in the
+# order the replay's settings show them.
+SERVER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_dtype", "block_size",
+               "gpu_memory_utilization", "enable_prefix_caching", "enable_chunked_prefill", "async_scheduling",
+               "scheduling_policy", "num_gpu_blocks_override")  # fmt: skip
+
+
+def _same(a: Any, b: Any) -> bool:
+    """One value (a bool is not the number 1)."""
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+# Settings vLLM may change at start-up from what it was given (a block size the attention backend needs, as
+# FlashMLA's 64; prefix caching off where the model does not support it): kv_cache holds the one it ran with.
+RESOLVED_AT_START = ("block_size", "enable_prefix_caching")
+
+
+def _server_settings(meta: dict[str, Any], path: Path, notes: list[str]) -> dict[str, Any]:
+    """The server settings servesim models (SERVER_KEYS), from ``engine_kwargs`` (the arguments the engine
+    was built with) and ``kv_cache`` (what it resolved; its ``num_gpu_blocks`` is the pool vLLM measured,
+    replayed as ``num_gpu_blocks_override``, which vLLM takes as given). A null is vLLM's default, so not a
+    setting. Both places with two values: for RESOLVED_AT_START the one vLLM ran with (kv_cache), said in a
+    note; for the rest a file that contradicts itself, refused naming both."""
+    ek, kv = meta.get("engine_kwargs") or {}, dict(meta.get("kv_cache") or {})
+    if kv.get("num_gpu_blocks") is not None:
+        kv["num_gpu_blocks_override"] = int(kv["num_gpu_blocks"])
+    engine: dict[str, Any] = {}
+    for k in SERVER_KEYS:
+        a, b = ek.get(k), kv.get(k)
+        if a is not None and b is not None and not _same(a, b):
+            kb = "kv_cache.num_gpu_blocks" if k == "num_gpu_blocks_override" else f"kv_cache.{k}"
+            if k not in RESOLVED_AT_START:
+                raise TraceFormatError(f"{path}: field 'engine_kwargs.{k}' is {show(a)} but '{kb}' is {show(b)}; "
+                                       "expected one value (vLLM runs with the one it is given)")
+            notes.append(f"meta.json: engine_kwargs.{k} {show(a)} but {kb} {show(b)} (vLLM changed it at start-up): "
+                         "the one it ran with replayed")
+        if a is not None or b is not None:
+            engine[k] = b if b is not None else a
+    return engine
+
+
 TS_NUMERIC = ("t", "prompt_throughput", "gen_throughput", "running", "waiting", "kv_cache_pct")
 TS_RANGE = {"kv_cache_pct": 100.0}  # a percentage; the others are counts or rates: finite and >= 0
 
@@ -289,12 +331,10 @@ def load_engine_jsonl(path: str | Path, seed: int = 0) -> RealRun:
     measured.update(completed=float(len(df)), failed=0.0, request_throughput=len(df) / dur,
                     output_throughput=float(out.sum()) / dur)  # fmt: skip
     meta = _meta(d / "meta.json")
-    ek, kv = meta.get("engine_kwargs") or {}, meta.get("kv_cache") or {}
-    engine = {k: ek[k] for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_dtype")
-              if k in ek}  # fmt: skip
-    engine.update({k: kv[k] for k in ("block_size", "gpu_memory_utilization", "enable_prefix_caching") if k in kv})
-    if kv.get("num_gpu_blocks") is not None:  # the capacity vLLM measured: replay on the same KV pool
-        engine["num_gpu_blocks_override"] = int(kv["num_gpu_blocks"])
+    ek = meta.get("engine_kwargs") or {}
+    engine = _server_settings(meta, d / "meta.json", notes)
+    mml_key = "engine_kwargs.max_model_len" if ek.get("max_model_len") is not None else "kv_cache.max_model_len"
+    check_served_prompts(str(d / "meta.json"), mml_key, engine, specs)
     hardware = {}
     if (meta.get("hardware") or {}).get("device_name"):
         hardware["gpu"] = meta["hardware"]["device_name"]

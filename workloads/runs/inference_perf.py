@@ -301,7 +301,7 @@ def load_inference_perf(path: str | Path, seed: int = 0) -> RealRun:
         for k in range(len(measured)):  # the percentiles the aggregates lack, from the records
             extra = stats_from_requests(requests[(requests["stage"] == k) & requests["ok"]])
             measured[k] = {**extra, **measured[k]}
-        arrivals = "recorded"
+        arrivals, drew = "recorded", False
         notes.append("arrivals, lengths and failures from per_request_lifecycle_metrics.json; prompts with "
                      "equal text share their KV prefix")
         empty = int((rec["ok"] & (rec["output_len"] < 1)).sum())
@@ -347,6 +347,7 @@ def load_inference_perf(path: str | Path, seed: int = 0) -> RealRun:
             notes.append(f"data.type {data.get('type')!r}: every prompt {plen} tokens (the measured mean), unique")
         stage_of = np.asarray(stage_list)
         arrivals = f"rebuilt: load.type {load['type']} stages back to back (seed {seed})"
+        drew = load["type"] == "poisson" or data.get("type") == "shared_prefix"
         notes.append(f"prompts: {plen} tokens (successes.prompt_len.mean), outputs {o} tokens"
                      + (" (ignore_eos)" if out_len else " (the measured mean)"))
     stages, start = [], 0.0
@@ -373,5 +374,5 @@ def load_inference_perf(path: str | Path, seed: int = 0) -> RealRun:
         measured=measured, overall=overall, meaning=dict(MEANING), model=model, engine=engine,
         hardware=hardware, vllm_version=str(exp["vllm_version"]) if "vllm_version" in exp else None,
         client_timeout_s=float(timeout) if timeout else CLIENT_TIMEOUT_S, arrivals=arrivals,
-        requests=requests, notes=notes, settings_file=exp_path,
+        requests=requests, notes=notes, settings_file=exp_path, seed=seed if drew else None,
     )  # fmt: skip

@@ -103,6 +103,9 @@ class RealRun:
     # The file the run's [engine] / [hardware] settings were read from (meta.json, exp-config.yaml, the bench
     # JSON, the last scrape): a config error about one of them names it. None: ``source``.
     settings_file: Path | None = None
+    # The seed the loader drew with (a Prometheus scrape's lengths, rebuilt or redrawn arrivals); None: the
+    # file gave everything, nothing was drawn. A replay's --set simulation.seed is used only where something is.
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         self.stage_of = np.asarray(self.stage_of, dtype=np.int64)
@@ -189,3 +192,20 @@ def integer(where: str, key: str, v: Any, *, lo: int = 0, hi: int = MAX_TOKENS, 
     if not ok or not lo <= v <= hi:
         raise TraceFormatError(f"{where}: field '{key}': expected an integer from {lo} to {hi}{what}, got {show(v)}")
     return int(v)
+
+
+def check_served_prompts(where: str, key: str, engine: Mapping[str, Any], specs: list[RequestSpec]) -> None:
+    """A run that records its server's max_model_len served no prompt longer than it: vLLM refuses one ("The
+    decoder prompt (length N) is longer than the maximum model length of M"). One that did is a file that
+    contradicts itself (a wrong --metadata, or another run's), refused naming the longest prompt. Prompt plus
+    output over it is not refused: an output count from re-tokenized text may run a few tokens over."""
+    mml = engine.get("max_model_len")
+    if isinstance(mml, bool) or not isinstance(mml, int) or mml < 1 or not specs:
+        return
+    s = max(specs, key=lambda r: r.prompt_len)
+    if s.prompt_len > mml:
+        n = sum(1 for r in specs if r.prompt_len > mml)
+        raise TraceFormatError(f"{where}: field '{key}': {mml}, but served request {s.request_id} has a "
+                               f"{s.prompt_len}-token prompt (+ {s.output_len} output tokens; {n} served prompts are "
+                               f"longer than {mml}); vLLM refuses a prompt longer than max_model_len, so expected the server's "
+                               f"max_model_len, at least {s.prompt_len}")

@@ -307,5 +307,5 @@ def load_prometheus(path: str | Path, seed: int = 0) -> RealRun:
         source=path, format="prometheus", basis="engine", specs=specs, stage_of=np.zeros(n),
         stages=[Stage(0, None, None, 0.0, n)], measured=[dict(measured)], overall=dict(measured),
         meaning=meaning, model=model, engine=engine, arrivals="unknown", timeseries=ts, notes=notes,
-        settings_file=files[-1],
+        settings_file=files[-1], seed=seed,
     )  # fmt: skip

@@ -15,7 +15,15 @@ import pandas as pd
 from sim.core.errors import TraceFormatError
 from sim.core.fields import is_finite
 from sim.core.request import RequestSpec
-from workloads.runs.model import LATENCIES, RealRun, Stage, integer, show, stats_from_requests
+from workloads.runs.model import (
+    LATENCIES,
+    RealRun,
+    Stage,
+    check_served_prompts,
+    integer,
+    show,
+    stats_from_requests,
+)
 from workloads.tracefmt.benchresult import (
     bench_rate,
     read_successes,
@@ -25,7 +33,7 @@ from workloads.tracefmt.benchresult import (
 # arguments of its own): [engine] keys, and the hardware.
 ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "gpu_memory_utilization",
                "enable_prefix_caching", "enable_chunked_prefill", "async_scheduling", "kv_cache_dtype",
-               "num_gpu_blocks_override")  # fmt: skip
+               "num_gpu_blocks_override", "scheduling_policy")  # fmt: skip
 _FILE_STATS = {"mean": "mean", "median": "p50", "p90": "p90", "p99": "p99"}
 
 MEANING = {
@@ -181,6 +189,7 @@ def load_vllm_bench_run(path: str | Path, seed: int = 0) -> RealRun:
     notes = [f"arrivals {how}", "no prompt content in the file: prompts replayed as unique (no prefix hits)"]
     measured.update(_file_stats(res, path, measured, notes))  # the file's own numbers where they agree
     engine = {k: _scalar(res[k]) for k in ENGINE_KEYS if k in res}
+    check_served_prompts(str(path), "max_model_len", engine, specs)
     hardware = _tensor_parallel(res, path)
     rate = bench_rate(res, path)
     mc = _max_concurrency(res, path)
@@ -197,5 +206,5 @@ def load_vllm_bench_run(path: str | Path, seed: int = 0) -> RealRun:
         vllm_version=str(res["vllm_version"]) if "vllm_version" in res else None,
         max_concurrency=mc,
         arrivals="recorded" if how.startswith("recorded") else how,
-        requests=df, itl=itl, notes=notes, settings_file=path,
+        requests=df, itl=itl, notes=notes, settings_file=path, seed=seed if how.startswith("redrawn") else None,
     )  # fmt: skip

@@ -221,12 +221,12 @@ def bench_arrivals(res: dict[str, Any], reqs: BenchRequests, path: Path, seed: i
     exponentially from start to end RPS, no rescale) from ``seed``: vLLM's own draw used its ``--seed``,
     which the result does not record, so only the process is the same, not the instants."""
     n = len(reqs.prompt)
+    b = _float(res.get("burstiness", 1.0))  # checked whether or not it is used: a malformed field is refused
+    if not b > 0:
+        raise TraceFormatError(f"{path}: burstiness = {res.get('burstiness')!r}: expected a number > 0")
     if reqs.start is not None and np.isfinite(reqs.start).all():
         return reqs.start - reqs.start.min(), "recorded (start_times)"
     rate = bench_rate(res, path)
-    b = _float(res.get("burstiness", 1.0))
-    if not b > 0:
-        raise TraceFormatError(f"{path}: burstiness = {res.get('burstiness')!r}: expected a number > 0")
     rng = np.random.default_rng(seed)
     strategy = res.get("ramp_up_strategy")
     if strategy is not None:

@@ -186,12 +186,23 @@ def load_token_counts(
     skip_bad_rows = check_flag("skip_bad_rows", skip_bad_rows)
     arrivals = Arrivals(arrival, rate, burstiness)  # checked before the file is read
     check_file(path)
-    tab = CsvTable(path, "token-counts", ("num_prefill_tokens", "num_decode_tokens"), skip=skip_bad_rows)
+    tab = CsvTable(path, "token-counts", ("num_prefill_tokens", "num_decode_tokens"), ("arrival_time",),
+                   skip=skip_bad_rows)  # fmt: skip
     prompt = tab.ints("num_prefill_tokens")
     output = tab.ints("num_decode_tokens")
+    if tab.has("arrival_time"):  # not the format's: checked (never taken without a look), then said unread
+        tab.floats("arrival_time", lo=0.0)
     tab.errors.raise_first()
     ok = ~tab.errors.bad
     notes: list[str] = []
+    if tab.has("arrival_time"):
+        if arrivals.rate is None:
+            raise ConfigError(f"{path}: column {tab.columns['arrival_time']!r}: the token-counts format has no "
+                              "arrival times, so it is not read; give rate= (requests/s; inf = all at t=0) to "
+                              "draw arrivals, or write the trace as servesim JSONL (arrival_time, prompt_len, "
+                              "output_len) to keep them")
+        notes.append(f"column {tab.columns['arrival_time']!r} not read (the token-counts format has no arrival "
+                     "times): replaced by the drawn arrivals")
     p, zp = _raise_zero(prompt[ok], "num_prefill_tokens", notes)
     o, zo = _raise_zero(output[ok], "num_decode_tokens", notes)
     cols = Columns(

@@ -33,6 +33,7 @@ from workloads.tracefmt.rows import (
     check_file,
     get_int,
     get_int_list,
+    get_number,
     is_text,
     iter_json_lines,
     json_error,
@@ -214,6 +215,7 @@ def _bench_jsonl(path: Path, arrivals: Arrivals, skip: bool) -> Columns:
     ids: list[str] = []
     lines: list[int] = []
     raw_ns: list[int | None] = []
+    unread = False  # an arrival_time (servesim's name, not this format's arrival_time_ns) was seen
     n = 0
     for lineno, obj in iter_json_lines(path, errors):
         n += 1
@@ -221,6 +223,9 @@ def _bench_jsonl(path: Path, arrivals: Arrivals, skip: bool) -> Columns:
             p = get_int(obj, "input_toks", lo=1)
             o = get_int(obj, "output_toks")
             t = get_int(obj, "arrival_time_ns", required=False, hi=None)
+            if "arrival_time" in obj:  # not read, but checked: a time is never taken without a look
+                get_number(obj, "arrival_time")
+                unread = True
             if t is not None and t > 1e300:  # t / 1e9 would overflow a float; far past the clock anyway
                 raise FieldError("arrival_time_ns", f"got an integer of {len(str(t))} digits; allowed at most "
                                  f"{MAX_ARRIVAL_S * 1e9:g} ns (the simulated clock's {MAX_ARRIVAL_S:g} s)")
@@ -247,8 +252,15 @@ def _bench_jsonl(path: Path, arrivals: Arrivals, skip: bool) -> Columns:
         raise TraceFormatError(f"{path}: no usable rows ({errors.num_skipped} skipped)")
     notes: list[str] = []
     recorded = times[0] is not None
+    if unread and not recorded and arrivals.rate is None:
+        raise ConfigError(f"{path}: field 'arrival_time' is not read: vllm-bench JSONL records its send times as "
+                          "arrival_time_ns (integer ns from the start); give rate= (requests/s) to draw arrivals, "
+                          "or write the times as arrival_time_ns")
+    unused = "; field 'arrival_time' not read (vllm-bench JSONL's times are arrival_time_ns)" if unread else ""
     if recorded and arrivals.rate is not None:
-        notes.append("recorded arrival_time_ns replaced by drawn arrivals (rate given)")
+        notes.append("recorded arrival_time_ns replaced by drawn arrivals (rate given)" + unused)
+    elif unread:
+        notes.append(unused[2:] + (": arrival_time_ns used" if recorded else ": replaced by the drawn arrivals"))
     out = np.asarray(output, dtype=np.int64)
     if (out == 0).any():
         notes.append(f"{int((out == 0).sum())} rows with output_toks 0 raised to 1 (counted as clipped)")
@@ -299,6 +311,7 @@ def _sharegpt(path: Path, arrivals: Arrivals, per_word: float, skip: bool) -> Co
         raise TraceFormatError(f"{path}: expected a JSON list of conversations, got {type(data).__name__}")
     if not data:
         raise TraceFormatError(f"{path}: empty list")
+    _rows_in_a_list(path, data[0])
     errors = RowErrors(path, skip)
     prompt: list[int] = []
     output: list[int] = []
@@ -358,6 +371,23 @@ def _sharegpt(path: Path, arrivals: Arrivals, per_word: float, skip: bool) -> Co
         notes=notes,
         errors=errors.messages,
     )
+
+
+# A field a JSONL trace row has and a ShareGPT entry never does -> the format whose rows those are.
+_ROW_FIELDS = {"arrival_time": "servesim JSONL", "input_toks": "vllm-bench JSONL", "input_length": "Mooncake JSONL"}
+
+
+def _rows_in_a_list(path: Path, first: Any) -> None:
+    """A JSONL trace's rows wrapped in one JSON list would be read as ShareGPT (the only list format), their
+    times dropped: refused, saying what the file is and how it should be written."""
+    if not isinstance(first, dict) or "conversations" in first:
+        return
+    key = next((k for k in _ROW_FIELDS if k in first), None)
+    if key is not None:
+        kind = _ROW_FIELDS[key]
+        raise TraceFormatError(f"{path}: a JSON list of {kind} rows (entry 0 has {key!r}, no 'conversations'); "
+                               f"{kind} is one JSON object per line, not a list: write each row on its own line "
+                               "(a JSON list is read as ShareGPT conversations)")
 
 
 def _first_pair(conv: list[Any]) -> tuple[str, str] | None:
