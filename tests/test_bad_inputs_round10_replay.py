@@ -119,15 +119,18 @@ def test_block_size_vllm_changed_at_start_up_is_the_one_replayed(tmp_path):
 
 @pytest.mark.skipif(not RTX.is_dir(), reason="../shared is absent")
 def test_the_real_rtx4090_run_keeps_its_settings():
+    """Its given settings as before, then what its resolved_config says vLLM 0.19 ran with (the same as the
+    preset's defaults: its figures in the README do not move)."""
     from workloads.runs import load_run
 
     run = load_run(RTX)
     assert run.engine == {"max_num_seqs": 256, "max_num_batched_tokens": 2048, "max_model_len": 32768,
                           "kv_cache_dtype": "auto", "block_size": 16, "gpu_memory_utilization": 0.9,
-                          "enable_prefix_caching": True, "num_gpu_blocks_override": 2588}  # fmt: skip
-    assert list(run.engine) == ["max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_dtype",
-                                "block_size", "gpu_memory_utilization", "enable_prefix_caching",
-                                "num_gpu_blocks_override"]  # fmt: skip
+                          "enable_prefix_caching": True, "num_gpu_blocks_override": 2588,
+                          "enable_chunked_prefill": True, "async_scheduling": True, "scheduling_policy": "fcfs"}
+    assert list(run.engine)[:8] == ["max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_dtype",
+                                    "block_size", "gpu_memory_utilization", "enable_prefix_caching",
+                                    "num_gpu_blocks_override"]  # fmt: skip
 
 
 # ---- 6: a recorded max_model_len shorter than a served prompt ------------------------------------------------
@@ -287,3 +290,35 @@ def test_sharegpt_lists_still_load(tmp_path):
     r.write_text(json.dumps([{"arrival_time": 1, "prompt_len": 2, "output_len": 2}]))
     with pytest.raises(TraceFormatError, match="a JSON list of servesim JSONL rows"):
         load_trace(r, rate=1.0)
+
+
+# ---- 4, continued: resolved_config.scheduler_config, what vLLM ran with ---------------------------------------
+def _with_resolved(d: str, scheduler: dict) -> str:
+    meta = json.loads((Path(d) / "meta.json").read_text())
+    meta["resolved_config"] = {"scheduler_config": scheduler, "cache_config": {"anything": 1}}
+    (Path(d) / "meta.json").write_text(json.dumps(meta))
+    return d
+
+
+def test_resolved_scheduler_config_is_replayed_and_wins(tmp_path):
+    """A run that left async scheduling and chunking unset ran its version's defaults, which its meta.json
+    dumps (resolved_config.scheduler_config): those are replayed, the resolved value over a given one."""
+    d = _with_resolved(_ej(tmp_path, {"max_num_seqs": 64, "max_model_len": 8192}),
+                       {"async_scheduling": False, "enable_chunked_prefill": True, "max_num_seqs": 48,
+                        "max_num_batched_tokens": 1024, "policy": "fcfs", "stream_interval": 1})  # fmt: skip
+    from workloads.runs import load_run
+
+    run = load_run(d)
+    assert run.engine["async_scheduling"] is False and run.engine["max_num_seqs"] == 48
+    assert run.engine["max_num_batched_tokens"] == 1024 and run.engine["scheduling_policy"] == "fcfs"
+    assert any("max_num_seqs 64 given, 48 resolved" in n for n in run.notes)
+    rep = _prepare(d)
+    assert rep.setup.limits.async_scheduling is False and rep.setup.limits.max_num_seqs == 48
+
+
+@pytest.mark.parametrize("scheduler,frag", [({"async_scheduling": "yes"}, "scheduler_config.async_scheduling"),
+                                            ({"max_num_seqs": 0}, "scheduler_config.max_num_seqs"),
+                                            ({"policy": "lifo"}, "scheduler_config.policy")])  # fmt: skip
+def test_resolved_scheduler_config_bad_values_are_refused(scheduler, frag, tmp_path, capsys, no_replay):
+    run_bad_case(["compare", _with_resolved(_ej(tmp_path), scheduler), "--gpu", "H100 SXM"], ["meta.json", frag],
+                 capsys)

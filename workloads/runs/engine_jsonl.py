@@ -206,7 +206,41 @@ def _server_settings(meta: dict[str, Any], path: Path, notes: list[str]) -> dict
                          "the one it ran with replayed")
         if a is not None or b is not None:
             engine[k] = b if b is not None else a
+    _resolved_scheduler(meta, path, engine, notes)
     return engine
+
+
+# resolved_config.scheduler_config (vLLM's SchedulerConfig as the engine ran it, defaults filled in) -> the
+# engine-arg names servesim takes: what a run that left them unset ran with (its version's defaults, which
+# may not be the card defaults servesim would pick), or what vLLM changed at start-up.
+RESOLVED_SCHEDULER = {"max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens",
+                      "enable_chunked_prefill": "enable_chunked_prefill", "async_scheduling": "async_scheduling",
+                      "policy": "scheduling_policy"}  # fmt: skip
+
+
+def _resolved_scheduler(meta: dict[str, Any], path: Path, engine: dict[str, Any], notes: list[str]) -> None:
+    """Fill ``engine`` from ``resolved_config.scheduler_config`` where it has a value: the resolved one wins
+    over the given one (said in a note where they differ). A table of another shape is ignored: the field is
+    vLLM's dump of its config, not a format of its own."""
+    rc = meta.get("resolved_config")
+    sc = rc.get("scheduler_config") if isinstance(rc, dict) else None
+    if not isinstance(sc, dict):
+        return
+    for src, k in RESOLVED_SCHEDULER.items():
+        v = sc.get(src)
+        if v is None:
+            continue
+        if k in ("enable_chunked_prefill", "async_scheduling") and not isinstance(v, bool):
+            raise TraceFormatError(f"{path}: field 'resolved_config.scheduler_config.{src}': expected true or false, "
+                                   f"got {show(v)}")
+        if k in ("max_num_seqs", "max_num_batched_tokens"):
+            v = integer(str(path), f"resolved_config.scheduler_config.{src}", v, lo=1, hi=2**31 - 1)
+        if k == "scheduling_policy" and v not in ("fcfs", "priority"):
+            raise TraceFormatError(f"{path}: field 'resolved_config.scheduler_config.policy': got {show(v)}; "
+                                   "expected fcfs or priority")
+        if k in engine and not _same(engine[k], v):
+            notes.append(f"meta.json: {k} {show(engine[k])} given, {show(v)} resolved (the one vLLM ran with, replayed)")
+        engine[k] = v
 
 
 TS_NUMERIC = ("t", "prompt_throughput", "gen_throughput", "running", "waiting", "kv_cache_pct")
