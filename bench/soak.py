@@ -8,7 +8,8 @@ prefix caching, async scheduling, queue timeouts), an open loop (Poisson or gamm
 closed loop or multi-turn sessions, client timeouts, a horizon, and a third of the time a cluster of 2-5
 replicas behind one of the routers (and a gateway cap), or prefill and decode replicas (P/D). The run with the fast-forward must give the
 same requests, steps and ITL values as stepping one by one (tests/invariants.py
-``check_fast_forward_exact``; clusters: tests/test_cluster.py ``_same_run``). A config the setup refuses
+``check_fast_forward_exact``; clusters: tests/test_cluster.py ``_same_run``), and a single engine's every
+request accounted for once with its timestamps in order (``check_requests_conserved``). A config the setup refuses
 (ConfigError, MemoryPlanError) is skipped and counted. A failure prints its index and its config as JSON
 (``sim.app.config.config_from_dict`` / ``simulate_cluster`` take it as it is). Exit status 1 on any failure.
 
@@ -38,7 +39,7 @@ from sim.app.cluster import simulate_cluster  # noqa: E402
 from sim.app.config import config_from_dict  # noqa: E402
 from sim.app.simulate import simulate  # noqa: E402
 from sim.core.errors import ConfigError, MemoryPlanError  # noqa: E402
-from tests.invariants import check_fast_forward_exact  # noqa: E402
+from tests.invariants import check_fast_forward_exact, check_requests_conserved, workload_ids  # noqa: E402
 from tests.test_cluster import _same_run  # noqa: E402
 
 MODELS = [("Meta-Llama-3-8B", "A100-80GB-SXM"), ("Llama-3.1-8B", "H100 SXM"), ("Mistral-7B", "RTX 4090"),
@@ -117,8 +118,11 @@ def check(raw: dict[str, Any]) -> None:
         on = simulate_cluster(copy.deepcopy(raw))
         _same_run(on, simulate_cluster(copy.deepcopy(raw), fast_forward=False))
     else:
-        on = simulate(config_from_dict(copy.deepcopy(raw)))
+        cfg = config_from_dict(copy.deepcopy(raw))
+        on = simulate(cfg)
         check_fast_forward_exact(on, simulate(config_from_dict(copy.deepcopy(raw)), fast_forward=False))
+        # and every request accounted for once, its timestamps in order (tests/invariants.py)
+        check_requests_conserved(on, workload_ids(cfg, on.meta["limits"]["max_model_len"]), cfg.simulation.horizon)
 
 
 def main(argv: list[str] | None = None) -> int:
