@@ -154,8 +154,21 @@ def test_set_on_a_table_and_one_of_its_keys(sets, tmp_path, capsys, no_simulatio
 def test_set_on_a_table_and_the_same_value_of_its_key():
     check_set_repeats(['workload.prompt={dist="fixed",value=5}', "workload.prompt.value=5"])
     check_set_repeats(['workload.prompt={dist="fixed",value=5}', "workload.output.value=5"])  # another table
+    # the table, then a key it does not give: the key joins the table (nothing replaced, review of round 10)
+    check_set_repeats(['workload.prompt={value=5}', 'workload.prompt.dist="fixed"'])
+    # the key, then a table without it: the table replaces the key
     with pytest.raises(ConfigError, match="the table workload.prompt and its key workload.prompt.dist"):
-        check_set_repeats(['workload.prompt={value=5}', 'workload.prompt.dist="fixed"'])
+        check_set_repeats(['workload.prompt.dist="fixed"', 'workload.prompt={value=5}'])
+
+
+def test_set_on_a_table_then_a_new_key_of_it_runs(tmp_path, capsys):
+    """As before round 10: the later key is added to the table the earlier --set gave."""
+    from sim.app.config import apply_overrides
+
+    sets = ['workload.prompt={dist="lognormal", mean=1000, std=600}', "workload.prompt.max=6000"]
+    check_set_repeats(sets)
+    assert apply_overrides({}, sets)["workload"]["prompt"] == {"dist": "lognormal", "mean": 1000, "std": 600,
+                                                                "max": 6000}
 
 
 # ---- 12: pool labels under a router that routes by none: kept (the reports group replicas by pool) ---------
@@ -278,3 +291,19 @@ def test_client_timeout_s_passes_a_sweeps_workload_check(tmp_path, capsys):
     out, _ = _ok(["sweep", _write(tmp_path, BASE), "--grid", "engine.max_num_seqs=4,8", "--set",
                   "workload.client_timeout_s=5", "--out", str(tmp_path / "s.csv")], capsys)
     assert (tmp_path / "s.csv").is_file()
+
+
+# ---- the review of round 10 ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", ["-5", "0"])
+def test_plan_max_model_len_out_of_range_offers_auto(value, capsys):
+    run_bad_case(["plan", "--model", "Mistral-7B", "--gpu", "4090", f"--max-model-len={value}"],
+                 [f"got {value}", "allowed 2 <= value", "-1 / auto"], capsys)
+
+
+def test_an_unmodelled_flag_keeps_its_negative_value():
+    """``--max-logprobs -1`` is a flag and its value (vLLM takes -1 there), not two flags."""
+    from sim.app.vllm_args import translate
+
+    t = translate("vllm serve m --max-logprobs -1 --max-num-seqs 8")
+    assert t.ignored == ["--max-logprobs (not modelled)"]
+    assert "engine.max_num_seqs=8" in t.overrides

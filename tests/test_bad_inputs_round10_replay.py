@@ -322,3 +322,42 @@ def test_resolved_scheduler_config_is_replayed_and_wins(tmp_path):
 def test_resolved_scheduler_config_bad_values_are_refused(scheduler, frag, tmp_path, capsys, no_replay):
     run_bad_case(["compare", _with_resolved(_ej(tmp_path), scheduler), "--gpu", "H100 SXM"], ["meta.json", frag],
                  capsys)
+
+
+# ---- the review of round 10 ---------------------------------------------------------------------------------
+def test_a_bench_prompt_a_few_tokens_past_max_model_len_is_cut_not_refused(tmp_path, capsys, no_replay):
+    """vllm bench counts prompts with its own tokenizer: a few tokens over the server's max_model_len (at most
+    max(16, 1 %)) are the tokenizers' difference, cut to fit in a note; well past it, the file contradicts
+    itself."""
+    from workloads.runs import load_run
+
+    res = json.loads(BENCH.read_text())
+    res["input_lens"][0], res["output_lens"][0] = 8192 + 16, 1
+    ok = tmp_path / "over.json"
+    ok.write_text(json.dumps(res))
+    rep = _prepare(str(ok))
+    assert any("cut to fit" in n and "client-side counts" in n for n in rep.run.notes), rep.run.notes
+    res["input_lens"][0] = 8192 + 100
+    bad = tmp_path / "far.json"
+    bad.write_text(json.dumps(res))
+    with pytest.raises(TraceFormatError, match="8292-token prompt"):
+        load_run(str(bad))
+
+
+@pytest.mark.parametrize("given,want", [("8k", 8000), ("8K", 8192), ("auto", -1)])
+def test_bench_metadata_max_model_len_in_vllms_spellings(given, want, tmp_path):
+    from workloads.runs import load_run
+
+    assert load_run(_bench(tmp_path, max_model_len=given)).engine["max_model_len"] == want
+
+
+@pytest.mark.parametrize("key,asked,resolved", [("max_model_len", -1, 40960), ("kv_cache_dtype", "auto", "fp8")])
+def test_engine_jsonl_values_that_ask_vllm_to_choose_take_the_resolved_one(key, asked, resolved, tmp_path):
+    """-1 (the longest that fits) and auto (the model's dtype) ask vLLM to choose at start-up: kv_cache's value
+    beside one is what it ran with, not a contradiction."""
+    from workloads.runs import load_run
+
+    ek = {"max_model_len": 8192, key: asked}
+    run = load_run(_ej(tmp_path, ek, {key: resolved}))
+    assert run.engine[key] == resolved
+    assert any(f"engine_kwargs.{key}" in n and "resolved to" in n for n in run.notes)

@@ -398,11 +398,26 @@ def check_set_repeats(overrides: list[str]) -> None:
             if other.startswith(key + ".") or key.startswith(other + "."):
                 table, inner = (key, other) if len(key) < len(other) else (other, key)
                 tvalue, ivalue = (value, other_value) if table == key else (other_value, value)
-                if not _holds(tvalue, inner[len(table) + 1:].split("."), ivalue, inner):
+                path = inner[len(table) + 1:].split(".")
+                # The table first, then a key it does not give: the key joins the table (apply_overrides goes
+                # into it), nothing is lost. The key first, then a table without that value, or a table with
+                # another value for it, then the key: the later replaces the earlier.
+                if table == other and not _has(tvalue, path):
+                    continue
+                if not _holds(tvalue, path, ivalue, inner):
                     raise ConfigError(f"--set {other}={other_text} then --set {key}={text}: the table {table} and "
                                       f"its key {inner} (the later would replace part of the earlier, or all of it); "
                                       f"allowed: the whole table in one --set, or its keys one by one")
         seen.setdefault(key, (text, value))
+
+
+def _has(table: Any, path: list[str]) -> bool:
+    """Whether the ``--set`` value ``table`` gives anything at ``path``."""
+    for k in path:
+        if not isinstance(table, dict) or k not in table:
+            return False
+        table = table[k]
+    return True
 
 
 def _holds(table: Any, path: list[str], value: Any, key: str) -> bool:

@@ -295,8 +295,8 @@ def _fit_max_model_len(run: RealRun, specs: list[RequestSpec], max_len: int) -> 
         elif own > max_len:
             note = head + f"the run's own max_model_len was {own}: give it with --set engine.max_model_len={own}"
         else:
-            note = head + (f"the run recorded max_model_len {own}, where vLLM stops a request: the recorded output "
-                           "counts run over it (a count from re-tokenized text can)")
+            note = head + (f"the run recorded max_model_len {own}, where vLLM stops a request: the recorded "
+                           "counts run over it (client-side counts, from another tokenizer or re-tokenized text, can)")
     if note not in run.notes:
         run.notes.append(note)
     return out

@@ -10,34 +10,22 @@ flag; values that parse are checked by the config as any ``--set`` would be.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sim.core.errors import ConfigError
+from sim.core.fields import human_int, max_model_len  # noqa: F401  (vLLM's spellings; plan and the importers read them too)
 
 
-def human_int(text: str, where: str) -> int:
-    """vLLM's human-readable integers (``--max-model-len 32k``): k/m/g = 1e3.., K/M/G = 2^10..; a sign as
-    int() reads it (``-5``: vLLM parses it, and the config then says what the setting allows). ``where``:
-    the flag, for the message."""
-    m = re.fullmatch(r"\s*([-+]?\d+(?:\.\d+)?)\s*([kmgKMG]?)\s*", text)
-    if not m:
-        raise ConfigError(f"{where} {text!r}: expected an integer (e.g. 64, 32k, 1K)")
-    num, unit = float(m.group(1)), m.group(2)
-    scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}[unit]
-    value = num * scale
-    if not value.is_integer():
-        raise ConfigError(f"{where} {text!r}: not a whole number")
-    return int(value)
-
-
-def max_model_len(text: str, where: str) -> int:
-    """--max-model-len as vLLM reads it: a length (``32k``, ``1K``), or ``auto`` / ``-1``: the longest that
-    fits (servesim's -1). ``plan --max-model-len`` takes the same."""
-    return -1 if text.strip().lower() in ("auto", "-1") else human_int(text, where)
+def _is_number(text: str) -> bool:
+    """A token argparse would read as a value, not a flag: a negative number (``-1``, ``-0.5``)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _int(flag: str, text: str) -> int:
@@ -220,8 +208,8 @@ def translate(text: str, accepted_keys: Sequence[str] = ()) -> Translation:
         flag = _canonical(flag)
         negated = flag.startswith("--no-") and _canonical("--" + flag[5:]) in FLAGS
         spec = FLAGS.get("--" + flag[5:] if negated else flag)
-        if spec is None:  # not modelled: skip its value too (the next token, unless it is a flag)
-            if not eq and i < len(toks) and not toks[i].startswith("-"):
+        if spec is None:  # not modelled: skip its value too (the next token, unless it is a flag; -1 is a value)
+            if not eq and i < len(toks) and (not toks[i].startswith("-") or _is_number(toks[i])):
                 i += 1
             out.ignored.append(f"{flag} (not modelled)")
             continue

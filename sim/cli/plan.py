@@ -76,7 +76,7 @@ def add_parser(subparsers: Any) -> None:
 def _kwargs(args: argparse.Namespace) -> dict[str, Any]:
     kw: dict[str, Any] = {k: getattr(args, k) for k in _PASSTHROUGH if getattr(args, k, None) is not None}
     if isinstance(kw.get("max_model_len"), str):  # vLLM's spellings, as --vllm-args reads them
-        from sim.app.vllm_args import max_model_len
+        from sim.core.fields import max_model_len
 
         kw["max_model_len"] = max_model_len(kw["max_model_len"], "--max-model-len")
     if kw.get("block_size") is not None and kw["block_size"] not in BLOCK_SIZES:
@@ -88,7 +88,10 @@ def _kwargs(args: argparse.Namespace) -> dict[str, Any]:
         del kw["max_model_len"]
         kw["fit_max_model_len"] = True
     elif kw.get("max_model_len") is not None:  # as `run` bounds [engine] max_model_len: a prompt and an output token
-        check_range("", "--max-model-len", kw["max_model_len"], 2, 2**31 - 1)
+        v = kw["max_model_len"]
+        if not 2 <= v <= 2**31 - 1:
+            raise ConfigError(f"--max-model-len: out of range, got {v}; allowed 2 <= value <= 2147483647, or -1 / "
+                              "auto (the longest that fits, vLLM's auto)")
     if kw.get("num_gpu_blocks_override") is not None:  # as `run` takes engine.num_gpu_blocks_override
         check_range("", "--num-gpu-blocks-override", kw["num_gpu_blocks_override"], 1, None)
     if getattr(args, "overhead_gib", None) is not None:

@@ -6,6 +6,7 @@ Types are checked by the pydantic models of sim/core/typed.py.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from sim.core.errors import ConfigError
@@ -139,3 +140,24 @@ def load_json(path: Any, what: str, error: type[Exception] = ConfigError) -> Any
         raise error(f"{path}: not valid JSON ({exc})") from None
     except RecursionError:
         raise error(f"{path}: not readable JSON: arrays or objects nested too deeply") from None
+
+
+def human_int(text: str, where: str) -> int:
+    """vLLM's human-readable integers (``--max-model-len 32k``): k/m/g = 1e3.., K/M/G = 2^10..; a sign as
+    int() reads it (``-5``: vLLM parses it, and the config then says what the setting allows). ``where``:
+    the flag, for the message."""
+    m = re.fullmatch(r"\s*([-+]?\d+(?:\.\d+)?)\s*([kmgKMG]?)\s*", text)
+    if not m:
+        raise ConfigError(f"{where} {text!r}: expected an integer (e.g. 64, 32k, 1K)")
+    num, unit = float(m.group(1)), m.group(2)
+    scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}[unit]
+    value = num * scale
+    if not value.is_integer():
+        raise ConfigError(f"{where} {text!r}: not a whole number")
+    return int(value)
+
+
+def max_model_len(text: str, where: str) -> int:
+    """--max-model-len as vLLM reads it: a length (``32k``, ``1K``), or ``auto`` / ``-1``: the longest that
+    fits (servesim's -1). ``plan --max-model-len`` takes the same."""
+    return -1 if text.strip().lower() in ("auto", "-1") else human_int(text, where)

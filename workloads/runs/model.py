@@ -194,18 +194,22 @@ def integer(where: str, key: str, v: Any, *, lo: int = 0, hi: int = MAX_TOKENS, 
     return int(v)
 
 
-def check_served_prompts(where: str, key: str, engine: Mapping[str, Any], specs: list[RequestSpec]) -> None:
+def check_served_prompts(where: str, key: str, engine: Mapping[str, Any], specs: list[RequestSpec],
+                         slack: int = 0) -> None:
     """A run that records its server's max_model_len served no prompt longer than it: vLLM refuses one ("The
     decoder prompt (length N) is longer than the maximum model length of M"). One that did is a file that
     contradicts itself (a wrong --metadata, or another run's), refused naming the longest prompt. Prompt plus
-    output over it is not refused: an output count from re-tokenized text may run a few tokens over."""
+    output over it is not refused: an output count from re-tokenized text may run a few tokens over.
+    ``slack``: tokens a prompt may run over where the counts are the client's (vllm bench counts with its own
+    --tokenizer, or a random dataset's target length after decode and re-encode), not the server's; the
+    replay cuts such a request to fit, in a note."""
     mml = engine.get("max_model_len")
     if isinstance(mml, bool) or not isinstance(mml, int) or mml < 1 or not specs:
         return
     s = max(specs, key=lambda r: r.prompt_len)
-    if s.prompt_len > mml:
-        n = sum(1 for r in specs if r.prompt_len > mml)
+    if s.prompt_len > mml + slack:
+        n = sum(1 for r in specs if r.prompt_len > mml + slack)
         raise TraceFormatError(f"{where}: field '{key}': {mml}, but served request {s.request_id} has a "
                                f"{s.prompt_len}-token prompt (+ {s.output_len} output tokens; {n} served prompts are "
-                               f"longer than {mml}); vLLM refuses a prompt longer than max_model_len, so expected the server's "
+                               f"longer than {mml + slack}); vLLM refuses a prompt longer than max_model_len, so expected the server's "
                                f"max_model_len, at least {s.prompt_len}")

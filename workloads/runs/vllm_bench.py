@@ -189,7 +189,13 @@ def load_vllm_bench_run(path: str | Path, seed: int = 0) -> RealRun:
     notes = [f"arrivals {how}", "no prompt content in the file: prompts replayed as unique (no prefix hits)"]
     measured.update(_file_stats(res, path, measured, notes))  # the file's own numbers where they agree
     engine = {k: _scalar(res[k]) for k in ENGINE_KEYS if k in res}
-    check_served_prompts(str(path), "max_model_len", engine, specs)
+    if isinstance(engine.get("max_model_len"), str):  # vLLM's spellings of the flag: 32k, 1K, auto
+        from sim.core.fields import max_model_len
+
+        engine["max_model_len"] = max_model_len(engine["max_model_len"], f"{path}: --metadata max_model_len")
+    mml = engine.get("max_model_len")  # client-side counts: a few tokens over are the tokenizers' difference
+    slack = max(16, mml // 100) if isinstance(mml, int) and not isinstance(mml, bool) else 0
+    check_served_prompts(str(path), "max_model_len", engine, specs, slack=slack)
     hardware = _tensor_parallel(res, path)
     rate = bench_rate(res, path)
     mc = _max_concurrency(res, path)
