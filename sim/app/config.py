@@ -382,7 +382,7 @@ def check_set_repeats(overrides: list[str]) -> None:
     """The user's ``--set`` list names each key once, or twice with the same value: two values for one key
     would have the later silently win (argparse's rule for a flag given twice). Layered overrides (the
     vLLM flags, the prices, ``--goodput``) go before and after the user's, and are not checked here."""
-    from sim.app.sweep import same_value
+    from sim.app.values import same_value
 
     seen: dict[str, tuple[str, Any]] = {}
     for item in overrides:
@@ -422,7 +422,7 @@ def _has(table: Any, path: list[str]) -> bool:
 
 def _holds(table: Any, path: list[str], value: Any, key: str) -> bool:
     """Whether the ``--set`` value ``table`` already gives ``value`` at ``path`` (no contradiction)."""
-    from sim.app.sweep import same_value
+    from sim.app.values import same_value
 
     for k in path:
         if not isinstance(table, dict) or k not in table:

@@ -38,6 +38,7 @@ from sim.app.config import (
 )
 from sim.app.progress import bar as progress_bar
 from sim.app.replicate import DEFAULT_LEVEL, interval_table, run_one, seed_list
+from sim.app.values import same_value
 from sim.core.errors import ConfigError, ServesimError
 
 BACKENDS = ("local", "ray")
@@ -125,43 +126,6 @@ def repeated(key: str, values: Sequence[Any], identical: str = "the value {!r} i
             return f"{w!r} and {v!r} " + ("resolve to one catalogue model" if key == "model.name" else
                                           f"are the same {key}")
     return None
-
-
-_INT_IS_NOT_FLOAT = frozenset({"workload.sample"})  # settings that read an int and a float differently
-
-
-def same_value(key: str, a: Any, b: Any) -> bool:
-    """Whether two values of setting ``key`` configure the same thing, so a grid of both would run one point
-    twice: equal values (a bool only as a bool: True is not 1), one number as an int and a float (5 and
-    5.0), two spellings of one dtype (``fp8`` and ``fp8_e4m3``), two names of one catalogue model or card."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if key == "hardware.gpu" and a != b:
-        from sim.cost.hardware import get_gpu
-
-        try:  # aliases of one catalogue card ("4090", 4090 read as a number, "RTX 4090")
-            return get_gpu(str(a)).name == get_gpu(str(b)).name
-        except ServesimError:
-            return False
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        # a trace's sample is a count as an int and a fraction as a float: 1 and 1.0 differ there
-        return a == b and (type(a) is type(b) or key not in _INT_IS_NOT_FLOAT)
-    if isinstance(a, str) and isinstance(b, str) and a != b:
-        from sim.cost.modelspec import dtype_format
-
-        name = key.rsplit(".", 1)[-1]
-        if name in ("dtype", "kv_cache_dtype"):
-            return dtype_format(a) == dtype_format(b)
-        if key == "model.name":
-            from sim.cost.models import get_model
-
-            try:  # catalogue names resolve to one spec object; a config.json path is its own
-                return get_model(a) is get_model(b)
-            except ServesimError:
-                return False  # the config check names the bad one
-
-        return False
-    return type(a) is type(b) and a == b
 
 
 def check_grid_overrides(grid: Mapping[str, Any], overrides: Sequence[str], flag: str = "--grid") -> None:
