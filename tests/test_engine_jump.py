@@ -174,3 +174,22 @@ def test_the_end_time_is_not_before_the_last_finish_when_a_run_cannot_land_on_it
     last_end = float(steps["start"].iloc[-1] + steps["duration"].iloc[-1])
     assert float(res.requests["finish_time"].max()) == last_end == t
     assert res.meta["end_time"] == t
+
+
+def test_a_run_lands_the_clock_on_its_end():
+    """After a decode run whose end no now + d reaches, the clock is set to that end when nothing else is due
+    (Engine.land), as stepping leaves it: a session turn never sent is stamped with the last time its source
+    saw, the clock, and so is not before the run's end_time (found by the randomised invariant soak: vllm-v0,
+    two sessions, horizon 1 s, the run ending at 0.242420912019887...05)."""
+    raw = {"engine": {"preset": "vllm-v0", "max_model_len": 512, "enable_prefix_caching": True,
+                      "cost_model": "roofline", "num_gpu_blocks_override": 32, "max_num_seqs": 2},
+           "workload": {"kind": "sessions", "num_sessions": 2, "turns": {"dist": "uniform", "low": 1, "high": 3},
+                        "message": {"dist": "uniform", "low": 1, "high": 147},
+                        "output": {"dist": "uniform", "low": 1, "high": 22}, "think_time": 1.0, "num_clients": 2,
+                        "system_prompt": {"num_prompts": 1, "len": 12}},
+           "simulation": {"seed": 4063, "horizon": 1.0}}  # fmt: skip
+    res = simulate(config_from_dict(raw))
+    df = res.requests
+    end = res.meta["end_time"]
+    late = df[df["status"] == "not_arrived"]
+    assert len(late) and (late["arrival_time"] >= min(1.0, end)).all(), (late["arrival_time"].tolist(), end)

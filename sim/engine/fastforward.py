@@ -209,8 +209,8 @@ def delay_to(now: float, t: float) -> float:
     """A delay ``d`` with ``now + d == t`` where one exists (SimPy schedules a timeout at ``now + delay``;
     ``t - now`` alone can round), so the clock after a run is the last step's end, as after stepping. Not
     every ``t`` is ``now + d`` for some ``d``: when ``now`` has a finer last bit than ``t``'s binade allows,
-    every such sum rounds to an even neighbour of ``t``, and the clock is one ulp off (below 1e-15 s a
-    second simulated: within the fast-forward checks' 1e-9 tolerance; the run's steps keep their times)."""
+    every such sum rounds to an even neighbour of ``t``, and the clock comes one ulp short; ``Engine.land``
+    then sets it to ``t`` where nothing else is due before (a single engine's runs: always)."""
     d = t - now
     for _ in range(4):
         got = now + d
@@ -317,6 +317,7 @@ class FastForward:
             d = delay_to(start, ends[-1])
             if not eng.jump(d):
                 yield env.timeout(d)
+            eng.land(ends[-1])  # where start + d cannot be the run's end (delay_to)
             return k
         if finishing is None:
             view = RunView(starts, ends, free_after(), [], [])

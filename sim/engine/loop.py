@@ -115,6 +115,17 @@ class Engine:
         env._now = t  # SimPy's clock (Environment.now is its read-only view)
         return True
 
+    def land(self, t: float) -> None:
+        """After a wait meant to end at ``t`` that SimPy's ``now + delay`` could only bring an ulp short of
+        it (fastforward.delay_to): the clock set to ``t`` itself, as stepping would have left it, when no
+        event is due before then (none can have run in between: the schedule holds nothing that early)."""
+        env = self.env
+        now = env._now
+        if now < t:
+            queue = env._queue
+            if not queue or queue[0][0] > t:
+                env._now = t
+
     def step_seconds(self, batch: BatchSummary) -> float:
         """The cost model's seconds for a step (through its compiled pricer when it has one)."""
         p = self.pricer
