@@ -121,6 +121,7 @@ def as_cluster_config(
     overrides: list[str] | None = None,
 ) -> ClusterConfig:
     """A ClusterConfig from a config object, a raw dict or a TOML path (one variant of it)."""
+    _check_api_args(variant=variant, overrides=overrides)
     if isinstance(cfg, ClusterConfig):
         if overrides:
             raise ConfigError("overrides apply to a raw config or a path, not to a built ClusterConfig")
@@ -152,6 +153,8 @@ def simulate_cluster(
     fast_forward: bool = True,
 ) -> SimResult:
     """Run one cluster deployment; the SimResult's requests and steps carry a ``replica`` column."""
+    if not isinstance(fast_forward, bool):
+        raise ConfigError(f"fast_forward: expected True or False, got {fast_forward!r}")
     return run_once(as_cluster_config(cfg, variant, overrides), fast_forward=fast_forward)
 
 
@@ -161,6 +164,7 @@ def simulate_variants(
     names: list[str] | None = None,
 ) -> dict[str, SimResult]:
     """Every variant of a comparison config (or those in ``names``), run one after another."""
+    _check_api_args(overrides=overrides, names=names)
     if isinstance(path_or_raw, str | Path):
         cfgs = load_cluster(path_or_raw, overrides)
     else:
@@ -176,3 +180,17 @@ def simulate_variants(
 
     check_variant_workloads(cfgs)  # before the first variant runs
     return {name: run_once(c) for name, c in cfgs.items()}
+
+
+def _check_api_args(variant: Any = None, overrides: Any = None, names: Any = None) -> None:
+    """The Python API's arguments as the CLI's flags would give them: a variant name, a list of
+    ``section.key=value`` strings, a list of variant names (one line naming the argument, not a TypeError
+    deep inside; a bare string is not taken as its characters)."""
+    if variant is not None and not isinstance(variant, str):
+        raise ConfigError(f"variant: expected a variant name (a string), got {variant!r}")
+    for arg, value, what in (("overrides", overrides, "'section.key=value' strings"), ("names", names, "variant names")):
+        if value is None:
+            continue
+        if isinstance(value, str | bytes) or not isinstance(value, list | tuple) or \
+                not all(isinstance(v, str) for v in value):  # fmt: skip
+            raise ConfigError(f"{arg}: expected a list of {what}, got {value!r}")

@@ -78,6 +78,9 @@ def cluster_source(cfg: ClusterConfig, max_model_len: int | None) -> tuple[Any, 
     if cfg.streams:
         specs: list[RequestSpec] = []
         for k, (name, table) in enumerate(cfg.streams):
+            if "client_timeout_s" in table:  # as [workload]'s below: nothing would abort the requests
+                raise ConfigError(f"[[stream]] {name!r}: client_timeout_s: modelled for a single engine only, not a "
+                                  "[cluster] run (the gateway does not abort requests yet); remove it")
             try:
                 wl = build_workload(
                     table,

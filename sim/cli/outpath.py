@@ -29,9 +29,37 @@ def check_out_dir(path: str | Path | None, flag: str = "--out") -> None:
                           "path") from None
 
 
+# The files the commands write into an --out directory: a directory (or a broken link) by one of these names
+# there would stop the write after the run (IsADirectoryError), so it is refused before.
+OUTPUT_NAMES = ("summary.json", "report.html", "plotly.min.js", "requests.parquet", "steps.parquet", "steps.jsonl",
+                "timeseries.csv", "timeseries_by_replica.csv", "replicas.csv", "load_balance.html",
+                "concurrency_sweep.csv", "comparison.json", "comparison.html", "fit_report.md", "size.json",
+                "size.html", "candidates.csv", "curve.csv", "cards.csv", "cards.html", "cards.json")  # fmt: skip
+
+
+def _check_links(p: Path, flag: str, allowed: str = "a directory path, or a link to one") -> None:
+    """``p`` or the folder it would be made in is a symbolic link that leads nowhere (a missing target, a
+    loop): Path.exists() says False, so the writer's mkdir would fail after the run (FileExistsError)."""
+    q = p
+    while True:
+        if q.is_symlink() and not q.exists():
+            raise ConfigError(f"{flag}: {short_path(q)} is a symbolic link to {os.readlink(q)!r}, which leads nowhere "
+                              f"(a missing target or a loop); allowed: {allowed}")
+        if q.exists() or q.parent == q:
+            return
+        q = q.parent
+
+
 def _check_dir(p: Path, flag: str) -> None:
+    _check_links(p, flag)
     if p.exists() and not p.is_dir():
         raise ConfigError(f"{flag}: {p} is an existing file, not a directory; allowed: a directory (new or existing)")
+    if p.is_dir():
+        for name in OUTPUT_NAMES:
+            q = p / name
+            if q.is_dir() or (q.is_symlink() and not q.exists()):
+                raise ConfigError(f"{flag}: {short_path(q)} is a directory or a broken link where servesim writes "
+                                  f"its {name}; allowed: an output directory without it (remove it, or choose another)")
     probe = _existing(p)
     if not probe.is_dir():
         raise ConfigError(f"{flag}: cannot make {p}: {probe} is a file; allowed: a writable directory")
@@ -61,6 +89,7 @@ def check_out_file(path: str | Path | None, flag: str = "--out") -> None:
     p = Path(path)
     try:
         is_dir = p.is_dir()
+        _check_links(p, flag, "a file path, or a link to one")
     except OSError as exc:
         raise ConfigError(f"{flag}: cannot use {short_path(p)} ({exc.strerror or exc}); allowed: a file path") from None
     if is_dir:
