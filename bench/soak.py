@@ -15,7 +15,7 @@ request accounted for once with its timestamps in order (``check_requests_conser
 
 The unit tests draw their configs derandomised and small (tests/test_invariants.py); this draws new ones
 at a few hundred to thousands of requests. It found a step store that dropped a kv_usage value stored
-first at the last step (9690e87) and an end time an ulp before the last finish (adebd56).
+first at the last step (9690e87) and a clock an ulp short of a run's end (adebd56, 0e0b388).
 """
 
 from __future__ import annotations
