@@ -18,7 +18,7 @@ from sim.app.config import check_set_repeats, load_config
 from sim.cli.main import main
 from sim.core.errors import ConfigError
 from tests.test_bad_inputs import no_simulation, run_bad_case  # noqa: F401  (a fixture)
-from tests.test_bad_inputs_cluster4 import no_cluster  # noqa: F401  (a fixture)
+from tests.test_bad_inputs_cluster4 import _write, no_cluster  # noqa: F401  (a fixture)
 
 # One small engine: constant 10 ms steps, five short requests
 BASE = """[model]
@@ -47,12 +47,6 @@ output = 20
 num_clients = 2
 think_time = 1.0
 """
-
-
-def _write(tmp: Path, text: str, name: str = "c.toml") -> str:
-    p = tmp / name
-    p.write_text(text)
-    return str(p)
 
 
 def _trace_cfg(tmp: Path) -> str:
@@ -271,7 +265,7 @@ def test_vllm_args_negative_integer_says_the_range(flags, fragments, tmp_path, c
 
 
 def test_vllm_args_integer_spellings():
-    from sim.app.vllm_args import human_int, max_model_len
+    from sim.core.fields import human_int, max_model_len
 
     assert [human_int(t, "x") for t in ("64", "-5", "+8", "32k", "1K")] == [64, -5, 8, 32000, 1024]
     assert max_model_len("auto", "x") == max_model_len("-1", "x") == -1

@@ -107,12 +107,6 @@ HUGE = [
 ]
 
 
-@pytest.mark.usefixtures("no_fit")
-@pytest.mark.parametrize("name,text,fragments", HUGE, ids=[c[0] for c in HUGE])
-def test_shape_past_its_bound_is_one_line(name, text, fragments, tmp_path, capsys):
-    run_bad_case(_fit(_folder(tmp_path, text), tmp_path), fragments, capsys)
-
-
 def test_shapes_at_their_bounds_load(tmp_path):
     d = _folder(tmp_path, "op,time_s,m,k,n,w_bytes,nbytes,tp\ngemm,0.001,1e9,1e9,1e9,8,,\n"
                           "allreduce,0.001,,,,,1e13,1024\n")
@@ -135,8 +129,8 @@ EMPTY = [
 
 
 @pytest.mark.usefixtures("no_fit")
-@pytest.mark.parametrize("name,text,fragments", EMPTY, ids=[c[0] for c in EMPTY])
-def test_sample_without_its_sizes_is_one_line(name, text, fragments, tmp_path, capsys):
+@pytest.mark.parametrize("name,text,fragments", HUGE + EMPTY, ids=[c[0] for c in HUGE + EMPTY])
+def test_shape_past_its_bound_or_missing_is_one_line(name, text, fragments, tmp_path, capsys):
     run_bad_case(_fit(_folder(tmp_path, text), tmp_path), fragments, capsys)
 
 

@@ -18,7 +18,7 @@ import pytest
 from routers.base import BaseRouter
 from sim.core.errors import ConfigError
 from tests.test_bad_inputs import no_simulation, run_bad_case  # noqa: F401
-from tests.test_bad_inputs_cluster4 import no_cluster  # noqa: F401
+from tests.test_bad_inputs_cluster4 import _write, no_cluster  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,12 +42,6 @@ output = {{ dist = "fixed", value = 8 }}
 
 def _cfg(extra: str, engine: str = "") -> str:
     return BASE.format(engine=engine) + extra
-
-
-def _write(tmp: Path, text: str, name: str = "c.toml") -> str:
-    p = tmp / name
-    p.write_text(text)
-    return str(p)
 
 
 def _run_json(tmp: Path, text: str, capsys) -> dict:

@@ -18,6 +18,7 @@ from pydantic import Field
 from policies.base import all_preset_keys, options_class, parse_engine_options, policy_names
 from sim.app.frontend import ABSENT, FrontendConfig, frontend_from_dict
 from sim.app.prices import CostConfig, cost_from_dict
+from sim.app.values import same_value
 from sim.core.errors import ConfigError
 from sim.core.fields import MAX_GENERATED, MAX_INT32, int_digits, load_toml
 from sim.core.typed import build, validate_table
@@ -382,8 +383,6 @@ def check_set_repeats(overrides: list[str]) -> None:
     """The user's ``--set`` list names each key once, or twice with the same value: two values for one key
     would have the later silently win (argparse's rule for a flag given twice). Layered overrides (the
     vLLM flags, the prices, ``--goodput``) go before and after the user's, and are not checked here."""
-    from sim.app.values import same_value
-
     seen: dict[str, tuple[str, Any]] = {}
     for item in overrides:
         if "=" not in item:
@@ -402,33 +401,26 @@ def check_set_repeats(overrides: list[str]) -> None:
                 # The table first, then a key it does not give: the key joins the table (apply_overrides goes
                 # into it), nothing is lost. The key first, then a table without that value, or a table with
                 # another value for it, then the key: the later replaces the earlier.
-                if table == other and not _has(tvalue, path):
+                given = _at(tvalue, path)
+                if table == other and given is _ABSENT:
                     continue
-                if not _holds(tvalue, path, ivalue, inner):
+                if given is _ABSENT or not same_value(inner, given, ivalue):
                     raise ConfigError(f"--set {other}={other_text} then --set {key}={text}: the table {table} and "
                                       f"its key {inner} (the later would replace part of the earlier, or all of it); "
                                       f"allowed: the whole table in one --set, or its keys one by one")
         seen.setdefault(key, (text, value))
 
 
-def _has(table: Any, path: list[str]) -> bool:
-    """Whether the ``--set`` value ``table`` gives anything at ``path``."""
+_ABSENT = object()
+
+
+def _at(table: Any, path: list[str]) -> Any:
+    """What the ``--set`` value ``table`` gives at ``path`` (_ABSENT: nothing)."""
     for k in path:
         if not isinstance(table, dict) or k not in table:
-            return False
+            return _ABSENT
         table = table[k]
-    return True
-
-
-def _holds(table: Any, path: list[str], value: Any, key: str) -> bool:
-    """Whether the ``--set`` value ``table`` already gives ``value`` at ``path`` (no contradiction)."""
-    from sim.app.values import same_value
-
-    for k in path:
-        if not isinstance(table, dict) or k not in table:
-            return False
-        table = table[k]
-    return same_value(key, table, value)
+    return table
 
 
 def override_key(item: str) -> str:

@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.core.errors import ConfigError
-from sim.core.fields import human_int, max_model_len  # noqa: F401  (vLLM's spellings; plan and the importers read them too)
+from sim.core.fields import (  # vLLM's spellings (plan and the run importers read them too)
+    human_int,
+    max_model_len,
+)
 
 
 def _is_number(text: str) -> bool:

@@ -185,7 +185,6 @@ def _same(a: Any, b: Any) -> bool:
 RESOLVED_AT_START = ("block_size", "enable_prefix_caching")
 # Values that ask vLLM to choose at start-up (max_model_len -1: the longest that fits; kv_cache_dtype auto:
 # the model's): a resolved value beside one is what it ran with, not a contradiction.
-_NONE = object()
 _SOLVE: dict[str, Any] = {"max_model_len": -1, "kv_cache_dtype": "auto"}
 
 
@@ -201,7 +200,7 @@ def _server_settings(meta: dict[str, Any], path: Path, notes: list[str]) -> dict
     engine: dict[str, Any] = {}
     for k in SERVER_KEYS:
         a, b = ek.get(k), kv.get(k)
-        if b is not None and _SOLVE.get(k, _NONE) == a:  # asked vLLM to resolve it: the resolved one, said
+        if a is not None and b is not None and _SOLVE.get(k) == a:  # asked vLLM to resolve it: the resolved one, said
             notes.append(f"meta.json: engine_kwargs.{k} {show(a)}, resolved to {show(b)} (kv_cache.{k}): replayed")
             a = None
         if a is not None and b is not None and not _same(a, b):
