@@ -193,38 +193,60 @@ class VllmPolicy(QueuedPolicy):
         # V1-4 / V1-5: waiting requests, only if nothing was preempted.
         self._head_blocked_by_kv = False
         if not plan.preempted:
-            waiting = self.waiting
-            while waiting and budget > 0:
-                if len(running) >= lim.max_num_seqs:
-                    break
-                req = waiting[0]
-                # vLLM 0.33 counts a lookup in the prefix-cache stats only when the request is admitted.
-                hit_blocks, hit = kv.get_computed_blocks(req, record=False)
-                n = req.num_tokens - hit
-                if 0 < thr < n:
-                    n = thr
-                if not lim.enable_chunked_prefill and n > budget:
-                    break  # vLLM 0.33 stops admitting here (0.11 skipped the request, engines.md V1-5)
-                n = min(n, budget)
-                new = kv.allocate_slots(
-                    req, n, hit, hit_blocks, full_sequence_must_fit=lim.scheduler_reserve_full_isl,
-                    watermark_blocks=self.watermark_blocks if running else 0,
-                )
-                if new is None:
-                    self._head_blocked_by_kv = True
-                    break  # strict head-of-line blocking (V1-5)
-                kv.record_prefix_cache_stats(req, hit)
-                waiting.popleft()
-                running.append(req)
-                if req.status is Status.WAITING:
-                    req.num_cached_tokens = hit
-                    req.scheduled_time = now
-                req.status = Status.RUNNING
-                req.num_computed_tokens = hit
-                scheduled.append((req, n))
-                plan.admitted.append(req)
-                budget -= n
+            self._admit_waiting(plan, budget, thr, now)
         return self._finalize_async(plan) if asyn else self.finalize_plan(plan)
+
+    def _admit_waiting(self, plan: StepPlan, budget: int, thr: int, now: float) -> None:
+        """V1-4 / V1-5: admit waiting requests in queue order while the budget, ``max_num_seqs`` and the
+        KV pool allow; a head that does not fit blocks the queue (strict head-of-line blocking)."""
+        lim = self.limits
+        kv = self.kv
+        running = self.running
+        scheduled = plan.scheduled
+        waiting = self.waiting
+        while waiting and budget > 0:
+            if len(running) >= lim.max_num_seqs:
+                break
+            req = waiting[0]
+            # vLLM 0.33 counts a lookup in the prefix-cache stats only when the request is admitted.
+            hit_blocks, hit = kv.get_computed_blocks(req, record=False)
+            n = req.num_tokens - hit
+            if 0 < thr < n:
+                n = thr
+            if not lim.enable_chunked_prefill and n > budget:
+                break  # vLLM 0.33 stops admitting here (0.11 skipped the request, engines.md V1-5)
+            n = min(n, budget)
+            new = kv.allocate_slots(
+                req, n, hit, hit_blocks, full_sequence_must_fit=lim.scheduler_reserve_full_isl,
+                watermark_blocks=self.watermark_blocks if running else 0,
+            )
+            if new is None:
+                self._head_blocked_by_kv = True
+                break  # strict head-of-line blocking (V1-5)
+            kv.record_prefix_cache_stats(req, hit)
+            waiting.popleft()
+            running.append(req)
+            if req.status is Status.WAITING:
+                req.num_cached_tokens = hit
+                req.scheduled_time = now
+            req.status = Status.RUNNING
+            req.num_computed_tokens = hit
+            scheduled.append((req, n))
+            plan.admitted.append(req)
+            budget -= n
+
+    def schedule_waiting(self, num_scheduled: int, now: float) -> StepPlan:
+        """The waiting pass of an async schedule whose running pass gave ``num_scheduled`` rows one
+        decode token each and preempted nobody (the engine's decode fast-forward takes those rows'
+        part itself): the admissions alone, finalized. The running list holds the same requests as it
+        would after that running pass (their counters may lag: this pass reads only its length)."""
+        thr = self.limits.long_prefill_token_threshold
+        if thr and len(self.running) + len(self.waiting) <= 1:
+            thr = 0
+        plan = StepPlan()
+        self._head_blocked_by_kv = False
+        self._admit_waiting(plan, self.limits.max_num_batched_tokens - num_scheduled, thr, now)
+        return self._finalize_async(plan)
 
     def _finalize_async(self, plan: StepPlan) -> StepPlan:
         """finalize_plan with placeholders: a row samples when it reaches num_tokens + placeholders."""
