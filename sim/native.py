@@ -48,6 +48,7 @@ MODULES = (
     "sim.engine.rowpass",
     "sim.engine.runcalc",
     "sim.engine.fastforward",
+    "sim.engine.async_chain",
     "sim.engine.fastforward_async",
     "sim.engine.loop",
     "sim.engine.recorder",

@@ -230,6 +230,10 @@ def _observed(obs: Observed, check_kv: bool):
             super().on_decode_run(*a, **kw)
             self._check()
 
+        def on_run_columns(self, *a, **kw) -> None:
+            super().on_run_columns(*a, **kw)
+            self._check()
+
     real_engine = simulate_mod.Engine
 
     def engine(*a, **kw):

@@ -1,7 +1,7 @@
 """The decode fast-forward: quiet stretches of decode-only steps built, priced and applied in one go.
 
-With fastforward_async.py (the same for the async loop), the only module that knows about decode
-runs. A policy answers one question, ``quiet()``: may the
+With fastforward_async.py and async_chain.py (the same for the async loop, whose runs go on through
+arrivals), the only modules that know about decode runs. A policy answers one question, ``quiet()``: may the
 next steps be plain decodes (every running row computes one token, nobody is admitted), and would a
 finish change its next decision? It gets one hook, ``on_skipped_steps(k)``, for the bookkeeping its
 ``schedule`` would have done in the k steps the engine skipped. Everything else (which rows, how many
@@ -338,14 +338,15 @@ class FastForward:
         eng.run_view = None
         return view.cut_step
 
-    def _run_prices(self, last: list[int], computed: list[int], k: int, start: float,
-                    limit: float) -> tuple[list[int], list[float]]:
+    def _run_prices(self, last: list[int], computed: list[int], k: int, start: float, limit: float,
+                    counts: tuple[list[int], list[int]] | None = None) -> tuple[list[int], list[float]]:
         """Rows of each of a run's k steps (``run_rows``) and the durations of its first steps (``_price_until``):
         in one pass by the compiled pricer, without a list of context sums; the lists otherwise (a plug-in
-        cost model, or a row count past the pricer's tables, which the cost model then grows)."""
+        cost model, or a row count past the pricer's tables, which the cost model then grows). ``counts``:
+        ``finish_counts(last, computed, k)`` where the caller has them already."""
         p = self.pricer
         if p is not None:
-            count, ctx = finish_counts(last, computed, k)
+            count, ctx = finish_counts(last, computed, k) if counts is None else counts
             try:
                 return p.decode_run(count, ctx, start, limit)
             except IndexError:

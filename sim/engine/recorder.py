@@ -160,6 +160,19 @@ class Recorder:
                     }
                 )
 
+    def on_run_columns(self, starts: list[float], durations: list[float], prefill: list[int] | int,
+                       decode: list[int], running: list[int], finished: list[int], free_blocks: list[int],
+                       cached_free: list[int], usable_blocks: int, first_gaps: list[float]) -> None:
+        """A decode run that went on through admissions (sim/engine/async_chain.py), its k steps given
+        as columns (``prefill``: the prompt tokens a step's admissions brought; ``finished``: rows done
+        with each step) and its rows' first gaps; the tokens were stamped by the caller. Nothing waits
+        in such a run. Later gaps are the steps', weighted by their decode rows, as for any run."""
+        k, first_step = len(starts), len(self.steps)
+        self.steps.extend(starts, durations, (
+            prefill, decode, running, 0, 0, finished, free_blocks, cached_free, 0, 0, self.num_swapped_blocks),
+            usable_blocks)  # fmt: skip
+        self.gaps.add_run(first_gaps, first_step, k)
+
     # ---- output ----------------------------------------------------------------------------------
     def steps_frame(self, release: bool = False) -> pd.DataFrame:
         """The step table, int64 / float64 columns (sim/engine/step_store.py keeps them narrower), each

@@ -16,7 +16,7 @@ from sim.core.request import Request
 from sim.kv.table import RequestBlocks
 
 if TYPE_CHECKING:
-    from sim.kv.block_pool import BlockPool
+    from sim.kv.block_pool import BlockPool, KVBlock
 
 
 @trait  # a mixin mypyc can compile (sim/native.py)
@@ -187,6 +187,37 @@ class DecodeGrowth:
                     full = len(blocks)
                 if req is not None:
                     self._register(req, st, full)
+                st.num_cached = full
+
+    def pop_run_blocks(self, n: int) -> list[KVBlock]:
+        """``n`` blocks off the free queue for rows of a decode run that are handed them later
+        (``hand_blocks``), popped when stepping would pop them: what a pop evicts and the free counts
+        are stepping's. A popped block is blank (its stale hash evicted), so which row gets which is
+        not observable; only rows without hashed content grow this way."""
+        pool = self.pool
+        if n > pool.num_free_blocks:
+            raise RuntimeError(f"decode run promised {n} blocks, {pool.num_free_blocks} are free")
+        return pool.get_new_blocks(n) if n > 0 else []
+
+    def hand_blocks(self, req: Request, popped: list[KVBlock], tokens: int, known: int) -> None:
+        """Slots for ``req``'s first ``tokens`` tokens from ``popped`` (``pop_run_blocks``' blocks, taken
+        off its end), and its full blocks among the first ``known`` known tokens counted cached as
+        ``grow_decodes`` counts them (nothing registered: the row's hashed content is behind it);
+        ``known`` < 0: left to the caller's ``cache_blocks``."""
+        st = self._reqs[req.request_id]
+        bs = self.block_size
+        blocks = st.blocks
+        need = -(-tokens // bs) - len(blocks)
+        if need > 0:
+            if need > len(popped):
+                raise RuntimeError(f"request {req.request_id}: decode run popped too few blocks for it")
+            blocks.extend(popped[len(popped) - need:])
+            del popped[len(popped) - need:]
+        if self.enable_caching and known >= 0:
+            full = known // bs
+            if full > len(blocks):
+                full = len(blocks)
+            if full > st.num_cached:
                 st.num_cached = full
 
     def decode_run_blocks(self, computed: list[int], held: list[int], finish_step: list[int], k: int) -> list[int]:
