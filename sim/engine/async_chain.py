@@ -76,9 +76,10 @@ class Chain:
         self.free_b: list[Any] = [counters[3]]
         self.cached_b: list[Any] = [counters[4]]
         self.any_prefill = prefills
-        self.mixed: StepPlan | None = None  # the last arrival's schedule's plan, when it admitted or rejected
-        self.adm_at = -1  # the last arrival's schedule
-        self.adm_dec = 0  # its decode rows (the plan's first entries; the admitted ones follow)
+        self.adm_at = -1  # the last arrival's schedule: its decode rows, the policy's plan and the batch
+        self.adm_rows: list[int] = []
+        self.adm: StepPlan | None = None  # (None: it admitted and rejected nobody)
+        self.adm_batch: BatchSummary | None = None
         self.counters_at: tuple = counters
 
     # ---- legs -------------------------------------------------------------------------------------
@@ -238,7 +239,6 @@ class Chain:
         """Schedule j (an arrival's) done: the batch it made (j + 1) recorded, the pool's counts after
         its admissions, and its plan kept in case the chain ends with it in flight."""
         self.adm_at = j
-        self.adm_dec = len(rows)
         kv = self.kv
         self.free_after[j - 1] = kv.num_free_blocks
         self.cached_after[j - 1] = kv.num_cached_free_blocks
@@ -248,18 +248,30 @@ class Chain:
             self.any_prefill = True
         self.pre.append(pre)
         self.run_n.append(num_running)
-        if adm is not None and (adm.scheduled or adm.rejected):
-            reqs = self.reqs
-            scheduled: list[tuple[Request, int]] = [(reqs[i], 1) for i in rows]
-            sampled: list[Request] = [reqs[i] for i in rows]
-            scheduled.extend(adm.scheduled)
-            sampled.extend(adm.sampled)
-            self.mixed = StepPlan(scheduled=scheduled, preempted=[], admitted=adm.admitted, sampled=sampled,
-                                  rejected=adm.rejected, batch=batch)
-        else:
-            self.mixed = None
+        self.adm_rows = rows
+        self.adm = adm if adm is not None and (adm.scheduled or adm.rejected) else None
+        self.adm_batch = batch
         self.counters_at = (num_running, self.policy.num_waiting, kv.usage, kv.num_free_blocks,
                             kv.num_cached_free_blocks)
+
+    def mixed_plan(self) -> StepPlan | None:
+        """The plan of the last arrival's schedule, built when the chain ends with its batch in flight:
+        its decode rows' one token each, then what the policy admitted (their prompts in flight: their
+        ``num_in_flight_tokens`` set back to the chunk, as the run's end sets every other row's to 1).
+        None when it admitted and rejected nobody (a decode plan then)."""
+        adm, batch = self.adm, self.adm_batch
+        if adm is None or batch is None:
+            return None
+        reqs = self.reqs
+        rows = self.adm_rows
+        scheduled: list[tuple[Request, int]] = [(reqs[i], 1) for i in rows]
+        sampled: list[Request] = [reqs[i] for i in rows]
+        scheduled.extend(adm.scheduled)
+        sampled.extend(adm.sampled)
+        for req, m in adm.scheduled:
+            req.num_in_flight_tokens = m
+        return StepPlan(scheduled=scheduled, preempted=[], admitted=adm.admitted, sampled=sampled,
+                        rejected=adm.rejected, batch=batch)
 
     def join(self, req: Request, j: int, max_len: int) -> None:
         """A request admitted at schedule j with its whole prompt in batch j + 1: a row from there on."""

@@ -289,11 +289,7 @@ class AsyncFastForward(FastForward):
         queued = None
         if ch.adm_at == k:
             cnt = ch.counters_at
-            queued = ch.mixed
-            if queued is not None:  # the admitted rows have their prompts in flight, not one token
-                sched = queued.scheduled
-                for x in range(ch.adm_dec, len(sched)):
-                    sched[x][0].num_in_flight_tokens = sched[x][1]
+            queued = ch.mixed_plan()
         else:
             free_k, cached_k = ch.free_after[k - 1], ch.cached_after[k - 1]
             cnt = (ch.run_n[k], 0, 1.0 - free_k / kv.usable_blocks, free_k, cached_k)
