@@ -236,17 +236,17 @@ class VllmPolicy(QueuedPolicy):
             budget -= n
 
     def schedule_waiting(self, num_scheduled: int, now: float) -> StepPlan:
-        """The waiting pass of an async schedule whose running pass gave ``num_scheduled`` rows one
-        decode token each and preempted nobody (the engine's decode fast-forward takes those rows'
-        part itself): the admissions alone, finalized. The running list holds the same requests as it
-        would after that running pass (their counters may lag: this pass reads only its length)."""
+        """The waiting pass of a schedule whose running pass gave ``num_scheduled`` rows one decode
+        token each and preempted nobody (the engine's decode fast-forward takes those rows' part
+        itself): the admissions alone, finalized. The running list holds the same requests as it would
+        after that running pass (their counters may lag: this pass reads only its length)."""
         thr = self.limits.long_prefill_token_threshold
         if thr and len(self.running) + len(self.waiting) <= 1:
             thr = 0
         plan = StepPlan()
         self._head_blocked_by_kv = False
         self._admit_waiting(plan, self.limits.max_num_batched_tokens - num_scheduled, thr, now)
-        return self._finalize_async(plan)
+        return self._finalize_async(plan) if self.async_scheduling else self.finalize_plan(plan)
 
     def _finalize_async(self, plan: StepPlan) -> StepPlan:
         """finalize_plan with placeholders: a row samples when it reaches num_tokens + placeholders."""

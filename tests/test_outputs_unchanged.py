@@ -111,7 +111,7 @@ PINNED: dict[str, dict[str, str]] = {  # python tests/test_outputs_unchanged.py,
     # the clusters' summaries: re-pinned 2026-12-06, their config echo holds the two batch limits _cluster now
     # sets (the rest of the summary and the three tables are the 065b59d pins)
     # shared_prefix and cluster_pools' summaries: re-pinned 2026-12-06 (issue 12 item 1, async runs that go on
-    # through arrivals, sim/engine/async_chain.py): the same gaps in another order, so mean_itl_ms / std_itl_ms
+    # through arrivals, sim/engine/chain.py): the same gaps in another order, so mean_itl_ms / std_itl_ms
     # (a pairwise sum in the sample's order) moved in their last bit (12.618925382634828 vs ...83, 10.0387016892568
     # 04 vs ...06; std 6.287687566175627 vs ...28); their tables and gap samples (itl) are the 065b59d pins
     'cluster_pools': {'requests': '78a6b37ea072917a', 'steps': 'b876b4d348204f56', 'itl': '795010c075766a13', 'summary': '0dfe587d24ed83bc'},

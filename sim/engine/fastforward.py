@@ -1,6 +1,6 @@
 """The decode fast-forward: quiet stretches of decode-only steps built, priced and applied in one go.
 
-With fastforward_async.py and async_chain.py (the same for the async loop, whose runs go on through
+With fastforward_async.py and chain.py (the same for the async loop, whose runs go on through
 arrivals), the only modules that know about decode runs. A policy answers one question, ``quiet()``: may the
 next steps be plain decodes (every running row computes one token, nobody is admitted), and would a
 finish change its next decision? It gets one hook, ``on_skipped_steps(k)``, for the bookkeeping its
@@ -25,12 +25,14 @@ from sim.cost.decode_price import price_decode_steps
 from sim.cost.step_price import StepPricer
 from sim.engine.rowpass import advance, last_token_times
 from sim.engine.runcalc import advance_clock, clock, finish_counts, finish_order, run_rows, segment_free
+from sim.engine.sync_chain import chain_rows, run_chain
 
 if TYPE_CHECKING:
     from sim.engine.loop import Engine
 
 
 PUSHED_RUN_STEPS = 32  # the most steps a pushed source's run past finishes is planned: one pricing window (FastForward)
+CHAINS = True  # False: an engine built from now on ends every run at the next arrival (tests compare the two)
 
 
 class DecodeRun:
@@ -252,6 +254,29 @@ class FastForward:
         self._fastest: list[float] = []  # _steps_before: the quickest decode step of 1..n rows, by n
         self.runs = 0
         self.steps = 0
+        # Runs go on through arrivals (sim/engine/chain.py) with a policy that has a waiting pass of
+        # its own (``schedule_waiting``) and schedules for the engine's loop (an async policy under the
+        # synchronous loop, which a test may build, keeps its runs), where the run may pass finishes;
+        # not with client timeouts nor a step trace (it lists each step's rows): chains_now, asked at
+        # each run (the engine sets those after building its fast-forward).
+        pol = engine.policy
+        self.chains = (CHAINS and callable(getattr(pol, "schedule_waiting", None))
+                       and bool(getattr(pol, "async_scheduling", False)) == engine.async_scheduling)
+        self.chained = 0  # arrivals' steps taken inside chains (tests and benchmarks read them)
+        self.joined = 0  # requests admitted there that joined a chain's rows
+
+    def chains_now(self, eng: Engine) -> bool:
+        """May this run go on through arrivals (given that it may pass finishes)?"""
+        return self.chains and eng.client_timeout_s is None and eng.rec.trace is None
+
+    def _sleep_to(self, eng: Engine, t: float) -> Generator[Any, Any, None]:
+        """Wait until ``t`` (the clock set to ``t`` itself, as stepping leaves it: delay_to, Engine.land)."""
+        now = eng.env._now
+        if t > now:
+            d = delay_to(now, t)
+            if not eng.jump(d):
+                yield eng.env.timeout(d)
+            eng.land(t)
 
     def after_step(self, eng: Engine, end: float, dt: float,
                    finished: list[Request]) -> Generator[Any, Any, None] | None:
@@ -410,6 +435,13 @@ class FastForward:
     def _run(self, eng: Engine, start: float, nxt: float | None) -> Generator[Any, Any, None]:
         policy, source = eng.policy, eng.source
         passes = self._passes_now()
+        if passes and not policy.num_waiting and self.chains_now(eng):
+            quiet = policy.quiet()
+            if quiet is not None and not quiet.finishes_matter and policy.running:
+                taken = chain_rows(policy, policy.limits.max_model_len)
+                if taken is not None:  # (its first leg is the run below, or none where that is none)
+                    yield from run_chain(self, eng, start, nxt, taken[0], taken[1], quiet.keep_free)
+                    return
         limit, cap = self._limit(nxt, start, len(policy.running))
         run = plan_run(policy, passes, self.max_through, cap)
         if run is None:

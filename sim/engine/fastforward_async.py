@@ -3,31 +3,29 @@
 The synchronous fast-forward's rules (sim/engine/fastforward.py) with one batch always in flight: a run
 starts right after a batch landed, covers the schedules of the next batches and the outputs of the one
 in flight and of those, and leaves the last one it scheduled in flight. Where it may pass finishes, the
-run goes on through arrivals as a chain (sim/engine/async_chain.py holds its arrays): an arrival costs
+run goes on through arrivals as a chain (sim/engine/chain.py holds its arrays): an arrival costs
 its own admission, not a run's end and a new run's start.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 from mypy_extensions import mypyc_attr
 
-from sim.core.batch import BatchSummary
 from sim.core.request import Request
-from sim.engine.async_chain import Chain
-from sim.engine.fastforward import DecodeRun, FastForward, delay_to
+from sim.engine.chain import DECLINE, Chain, Leg, arrival_step, plan_leg, wait_leg
+from sim.engine.fastforward import DecodeRun, FastForward
 from sim.engine.rowpass import apply_async as _apply_async
 from sim.engine.rowpass import decode_plan as _decode_plan
 from sim.engine.rowpass import last_token_times, queued_rows, stamp_run
-from sim.engine.runcalc import at_least, clock, finish_counts
+from sim.engine.runcalc import at_least, clock
 
 if TYPE_CHECKING:
     from sim.engine.loop import Engine
 
-CHAINS = True  # False: an engine built from now on ends every run at the next arrival (tests compare the two)
 # A chain takes no arrival after this many schedules: its arrays (a few per schedule and per row) and the
 # requests it holds stay bounded, and the recorder gets its steps now and then.
 CHAIN_SCHEDULES = 4096
@@ -44,16 +42,6 @@ class AsyncFastForward(FastForward):
     it (its last token is in flight) and it finishes, freeing its blocks, when batch i+R lands; rows
     whose blocks get hashed are stepped one by one. Past a finish only as the synchronous run goes.
     """
-
-    def __init__(self, engine: Engine) -> None:
-        super().__init__(engine)
-        # Runs go on through arrivals (sim/engine/async_chain.py) with a policy that has a waiting pass
-        # of its own (``schedule_waiting``), where the run may pass finishes (``through``); not with
-        # client timeouts nor a step trace (it lists each step's rows), checked at each run (the engine
-        # sets those after building its fast-forward).
-        self.chains = CHAINS and callable(getattr(engine.policy, "schedule_waiting", None))
-        self.chained = 0  # arrivals' schedules taken inside chains (tests and benchmarks read them)
-        self.joined = 0  # requests admitted there that joined a chain's rows
 
     def after_batch(self, eng: Engine, queue: Any, now: float) -> Generator[Any, Any, Any] | None:
         """A process for the run, whose value is (queued batch, gpu_free), or None when there is none."""
@@ -84,8 +72,7 @@ class AsyncFastForward(FastForward):
         # Schedule j gives a row its token c0 + j while j < R (the row's tokens left): its last is in
         # flight after schedule R - 1. The run ends at the first finish unless finishes may pass.
         through = self._passes_now() and not quiet.finishes_matter and not num_waiting
-        if (through and self.chains and eng.client_timeout_s is None and eng.rec.trace is None
-                and _chainable(kv, running, c0)):
+        if through and self.chains_now(eng) and _chainable(kv, running, c0):
             return (yield from self._chain(eng, plan, dt, counters, now, nxt, c0, left, prefills, quiet.keep_free))
         k = max(left) - 1 if through else min(left) - 1
         if through and self.max_through is not None and k > self.max_through:
@@ -146,18 +133,9 @@ class AsyncFastForward(FastForward):
         d_last = durations[k - 1]
         return (queued, end, d_last, cnt), end + d_last
 
-    def _sleep_to(self, eng: Engine, t: float) -> Generator[Any, Any, None]:
-        """Wait until ``t`` (the clock set to ``t`` itself, as stepping leaves it: delay_to, Engine.land)."""
-        now = eng.env._now
-        if t > now:
-            d = delay_to(now, t)
-            if not eng.jump(d):
-                yield eng.env.timeout(d)
-            eng.land(t)
-
     def _chain(self, eng: Engine, plan: Any, dt: float, counters: tuple, now: float, nxt: float | None,
                c0: list[int], left: list[int], prefills: bool, keep_free: int) -> Generator[Any, Any, Any]:
-        """A run through arrivals (sim/engine/async_chain.py). Legs of decode schedules, each up to the
+        """A run through arrivals (sim/engine/chain.py). Legs of decode schedules, each up to the
         next arrival (or, for a pushed source, until a push cuts it: PUSHED_RUN_STEPS at most) and
         waited out as a run is; then the pool and the running list are brought to the leg's end. At an
         arrival's schedule the decode rows take their tokens from the arrays and the policy takes its
@@ -170,10 +148,9 @@ class AsyncFastForward(FastForward):
         policy = eng.policy
         kv = policy.kv
         running: list[Request] = list(policy.running)
-        ch = Chain(policy, eng.source, running, list(c0), list(left), kv.num_blocks_held_rows(running), plan,
-                   counters, last_token_times(running), prefills)
+        ch = Chain(policy, eng.source, running, list(c0), list(left), kv.num_blocks_held_rows(running),
+                   last_token_times(running), plan, counters, prefills)
         max_len = policy.limits.max_model_len
-        max_tokens = policy.limits.max_num_batched_tokens
         horizon = self.horizon
         pushed = self.may_pass is not None
         a = 0  # schedules taken; the clock is at s_next, schedule a + 1's time (batch a's end)
@@ -184,49 +161,14 @@ class AsyncFastForward(FastForward):
                 # A leg: decode schedules a + 1.. up to the next arrival.
                 if a and not self._passes_now():
                     break
-                ch.start_leg(a)
-                live, last, comp, hold = ch.leg_rows(a)
-                k = max(last) if last else 0
-                if self.max_through is not None and k > self.max_through:
-                    k = self.max_through
-                limit, cap = self._limit(nxt, s_next + d_next, len(live))
-                if cap is not None and k > cap:
-                    k = cap
-                if a == 0 and k < 2:
+                leg = plan_leg(self, ch, a, s_next, d_next, nxt, keep_free)
+                if leg == DECLINE:
                     return None
-                if k < 1:
+                if not isinstance(leg, Leg):
                     break
-                cum = kv.decode_run_blocks(comp, hold, last, k)
-                free0 = kv.num_free_blocks
-                if cum[k] > free0 - keep_free:  # frees are not counted: a conservative cut
-                    k = bisect_right(cum, free0 - keep_free) - 1
-                    if a == 0 and k < 2:
-                        return None
-                    if k < 1:
-                        break
-                count, ctx = finish_counts(last, comp, k)
-                sizes, durations = self._run_prices(last, comp, k, s_next + d_next, limit, (count, ctx))
-                applied = [d_next, *durations]
-                starts, ends = clock(s_next, applied, limit, len(durations))
-                fin = [f + 1 for f in last]  # the leg's batch whose landing finishes each row (1-based)
-                if self.response_delay is not None and len(ends) >= min(fin):
-                    reqs = ch.leg_requests(live)
-                    starts = starts[:bisect_left(starts, self._caused(reqs, fin, ends))]
-                kl = len(starts)
-                if a == 0 and kl < 2:
-                    return None
-                if kl < 1:
-                    break
-                ends = ends[:kl]
-                ch.add_leg(a, cum, k)
-                finishing = None
-                if pushed and kl >= min(fin):
-                    finishing = (ch.leg_requests(live), fin)
-                kl = yield from self._sleep_through(eng, s_next, starts, ends, _frees(free0, cum, kl), finishing)
-                ch.record_leg(starts, applied, ends, sizes, count, kl)
+                kl = yield from wait_leg(self, eng, ch, leg, a, s_next)
                 a += kl
-                s_next, d_next = ends[kl - 1], applied[kl]
-                ch.bring_to(a)
+                s_next, d_next = leg.ends[kl - 1], leg.applied[kl]
                 nxt = self._next_event(eng)
                 if nxt is None or nxt > s_next:
                     if pushed and a < CHAIN_SCHEDULES and s_next < horizon:
@@ -236,21 +178,11 @@ class AsyncFastForward(FastForward):
             if s_next >= horizon or a >= CHAIN_SCHEDULES:
                 break
             j = a + 1
-            rows, ctx_j, pops = ch.decode_rows(j)
-            if not rows or len(rows) > max_tokens or pops > kv.num_free_blocks - keep_free:
-                break  # nothing decodes, the budget is short, or the running pass would preempt
-            ch.schedule_pops(j, pops)
-            ch.record_batch(s_next, d_next)
-            eng._boundary(s_next)  # the arrivals, queued
-            adm = policy.schedule_waiting(len(rows), s_next) if policy.num_waiting else None
-            dec_sum = sum(ctx_j)
-            if adm is None:
-                batch = BatchSummary.of_lists(ctx_j, [], [], len(rows), dec_sum)
-            else:
-                b = adm.batch
-                batch = BatchSummary.of_lists(ctx_j, b.prefill_chunks(), b.prefill_ctxs(), len(rows) + b.num_logits,
-                                              dec_sum)
-            d_new = eng.step_seconds(batch)
+            got = arrival_step(eng, ch, j, s_next, keep_free)
+            if got is None:
+                break
+            rows, adm, batch, d_new = got
+            ch.record_batch(s_next, d_next)  # batch j, in flight since schedule j - 1
             ch.admitted(j, rows, adm, batch, policy.num_running)
             self.chained += 1
             end = s_next + d_next  # batch j's end, when schedule j + 1 happens
@@ -305,12 +237,6 @@ class AsyncFastForward(FastForward):
         self.runs += 1
         self.steps += k
         return (queued, end, d_last, cnt), end + d_last
-
-
-def _frees(free0: int, cum: list[int], k: int) -> Callable[[], list[int]]:
-    """The free blocks after each of a leg's k schedules (its pops only), for its RunView: built only
-    if a router may read them (a pushed source)."""
-    return lambda: [free0 - x for x in cum[1:k + 1]]
 
 
 def _chainable(kv: Any, rows: list[Request], c0: list[int]) -> bool:

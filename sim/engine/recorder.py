@@ -162,14 +162,16 @@ class Recorder:
 
     def on_run_columns(self, starts: list[float], durations: list[float], prefill: list[int] | int,
                        decode: list[int], running: list[int], finished: list[int], free_blocks: list[int],
-                       cached_free: list[int], usable_blocks: int, first_gaps: list[float]) -> None:
-        """A decode run that went on through admissions (sim/engine/async_chain.py), its k steps given
+                       cached_free: list[int], usable_blocks: int, first_gaps: list[float],
+                       waiting: list[int] | int = 0) -> None:
+        """A decode run that went on through admissions (sim/engine/chain.py), its k steps given
         as columns (``prefill``: the prompt tokens a step's admissions brought; ``finished``: rows done
-        with each step) and its rows' first gaps; the tokens were stamped by the caller. Nothing waits
-        in such a run. Later gaps are the steps', weighted by their decode rows, as for any run."""
+        with each step) and its rows' first gaps; the tokens were stamped by the caller. ``waiting``:
+        requests waiting after each step's schedule (nothing, but maybe after its last). Later gaps are
+        the steps', weighted by their decode rows, as for any run."""
         k, first_step = len(starts), len(self.steps)
         self.steps.extend(starts, durations, (
-            prefill, decode, running, 0, 0, finished, free_blocks, cached_free, 0, 0, self.num_swapped_blocks),
+            prefill, decode, running, waiting, 0, finished, free_blocks, cached_free, 0, 0, self.num_swapped_blocks),
             usable_blocks)  # fmt: skip
         self.gaps.add_run(first_gaps, first_step, k)
 

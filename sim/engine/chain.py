@@ -1,6 +1,6 @@
-"""An async decode run that goes on through admissions: the running rows' state kept in arrays.
+"""A decode run that goes on through arrivals: the running rows' state kept in arrays.
 
-Issue 12 item 1. A decode run (fastforward_async.py) used to end at every arrival: every row's counters
+Issue 12 item 1. A decode run (fastforward*.py) used to end at every arrival: every row's counters
 and blocks brought up to date, the steps recorded, a full schedule and update through the policy, then
 a new run planned from the requests again: about ten passes over the running rows a request. A chain
 keeps the rows in arrays across arrivals instead. At an arrival's schedule it brings up to date only
@@ -10,35 +10,42 @@ asked for its waiting pass alone (``schedule_waiting``); an admitted request who
 the batch joins the arrays. Requests' counters, blocks and token times are applied once, when the
 chain ends, and the steps are recorded as one run.
 
-Rows are in global schedule numbers: schedule m (1-based) makes batch m + 1; batch 1 was in flight
-when the chain began. Row i took its schedules up to ``base[i]`` outside the chain (0: it was running;
-s: admitted at schedule s), decodes at schedules base+1 .. fin-1 with context ``c0 + m`` at schedule m,
-and finishes when batch ``fin[i]`` lands. Only rows without hashed content ahead of them (the ``lazy``
-rows of rowpass.apply_async) are taken: their growth registers nothing, so a pop's block is any blank
-block and only the counts, in order with the frees and lookups, are observable.
+Rows are in global step numbers. Async (``lag`` 1, vLLM's two-deep batch queue): schedule m (1-based)
+makes batch m + 1, batch 1 was in flight when the chain began, and a row decodes at schedules
+base+1 .. fin-1 and finishes when batch ``fin`` lands. Synchronous (``lag`` 0): step m is scheduled and
+lands at its end, and a row decodes at steps base+1 .. fin and finishes with step ``fin``. Either way
+its context is ``c0 + m`` at step m, it came into the chain at ``base`` (0: it was running; j: admitted
+at step j), and its counters were last set with the tokens of steps up to ``lb`` landed (``base``, but
+j - 1 for a row admitted at synchronous step j, whose prompt's step lands its first token). Only rows
+without hashed content ahead of them (the ``lazy`` rows of rowpass.apply_async / fastforward.apply_run)
+are taken: their growth registers nothing, so a pop's block is any blank block and only the counts, in
+order with the frees and lookups, are observable.
 """
 
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Generator
 from typing import Any
 
 from sim.core.batch import BatchSummary
 from sim.core.plan import StepPlan
 from sim.core.request import Request
 from sim.engine.rowpass import decode_plan
-from sim.engine.runcalc import finishes_per_step, segment_free
+from sim.engine.runcalc import clock, finish_counts, finishes_per_step, segment_free
 
 
 class Chain:
-    """The arrays of an async decode run that absorbs admissions, and the pool brought up to a
-    schedule on demand. Per batch m (list index m - 1): its start and seconds once scheduled, and the
-    decode rows, prompt tokens, running count, free and cached-free blocks of the schedule that made it.
-    """
+    """The arrays of a decode run that absorbs admissions, and the pool brought up to a step on demand.
+    Per batch (async) or step m (list index m - 1): its start and seconds, and the decode rows, prompt
+    tokens, running count, free and cached-free blocks of the schedule that made it. ``first`` and
+    ``counters``: the async batch in flight when the chain began and its schedule's counts (None:
+    synchronous)."""
 
     def __init__(self, policy: Any, source: Any, reqs: list[Request], c0: list[int], fin: list[int],
-                 held: list[int], first: StepPlan, counters: tuple, last_before: list[float],
-                 prefills: bool) -> None:
+                 held: list[int], last_before: list[float], first: StepPlan | None = None,
+                 counters: tuple | None = None, prefills: bool = False) -> None:
         self.policy: Any = policy
         self.source: Any = source
         self.kv: Any = policy.kv
@@ -48,6 +55,8 @@ class Chain:
         self.c0 = c0
         self.fin = fin
         self.base = [0] * n
+        self.lb = [0] * n
+        self.lag = 0 if first is None else 1
         self.held = held  # blocks held at the row's origin (its start in the chain)
         self.n0 = n  # the rows the chain began with (stamped as a run's rows)
         self.last_before = last_before
@@ -69,25 +78,34 @@ class Chain:
         self.starts: list[float] = []
         self.durations: list[float] = []
         self.ends: list[float] = []
-        b = first.batch
-        self.dec: list[int] = [b.num_decode if prefills else n]
-        self.pre: list[int] = [b.num_prefill_tokens if prefills else 0]
-        self.run_n: list[int] = [n]
-        self.free_b: list[Any] = [counters[3]]
-        self.cached_b: list[Any] = [counters[4]]
+        self.dec: list[int] = []
+        self.pre: list[int] = []
+        self.run_n: list[int] = []
+        self.free_b: list[Any] = []
+        self.cached_b: list[Any] = []
+        if first is not None and counters is not None:  # async: batch 1, in flight
+            b = first.batch
+            self.dec.append(b.num_decode if prefills else n)
+            self.pre.append(b.num_prefill_tokens if prefills else 0)
+            self.run_n.append(n)
+            self.free_b.append(counters[3])
+            self.cached_b.append(counters[4])
         self.any_prefill = prefills
+        self.waiting_last = 0  # the requests left waiting by the last arrival's step
         self.adm_at = -1  # the last arrival's schedule: its decode rows, the policy's plan and the batch
         self.adm_rows: list[int] = []
         self.adm: StepPlan | None = None  # (None: it admitted and rejected nobody)
         self.adm_batch: BatchSummary | None = None
-        self.counters_at: tuple = counters
+        self.counters_at: tuple = () if counters is None else counters
 
     # ---- legs -------------------------------------------------------------------------------------
     def leg_rows(self, a: int) -> tuple[list[int], list[int], list[int], list[int]]:
-        """The rows that run at schedule a + 1 (not finished before it) in leg coordinates: row indices,
-        last schedule (0: its last token is in flight), computed tokens at schedule a, blocks held then."""
+        """The rows that run at step a + 1 (not finished before it) in leg coordinates: row indices, last
+        step they decode (async, 0: its last token is in flight), computed tokens at step a, blocks held
+        then."""
         fin, c0, held, base = self.fin, self.c0, self.held, self.base
         bs = self.bs
+        off = self.lag + a
         live: list[int] = []
         last: list[int] = []
         comp: list[int] = []
@@ -97,7 +115,7 @@ class Chain:
             if f <= a:
                 continue  # landed by batch a: finished (the pool may not have it yet)
             live.append(i)
-            last.append(f - 1 - a)
+            last.append(f - off)
             c = c0[i] + a
             comp.append(c)
             h = -(-c // bs)
@@ -130,15 +148,15 @@ class Chain:
     def record_leg(self, starts: list[float], applied: list[float], ends: list[float], sizes: list[int],
                    count: list[int], kl: int) -> None:
         """The first ``kl`` schedules of a leg: their batches' starts and seconds, and the batches they
-        make (decode rows, running count after the schedule: the decoding rows and those whose last
-        token is in flight)."""
+        make (decode rows, running count after the schedule: the decoding rows and, async, those whose
+        last token is in flight)."""
         for j in range(kl):
             self.starts.append(starts[j])
             self.durations.append(applied[j])
             self.ends.append(ends[j])
             self.dec.append(sizes[j])
             self.pre.append(0)
-            self.run_n.append(sizes[j] + count[j])
+            self.run_n.append(sizes[j] + count[j] if self.lag else sizes[j])
 
     # ---- the pool, brought up to date in stepping's order ------------------------------------------
     def _pop_through(self, m: int) -> None:
@@ -165,7 +183,8 @@ class Chain:
         1..m and the landings of batches 1..m (a row finishing at batch b frees its blocks after
         schedule b's pops and before schedule b + 1's)."""
         heap = self.heap
-        reqs, c0, base = self.reqs, self.c0, self.base
+        reqs, c0, lb = self.reqs, self.c0, self.lb
+        lag = self.lag
         kv = self.kv
         while heap and heap[0][0] <= m:
             b = heap[0][0]
@@ -174,17 +193,20 @@ class Chain:
             while heap and heap[0][0] == b:
                 i = heapq.heappop(heap)[1]
                 req = reqs[i]
-                c = c0[i] + b - 1
-                landed = b - base[i]
+                c = c0[i] + b - lag
+                landed = b - lb[i]
                 req.num_computed_tokens = c
                 req.num_output_tokens += landed
                 req.num_tokens += landed
-                kv.hand_blocks(req, self.reserve, c, -1)
-                kv.cache_blocks(req, c)  # landing, it caches all it computed
+                if lag:
+                    kv.hand_blocks(req, self.reserve, c, -1)
+                    kv.cache_blocks(req, c)  # landing, it caches all it computed (rowpass.apply_async)
+                else:
+                    kv.hand_blocks(req, self.reserve, c, c)  # all of it known (fastforward.apply_run)
                 # its token times now (as the chain's end would stamp them): the engine may move a finished
                 # request's row to its log before the chain ends (Engine._sweep)
                 if i >= self.n0:
-                    req.first_token_time = self.ends[base[i]]
+                    req.first_token_time = self.ends[lb[i]]
                 elif self.prefills and self.last_before[i] != self.last_before[i]:
                     req.first_token_time = self.ends[0]
                 req.last_token_time = self.ends[b - 1]
@@ -204,12 +226,13 @@ class Chain:
     def decode_rows(self, j: int) -> tuple[list[int], list[int], int]:
         """Schedule j's decode rows (running order), their contexts, and the blocks they pop."""
         fin, c0, held, bs = self.fin, self.c0, self.held, self.bs
+        last = j + self.lag
         rows: list[int] = []
         ctx: list[int] = []
         pops = 0
         for i in self.live:
-            if fin[i] - 1 < j:
-                continue  # finished, or its last token in flight
+            if fin[i] < last:
+                continue  # finished, or (async) its last token in flight
             c = c0[i] + j
             rows.append(i)
             ctx.append(c)
@@ -248,6 +271,7 @@ class Chain:
             self.any_prefill = True
         self.pre.append(pre)
         self.run_n.append(num_running)
+        self.waiting_last = self.policy.num_waiting
         self.adm_rows = rows
         self.adm = adm if adm is not None and (adm.scheduled or adm.rejected) else None
         self.adm_batch = batch
@@ -274,34 +298,38 @@ class Chain:
                         rejected=adm.rejected, batch=batch)
 
     def join(self, req: Request, j: int, max_len: int) -> None:
-        """A request admitted at schedule j with its whole prompt in batch j + 1: a row from there on."""
+        """A request admitted at step j with its whole prompt (async: in batch j + 1; synchronous: in
+        step j, which lands its first token): a row from there on."""
         i = len(self.reqs)
         p = req.num_computed_tokens
         rest = req.output_len - req.num_output_tokens
         left = rest if rest < max_len - p else max_len - p
+        f = j + left - 1 + self.lag
         self.reqs.append(req)
         self.c0.append(p - j)
-        self.fin.append(j + left)
+        self.fin.append(f)
         self.base.append(j)
+        self.lb.append(j - 1 + self.lag)
         self.held.append(self.kv.num_blocks_held(req))
         self.live.append(i)
-        heapq.heappush(self.heap, (j + left, i))
+        heapq.heappush(self.heap, (f, i))
 
     # ---- the end ----------------------------------------------------------------------------------
     def finish_chain(self, k: int) -> None:
-        """Everything through schedule k and the landing of batch k: the pool, the finished rows, then
-        the running rows' blocks and counters (rows admitted at schedule k are in their prompt: as the
-        policy left them)."""
+        """Everything through step k and the landing of batch k: the pool, the finished rows, then the
+        running rows' blocks and counters (rows admitted at async schedule k are in their prompt: as
+        the policy left them)."""
         self.bring_to(k)
-        reqs, c0, base, fin = self.reqs, self.c0, self.base, self.fin
+        reqs, c0, lb, fin = self.reqs, self.c0, self.lb, self.fin
+        lag = self.lag
         kv = self.kv
         for i in self.live:
-            if fin[i] <= k or base[i] >= k:
+            if fin[i] <= k or lb[i] >= k:
                 continue
             req = reqs[i]
             c = c0[i] + k
-            kv.hand_blocks(req, self.reserve, c, c - 1)  # the newest token in flight: not yet known
-            m = k - base[i]
+            kv.hand_blocks(req, self.reserve, c, c - lag)  # async: the newest token in flight, not yet known
+            m = k - lb[i]
             req.num_computed_tokens = c
             req.num_output_tokens += m
             req.num_tokens += m
@@ -312,13 +340,13 @@ class Chain:
         """Token times of the rows admitted in the chain: the first when their prompt's batch landed,
         the last when their last batch within the chain did (their later gaps are the steps')."""
         ends = self.ends
-        reqs, base, fin = self.reqs, self.base, self.fin
+        reqs, lb, fin = self.reqs, self.lb, self.fin
         for i in range(self.n0, len(reqs)):
-            s = base[i]
+            s = lb[i]
             if s >= k:
                 continue
             req = reqs[i]
-            t: object = ends[s]  # batch s + 1
+            t: object = ends[s]  # batch / step s + 1: its prompt's
             req.first_token_time = t  # type: ignore[assignment]
             f = fin[i] if fin[i] < k else k
             req.last_token_time = ends[f - 1]
@@ -333,3 +361,112 @@ class Chain:
         reqs, c0, fin = self.reqs, self.c0, self.fin
         live = self.live
         return decode_plan(like, [reqs[i] for i in live], [fin[i] for i in live], [c0[i] for i in live], k)
+
+
+# ---- what both loops' chains do: a leg, and an arrival's step ----------------------------------------
+DECLINE = 0  # plan_leg: the chain's first leg is shorter than a run is taken for (nothing has changed)
+STOP = 1  # plan_leg: no leg after step a (the chain ends there)
+
+
+class Leg:
+    """A leg ``plan_leg`` planned after step a: the starts and ends of its steps that begin before the
+    next event, each step's seconds (``applied``; async: the batch in flight's first), its rows and
+    finish counts per step (runcalc.finish_counts), the pool's cumulative pops, the free blocks at its
+    start, and its rows with the step (1-based in the leg) whose landing finishes each."""
+
+    def __init__(self, starts: list[float], ends: list[float], applied: list[float], sizes: list[int],
+                 count: list[int], cum: list[int], free0: int, live: list[int], fin: list[int]) -> None:
+        self.starts = starts
+        self.ends = ends
+        self.applied = applied
+        self.sizes = sizes
+        self.count = count
+        self.cum = cum
+        self.free0 = free0
+        self.live = live
+        self.fin = fin
+
+
+def plan_leg(ff: Any, ch: Chain, a: int, s_next: float, d_next: float, nxt: float | None,
+             keep_free: int) -> Leg | int:
+    """The decode steps after step a up to the next event ``nxt``, planned and priced as a run is
+    (fastforward.FastForward._run, fastforward_async's run): the clock is at ``s_next``, step a + 1's
+    start (async: ``d_next``, the seconds of the batch in flight). DECLINE or STOP where there is none."""
+    kv = ch.kv
+    lag = ch.lag
+    ch.start_leg(a)
+    live, last, comp, hold = ch.leg_rows(a)
+    k = max(last) if last else 0
+    if ff.max_through is not None and k > ff.max_through:
+        k = ff.max_through
+    first = s_next + d_next if lag else s_next  # when the leg's first priced step starts
+    limit, cap = ff._limit(nxt, first, len(live))
+    if cap is not None and k > cap:
+        k = cap
+    if k < 2 and a == 0:
+        return DECLINE
+    if k < 1:
+        return STOP
+    cum = kv.decode_run_blocks(comp, hold, last, k)
+    free0 = kv.num_free_blocks
+    if cum[k] > free0 - keep_free:  # frees are not counted: a conservative cut
+        k = bisect_right(cum, free0 - keep_free) - 1
+        if k < 2 and a == 0:
+            return DECLINE
+        if k < 1:
+            return STOP
+    count, ctx = finish_counts(last, comp, k)
+    sizes, durations = ff._run_prices(last, comp, k, first, limit, (count, ctx))
+    applied = [d_next, *durations] if lag else durations
+    starts, ends = clock(s_next, applied, limit, len(durations) if lag else k)
+    fin = [f + lag for f in last] if lag else last
+    if ff.response_delay is not None and len(ends) > min(last):
+        starts = starts[:bisect_left(starts, ff._caused(ch.leg_requests(live), fin, ends))]
+    kl = len(starts)
+    if kl < 2 and a == 0:
+        return DECLINE
+    if kl < 1:
+        return STOP
+    ch.add_leg(a, cum, k)
+    return Leg(starts, ends[:kl], applied, sizes, count, cum, free0, live, fin)
+
+
+def arrival_step(eng: Any, ch: Chain, j: int, start: float,
+                 keep_free: int) -> tuple[list[int], StepPlan | None, BatchSummary, float] | None:
+    """Step j, which begins at ``start`` with an arrival: its decode rows from the chain's arrays and
+    their pops, the arrivals queued at the boundary, the policy's waiting pass, and the step priced
+    (its rows, the policy's plan or None, the batch, its seconds). None, with nothing changed, where the
+    chain ends before it: no row decodes, the budget is short, or the running pass would preempt."""
+    policy = eng.policy
+    kv = ch.kv
+    rows, ctx, pops = ch.decode_rows(j)
+    if not rows or len(rows) > policy.limits.max_num_batched_tokens or pops > kv.num_free_blocks - keep_free:
+        return None
+    ch.schedule_pops(j, pops)
+    eng._boundary(start)  # the arrivals, queued
+    adm = policy.schedule_waiting(len(rows), start) if policy.num_waiting else None
+    dec_sum = sum(ctx)
+    if adm is None:
+        batch = BatchSummary.of_lists(ctx, [], [], len(rows), dec_sum)
+    else:
+        b = adm.batch
+        batch = BatchSummary.of_lists(ctx, b.prefill_chunks(), b.prefill_ctxs(), len(rows) + b.num_logits, dec_sum)
+    return rows, adm, batch, eng.step_seconds(batch)
+
+
+def wait_leg(ff: Any, eng: Any, ch: Chain, leg: Leg, a: int, start: float) -> Generator[Any, Any, int]:
+    """Wait a leg out from ``start`` as a run is (``_sleep_through``: a push cuts it, a router reads it
+    through its view, a gateway takes its finishes), record the steps it kept and bring the pool and
+    the running list to their end; returns how many it kept."""
+    fin = leg.fin
+    kl = len(leg.starts)
+    finishing = (ch.leg_requests(leg.live), fin) if ff.may_pass is not None and kl > min(fin) - ch.lag else None
+    kl = yield from ff._sleep_through(eng, start, leg.starts, leg.ends, _frees(leg.free0, leg.cum, kl), finishing)
+    ch.record_leg(leg.starts, leg.applied, leg.ends, leg.sizes, leg.count, kl)
+    ch.bring_to(a + kl)
+    return kl
+
+
+def _frees(free0: int, cum: list[int], k: int) -> Callable[[], list[int]]:
+    """The free blocks after each of a leg's k steps (its pops only), for its RunView."""
+    return lambda: [free0 - x for x in cum[1:k + 1]]

@@ -1,6 +1,7 @@
-"""Async decode runs that go on through admissions (sim/engine/async_chain.py): against stepping batch by
-batch and against runs that end at every arrival, every request timestamp, step row and token gap equal,
-with arrivals taken inside chains."""
+"""Decode runs that go on through arrivals (sim/engine/chain.py; fastforward_async.py for vLLM's async
+loop, sync_chain.py for the synchronous one): against stepping one step or batch at a time and against
+runs that end at every arrival, every request timestamp, step row and token gap equal, with arrivals
+taken inside chains."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import sim.engine.fastforward as ff_mod
 import sim.engine.fastforward_async as ffa
+import sim.engine.sync_chain as sync_chain
 from sim.app.config import config_from_dict
 from tests.invariants import (
     check_fast_forward_exact,
@@ -22,8 +25,8 @@ from tests.invariants import (
 def _raw(seed: int = 0, *, rate: float = 6.0, n: int = 120, blocks: int | None = None, seqs: int = 64,
          prefix: bool = True, shared: bool = False, horizon: float | None = None, budget: int | None = None,
          chunked: bool = True, threshold: int | None = None, prompt: tuple[int, int] = (8, 900),
-         output: tuple[int, int] = (1, 300), cost: str = "roofline") -> dict:  # fmt: skip
-    engine: dict = {"policy": "vllm", "async_scheduling": True, "max_model_len": 2048, "max_num_seqs": seqs,
+         output: tuple[int, int] = (1, 300), cost: str = "roofline", asyn: bool = True) -> dict:  # fmt: skip
+    engine: dict = {"policy": "vllm", "async_scheduling": asyn, "max_model_len": 2048, "max_num_seqs": seqs,
                     "enable_prefix_caching": prefix, "enable_chunked_prefill": chunked, "cost_model": cost}
     if blocks is not None:
         engine["num_gpu_blocks_override"] = blocks
@@ -43,12 +46,12 @@ def _raw(seed: int = 0, *, rate: float = 6.0, n: int = 120, blocks: int | None =
 
 def _runs(raw: dict, chains: bool):
     cfg = config_from_dict(raw)
-    old = ffa.CHAINS
-    ffa.CHAINS = chains
+    old = ff_mod.CHAINS
+    ff_mod.CHAINS = chains
     try:
         return run_checked(cfg, fast_forward=True)
     finally:
-        ffa.CHAINS = old
+        ff_mod.CHAINS = old
 
 
 def _exact(raw: dict) -> tuple[int, int]:
@@ -82,26 +85,30 @@ def _exact(raw: dict) -> tuple[int, int]:
     {"horizon": 8.0},
     {"cost": "constant"},
 ])  # fmt: skip
-def test_chains_are_exact(kw):
-    chained, joined = _exact(_raw(**kw))
+@pytest.mark.parametrize("asyn", [True, False], ids=["async", "sync"])
+def test_chains_are_exact(kw, asyn):
+    chained, joined = _exact(_raw(**kw, asyn=asyn))
     if "chunked" not in kw:  # (there, few decode rows run long enough for a run at all)
         assert chained > 0, "no arrival was taken inside a chain"
     if not ({"seqs", "budget", "threshold", "chunked"} & set(kw)):
         assert joined > 0, "no request joined a chain"
 
 
-def test_most_arrivals_join_a_chain_at_moderate_load():
+@pytest.mark.parametrize("asyn", [True, False], ids=["async", "sync"])
+def test_most_arrivals_join_a_chain_at_moderate_load(asyn):
     """What chains are for: at moderate load an arrival costs its own admission, not a run's end and a
     new run's start (issue 12 item 1)."""
-    raw = _raw(1, rate=5.0, n=300, output=(20, 300))
+    raw = _raw(1, rate=5.0, n=300, output=(20, 300), asyn=asyn)
     _, joined = _exact(raw)
     assert joined >= 0.6 * 300, joined
 
 
-def test_a_chain_takes_no_arrival_past_its_schedule_cap(monkeypatch):
-    raw = _raw(2, rate=5.0, n=150)
+@pytest.mark.parametrize("asyn", [True, False], ids=["async", "sync"])
+def test_a_chain_takes_no_arrival_past_its_schedule_cap(monkeypatch, asyn):
+    raw = _raw(2, rate=5.0, n=150, asyn=asyn)
     _, free = _exact(raw)
     monkeypatch.setattr(ffa, "CHAIN_SCHEDULES", 40)
+    monkeypatch.setattr(sync_chain, "CHAIN_STEPS", 40)
     fast, obs = _runs(raw, True)
     slow, _ = run_checked(config_from_dict(raw), fast_forward=False)
     check_fast_forward_exact(fast, slow)
@@ -110,9 +117,10 @@ def test_a_chain_takes_no_arrival_past_its_schedule_cap(monkeypatch):
     assert capped.runs > 2
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**16), rate=st.floats(0.5, 20.0), n=st.integers(1, 60),
        blocks=st.sampled_from([None, 150, 300]), seqs=st.integers(1, 64), prefix=st.booleans(),
-       shared=st.booleans(), budget=st.sampled_from([None, 256, 1024]))  # fmt: skip
-def test_chains_are_exact_on_random_workloads(seed, rate, n, blocks, seqs, prefix, shared, budget):
-    _exact(_raw(seed, rate=rate, n=n, blocks=blocks, seqs=seqs, prefix=prefix, shared=shared, budget=budget))
+       shared=st.booleans(), budget=st.sampled_from([None, 256, 1024]), asyn=st.booleans())  # fmt: skip
+def test_chains_are_exact_on_random_workloads(seed, rate, n, blocks, seqs, prefix, shared, budget, asyn):
+    _exact(_raw(seed, rate=rate, n=n, blocks=blocks, seqs=seqs, prefix=prefix, shared=shared, budget=budget,
+                asyn=asyn))
