@@ -35,6 +35,15 @@ from sim.core.request import Request
 from sim.engine.rowpass import decode_plan
 from sim.engine.runcalc import clock, finish_counts, finishes_per_step, segment_free
 
+# A chain takes no arrival after this many steps: its arrays (a few per step and per row) and the
+# requests it holds stay bounded, and the recorder gets its steps now and then.
+CHAIN_STEPS = 4096
+
+
+def chain_full(a: int) -> bool:
+    """Has a chain taken so many steps that it takes no more arrivals (CHAIN_STEPS)?"""
+    return a >= CHAIN_STEPS
+
 
 class Chain:
     """The arrays of a decode run that absorbs admissions, and the pool brought up to a step on demand.
@@ -67,13 +76,11 @@ class Chain:
         self.heap = heap  # (landing batch, row) of the rows not finished
         self.gcum = [0]  # gcum[m]: decode pops of schedules 1..m
         self.popped = 0  # schedules whose decode pops the pool has
-        self.landed = 0  # batches whose landings the pool has
         self.reserve: list[Any] = []  # popped blocks not yet handed to their rows
         self.cached_start: int = 0  # cached-free blocks when the current leg began (start_leg)
         self.leg_start = 0  # its first schedule - 1
         self.free_after: list[Any] = []  # after schedule m's allocations, m = 1.. (index m - 1)
         self.cached_after: list[Any] = []
-        self.finished: list[Request] = []
         # per batch
         self.starts: list[float] = []
         self.durations: list[float] = []
@@ -215,12 +222,10 @@ class Chain:
                 done.append(req)
             t = self.ends[b - 1]
             self.policy.finish(done, t)
-            self.finished.extend(done)
             source = self.source
             for req in done:  # now: a closed loop's next turn, a gateway's count (one it took mid-leg: skipped)
                 source.on_done(req.spec, t)
         self._pop_through(m)
-        self.landed = m
 
     # ---- an admission's schedule --------------------------------------------------------------------
     def decode_rows(self, j: int) -> tuple[list[int], list[int], int]:
@@ -251,16 +256,17 @@ class Chain:
         self._pop_through(j)
 
     def record_batch(self, start: float, seconds: float) -> None:
-        """The batch in flight at an arrival's schedule (made by the schedule before): its start and
-        seconds (its end: the clock's sum)."""
+        """An arrival's step's start and seconds (its end: the clock's sum): async, the batch in flight
+        at the arrival's schedule (the schedule before made it); synchronous, the arrival's own step."""
         self.starts.append(start)
         self.durations.append(seconds)
         self.ends.append(start + seconds)
 
     def admitted(self, j: int, rows: list[int], adm: StepPlan | None, batch: BatchSummary,
                  num_running: int) -> None:
-        """Schedule j (an arrival's) done: the batch it made (j + 1) recorded, the pool's counts after
-        its admissions, and its plan kept in case the chain ends with it in flight."""
+        """Step j (an arrival's) scheduled: what it made recorded (async: batch j + 1; synchronous: step
+        j itself), the pool's counts after its admissions, and its plan kept in case the chain ends with
+        it in flight (async)."""
         self.adm_at = j
         kv = self.kv
         self.free_after[j - 1] = kv.num_free_blocks
@@ -436,11 +442,12 @@ def arrival_step(eng: Any, ch: Chain, j: int, start: float,
     """Step j, which begins at ``start`` with an arrival: its decode rows from the chain's arrays and
     their pops, the arrivals queued at the boundary, the policy's waiting pass, and the step priced
     (its rows, the policy's plan or None, the batch, its seconds). None, with nothing changed, where the
-    chain ends before it: no row decodes, the budget is short, or the running pass would preempt."""
+    chain ends before it: no row decodes, or the running pass would preempt. (The budget covers every
+    decode row: the setup keeps max_num_batched_tokens >= max_num_seqs.)"""
     policy = eng.policy
     kv = ch.kv
     rows, ctx, pops = ch.decode_rows(j)
-    if not rows or len(rows) > policy.limits.max_num_batched_tokens or pops > kv.num_free_blocks - keep_free:
+    if not rows or pops > kv.num_free_blocks - keep_free:
         return None
     ch.schedule_pops(j, pops)
     eng._boundary(start)  # the arrivals, queued

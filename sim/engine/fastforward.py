@@ -207,18 +207,34 @@ def apply_run(policy: Any, run: DecodeRun, end_times: list[float]) -> list[Reque
     return finished
 
 
+def _own_waiting_pass(policy: Any) -> bool:
+    """Does the policy's ``schedule`` come with a ``schedule_waiting`` from the same class, its waiting
+    pass alone? A subclass (a plug-in) that overrides ``schedule`` has rules of its own that a chain
+    would skip at an arrival's step, and a wrapper (admission control) checks its queue there: neither
+    takes chains until it says how its waiting pass goes."""
+    for klass in type(policy).__mro__:
+        own = vars(klass)
+        if "schedule" in own:
+            return "schedule_waiting" in own
+    return False
+
+
 def delay_to(now: float, t: float) -> float:
     """A delay ``d`` with ``now + d == t`` where one exists (SimPy schedules a timeout at ``now + delay``;
     ``t - now`` alone can round), so the clock after a run is the last step's end, as after stepping. Not
     every ``t`` is ``now + d`` for some ``d``: when ``now`` has a finer last bit than ``t``'s binade allows,
     every such sum rounds to an even neighbour of ``t``, and the clock comes one ulp short; ``Engine.land``
-    then sets it to ``t`` where nothing else is due before (a single engine's runs: always)."""
+    then sets it to ``t`` where nothing else is due before (a single engine's runs: always). So where no
+    ``d`` lands on ``t``, the largest that stays short is returned: a clock past ``t`` would stay there
+    (the next step would start an ulp or two late, and every time after it with it)."""
     d = t - now
     for _ in range(4):
         got = now + d
         if got == t:
-            break
+            return d
         d = math.nextafter(d, math.inf if got < t else -math.inf)
+    while now + d > t:  # the sums step over t: short of it, for Engine.land
+        d = math.nextafter(d, -math.inf)
     return d
 
 
@@ -260,7 +276,7 @@ class FastForward:
         # not with client timeouts nor a step trace (it lists each step's rows): chains_now, asked at
         # each run (the engine sets those after building its fast-forward).
         pol = engine.policy
-        self.chains = (CHAINS and callable(getattr(pol, "schedule_waiting", None))
+        self.chains = (CHAINS and _own_waiting_pass(pol)
                        and bool(getattr(pol, "async_scheduling", False)) == engine.async_scheduling)
         self.chained = 0  # arrivals' steps taken inside chains (tests and benchmarks read them)
         self.joined = 0  # requests admitted there that joined a chain's rows
@@ -439,9 +455,9 @@ class FastForward:
             quiet = policy.quiet()
             if quiet is not None and not quiet.finishes_matter and policy.running:
                 taken = chain_rows(policy, policy.limits.max_model_len)
-                if taken is not None:  # (its first leg is the run below, or none where that is none)
-                    yield from run_chain(self, eng, start, nxt, taken[0], taken[1], quiet.keep_free)
-                    return
+                if taken is not None and (yield from run_chain(self, eng, start, nxt, taken[0], taken[1],
+                                                               quiet.keep_free)):
+                    return  # (declined, it changed nothing: the run below is planned as before)
         limit, cap = self._limit(nxt, start, len(policy.running))
         run = plan_run(policy, passes, self.max_through, cap)
         if run is None:

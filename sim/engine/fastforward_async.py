@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from mypy_extensions import mypyc_attr
 
 from sim.core.request import Request
-from sim.engine.chain import DECLINE, Chain, Leg, arrival_step, plan_leg, wait_leg
+from sim.engine.chain import DECLINE, Chain, Leg, arrival_step, chain_full, plan_leg, wait_leg
 from sim.engine.fastforward import DecodeRun, FastForward
 from sim.engine.rowpass import apply_async as _apply_async
 from sim.engine.rowpass import decode_plan as _decode_plan
@@ -26,9 +26,6 @@ from sim.engine.runcalc import at_least, clock
 if TYPE_CHECKING:
     from sim.engine.loop import Engine
 
-# A chain takes no arrival after this many schedules: its arrays (a few per schedule and per row) and the
-# requests it holds stay bounded, and the recorder gets its steps now and then.
-CHAIN_SCHEDULES = 4096
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (sim/native.py), like FastForward
@@ -73,7 +70,9 @@ class AsyncFastForward(FastForward):
         # flight after schedule R - 1. The run ends at the first finish unless finishes may pass.
         through = self._passes_now() and not quiet.finishes_matter and not num_waiting
         if through and self.chains_now(eng) and _chainable(kv, running, c0):
-            return (yield from self._chain(eng, plan, dt, counters, now, nxt, c0, left, prefills, quiet.keep_free))
+            res = yield from self._chain(eng, plan, dt, counters, now, nxt, c0, left, prefills, quiet.keep_free)
+            if res is not None:
+                return res  # (declined, it changed nothing: the run below is planned as before)
         k = max(left) - 1 if through else min(left) - 1
         if through and self.max_through is not None and k > self.max_through:
             k = self.max_through
@@ -171,11 +170,11 @@ class AsyncFastForward(FastForward):
                 s_next, d_next = leg.ends[kl - 1], leg.applied[kl]
                 nxt = self._next_event(eng)
                 if nxt is None or nxt > s_next:
-                    if pushed and a < CHAIN_SCHEDULES and s_next < horizon:
+                    if pushed and not chain_full(a) and s_next < horizon:
                         continue  # no push yet (the leg's cap, or a nudge): another leg
                     break
             # Schedule a + 1 is an arrival's: taken here, or the chain ends before it.
-            if s_next >= horizon or a >= CHAIN_SCHEDULES:
+            if s_next >= horizon or chain_full(a):
                 break
             j = a + 1
             got = arrival_step(eng, ch, j, s_next, keep_free)
@@ -187,17 +186,19 @@ class AsyncFastForward(FastForward):
             self.chained += 1
             end = s_next + d_next  # batch j's end, when schedule j + 1 happens
             if adm is not None:
+                # Those admitted with the whole prompt join the rows, and the chain goes on, if nothing
+                # waits; otherwise it ends with this schedule's batch queued.
                 quiet = policy.quiet()
-                whole = (not policy.num_waiting and quiet is not None and not quiet.finishes_matter
-                         and quiet.keep_free == keep_free)
-                if whole:
+                goes_on = (not policy.num_waiting and quiet is not None and not quiet.finishes_matter
+                           and quiet.keep_free == keep_free)
+                if goes_on:
                     for req in adm.admitted:
                         p = req.num_computed_tokens
                         if (p != req.num_tokens or p != req.prompt_len or req.num_output_tokens
                                 or (kv.enable_caching and req.hash_end > p)):
-                            whole = False
+                            goes_on = False
                             break
-                if not whole:  # the chain ends with this schedule's batch queued
+                if not goes_on:
                     return (yield from self._end_chain(eng, ch, plan, j, end, d_new))
                 for req in adm.admitted:
                     ch.join(req, j, max_len)

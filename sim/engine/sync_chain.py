@@ -17,11 +17,8 @@ from typing import Any
 
 from sim.core.plan import StepPlan
 from sim.core.request import Request
-from sim.engine.chain import DECLINE, Chain, Leg, arrival_step, plan_leg, wait_leg
+from sim.engine.chain import DECLINE, Chain, Leg, arrival_step, chain_full, plan_leg, wait_leg
 from sim.engine.rowpass import last_token_times, stamp_run
-
-# A chain takes no arrival after this many steps (fastforward_async.CHAIN_SCHEDULES' twin).
-CHAIN_STEPS = 4096
 
 
 def chain_rows(policy: Any, max_len: int) -> tuple[list[int], list[int]] | None:
@@ -73,11 +70,11 @@ def run_chain(ff: Any, eng: Any, start: float, nxt: float | None, c0: list[int],
             s_next = leg.ends[kl - 1]
             nxt = ff._next_event(eng)
             if nxt is None or nxt > s_next:
-                if pushed and a < CHAIN_STEPS and s_next < horizon:
+                if pushed and not chain_full(a) and s_next < horizon:
                     continue  # no push yet (the leg's cap, or a nudge): another leg
                 break
         # Step a + 1 begins with an arrival: taken here, or the chain ends before it.
-        if s_next >= horizon or a >= CHAIN_STEPS:
+        if s_next >= horizon or chain_full(a):
             break
         j = a + 1
         got = arrival_step(eng, ch, j, s_next, keep_free)
@@ -87,26 +84,28 @@ def run_chain(ff: Any, eng: Any, start: float, nxt: float | None, c0: list[int],
         ch.record_batch(s_next, d)
         ch.admitted(j, rows, adm, batch, policy.num_running)
         ff.chained += 1
-        whole = True
+        goes_on = True
         if adm is not None:
-            sampled = adm.sampled
-            for req in adm.admitted:  # admitted with the whole prompt: its first token lands with the step
-                if req.num_computed_tokens != req.prompt_len or req.num_output_tokens or not _in(req, sampled):
-                    whole = False
-                elif kv.enable_caching and req.hash_end > req.prompt_len:
-                    whole = False
-            if whole:
+            # Those admitted with the whole prompt (their first token lands with the step) join the rows,
+            # all of them or none.
+            sampled = {id(r) for r in adm.sampled}
+            joins = True
+            for req in adm.admitted:
+                if (req.num_computed_tokens != req.prompt_len or req.num_output_tokens or id(req) not in sampled
+                        or (kv.enable_caching and req.hash_end > req.prompt_len)):
+                    joins = False
+            if joins:
                 for req in adm.admitted:
                     ch.join(req, j, max_len)
                 ff.joined += len(adm.admitted)
             quiet = policy.quiet()
-            whole = (whole and not policy.num_waiting and quiet is not None and not quiet.finishes_matter
-                     and quiet.keep_free == keep_free)
+            goes_on = (joins and not policy.num_waiting and quiet is not None and not quiet.finishes_matter
+                       and quiet.keep_free == keep_free)
         end = s_next + d
         yield from ff._sleep_to(eng, end)
         a, s_next = j, end
         ch.bring_to(a)  # the step's landing: the chain's rows that finish with it
-        if not whole:
+        if not goes_on:
             # The admitted rows that did not join land as the loop's update lands them, after the rows
             # before them in the step's plan.
             _end(ff, eng, ch, a, 0 if adm is None else _land_unjoined(eng, ch, adm, end))
@@ -114,13 +113,6 @@ def run_chain(ff: Any, eng: Any, start: float, nxt: float | None, c0: list[int],
         nxt = ff._next_event(eng)
     _end(ff, eng, ch, a, 0)
     return True
-
-
-def _in(req: Request, rows: list[Request]) -> bool:
-    for r in rows:
-        if r is req:
-            return True
-    return False
 
 
 def _land_unjoined(eng: Any, ch: Chain, adm: Any, end: float) -> int:
