@@ -49,6 +49,7 @@ MODULES = (
     "sim.engine.runcalc",
     "sim.engine.fastforward",
     "sim.engine.chain",
+    "sim.engine.chain_legs",
     "sim.engine.sync_chain",
     "sim.engine.fastforward_async",
     "sim.engine.loop",

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from mypy_extensions import mypyc_attr
 
 from sim.core.request import Request
-from sim.engine.chain import DECLINE, Chain, Leg, arrival_step, chain_full, plan_leg, wait_leg
+from sim.engine.chain import Chain
+from sim.engine.chain_legs import ARRIVAL, DECLINE, arrival_step, legs
 from sim.engine.fastforward import DecodeRun, FastForward
 from sim.engine.rowpass import apply_async as _apply_async
 from sim.engine.rowpass import decode_plan as _decode_plan
@@ -150,33 +151,16 @@ class AsyncFastForward(FastForward):
         ch = Chain(policy, eng.source, running, list(c0), list(left), kv.num_blocks_held_rows(running),
                    last_token_times(running), plan, counters, prefills)
         max_len = policy.limits.max_model_len
-        horizon = self.horizon
-        pushed = self.may_pass is not None
         a = 0  # schedules taken; the clock is at s_next, schedule a + 1's time (batch a's end)
         s_next = now
         d_next = dt  # batch a + 1's seconds
         while True:
-            if nxt is None or nxt > s_next:
-                # A leg: decode schedules a + 1.. up to the next arrival.
-                if a and not self._passes_now():
-                    break
-                leg = plan_leg(self, ch, a, s_next, d_next, nxt, keep_free)
-                if leg == DECLINE:
-                    return None
-                if not isinstance(leg, Leg):
-                    break
-                kl = yield from wait_leg(self, eng, ch, leg, a, s_next)
-                a += kl
-                s_next, d_next = leg.ends[kl - 1], leg.applied[kl]
-                nxt = self._next_event(eng)
-                if nxt is None or nxt > s_next:
-                    if pushed and not chain_full(a) and s_next < horizon:
-                        continue  # no push yet (the leg's cap, or a nudge): another leg
-                    break
-            # Schedule a + 1 is an arrival's: taken here, or the chain ends before it.
-            if s_next >= horizon or chain_full(a):
+            got_to, a, s_next, d_next = yield from legs(self, eng, ch, a, s_next, d_next, nxt, keep_free)
+            if got_to == DECLINE:
+                return None
+            if got_to != ARRIVAL:
                 break
-            j = a + 1
+            j = a + 1  # schedule j is an arrival's: taken here, or the chain ends before it
             got = arrival_step(eng, ch, j, s_next, keep_free)
             if got is None:
                 break

@@ -17,7 +17,8 @@ from typing import Any
 
 from sim.core.plan import StepPlan
 from sim.core.request import Request
-from sim.engine.chain import DECLINE, Chain, Leg, arrival_step, chain_full, plan_leg, wait_leg
+from sim.engine.chain import Chain
+from sim.engine.chain_legs import ARRIVAL, DECLINE, arrival_step, legs
 from sim.engine.rowpass import last_token_times, stamp_run
 
 
@@ -52,31 +53,15 @@ def run_chain(ff: Any, eng: Any, start: float, nxt: float | None, c0: list[int],
     ch = Chain(policy, eng.source, running, list(c0), list(left), kv.num_blocks_held_rows(running),
                last_token_times(running))
     max_len = policy.limits.max_model_len
-    horizon = ff.horizon
-    pushed = ff.may_pass is not None
     a = 0  # steps taken; the clock is at s_next, step a + 1's start
     s_next = start
     while True:
-        if nxt is None or nxt > s_next:
-            if a and not ff._passes_now():
-                break
-            leg = plan_leg(ff, ch, a, s_next, 0.0, nxt, keep_free)
-            if leg == DECLINE:
-                return False
-            if not isinstance(leg, Leg):
-                break
-            kl = yield from wait_leg(ff, eng, ch, leg, a, s_next)
-            a += kl
-            s_next = leg.ends[kl - 1]
-            nxt = ff._next_event(eng)
-            if nxt is None or nxt > s_next:
-                if pushed and not chain_full(a) and s_next < horizon:
-                    continue  # no push yet (the leg's cap, or a nudge): another leg
-                break
-        # Step a + 1 begins with an arrival: taken here, or the chain ends before it.
-        if s_next >= horizon or chain_full(a):
+        got_to, a, s_next, _ = yield from legs(ff, eng, ch, a, s_next, 0.0, nxt, keep_free)
+        if got_to == DECLINE:
+            return False
+        if got_to != ARRIVAL:
             break
-        j = a + 1
+        j = a + 1  # step j begins with an arrival: taken here, or the chain ends before it
         got = arrival_step(eng, ch, j, s_next, keep_free)
         if got is None:
             break
